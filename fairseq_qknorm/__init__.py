@@ -1,0 +1,17 @@
+"""fairseq_qknorm: a fairseq ``--user-dir`` plugin for attention normalization in NMT.
+
+Registers the model ``transformer_qknorm`` and its named architectures
+(``transformer_twt*``, ``transformer_qknorm_paper*``) and makes fairseq
+checkpoints loadable under torch >= 2.6 (see :mod:`.checkpoint_compat`).
+
+Use: ``fairseq-train --user-dir /abs/path/to/fairseq_qknorm --arch ...`` or
+``import fairseq_qknorm`` before using fairseq's Python API.
+"""
+
+__version__ = "0.1.0"
+
+from . import checkpoint_compat  # noqa: E402
+
+checkpoint_compat.install()
+
+from .models import transformer_qknorm  # noqa: E402,F401  (registers model + archs)

@@ -1,0 +1,2 @@
+"""Models registered with fairseq (imported by the package ``__init__`` and by
+fairseq's ``--user-dir`` loader; importing twice registers once)."""

@@ -1,0 +1,49 @@
+"""FixNorm: l2-normalized word embeddings (Nguyen & Chiang, NAACL 2018; used with
+ScaleNorm in Nguyen & Salazar, "Transformers without Tears", 2019, Sec. 2.3)."""
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+#: norm clamp when normalizing embedding rows (the padding row is all zeros and stays so)
+FIX_NORM_EPS = 1e-6
+
+
+class FixNormEmbedding(nn.Embedding):
+    """``nn.Embedding`` whose looked-up rows have unit l2 norm.
+
+    ``forward(tokens) = E[tokens] / ||E[tokens]||_2``. The stored weight is the
+    unnormalized matrix (state-dict key ``weight`` as for ``nn.Embedding``), so
+    the decoder's tied output projection can share it. Components are
+    initialised uniform(-0.01, 0.01) as in TWT (Sec. 2.3, "FixNorm"); the
+    padding row is zero and its output stays zero. fairseq's encoder/decoder
+    then multiply by ``embed_scale = sqrt(d)``, giving embeddings of norm sqrt(d).
+
+    Shape: ``tokens`` ``(*,)`` int64 -> ``(*, embedding_dim)``.
+    """
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int):
+        super().__init__(num_embeddings, embedding_dim, padding_idx=padding_idx)
+        nn.init.uniform_(self.weight, -0.01, 0.01)
+        nn.init.zeros_(self.weight[padding_idx])
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        # normalize only the looked-up rows: same result, cheaper than the whole table
+        return F.normalize(super().forward(tokens), dim=-1, eps=FIX_NORM_EPS)
+
+
+class FixNormLinear(nn.Linear):
+    """Bias-free output projection with l2-normalized rows (FixNorm's output side).
+
+    ``forward(x) = x @ (W / ||W||_row)^T``: each logit is ``||x|| cos(x, e_w)``;
+    after a final ScaleNorm ``||x|| = g``, i.e. cosine normalization with a
+    learned scale (TWT Sec. 2.3). ``weight`` may be assigned the (tied) embedding
+    parameter, exactly as fairseq does for its plain ``nn.Linear``.
+
+    Shape: ``x`` ``(*, in_features)`` -> ``(*, out_features)``.
+    """
+
+    def __init__(self, in_features: int, out_features: int):
+        super().__init__(in_features, out_features, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.linear(x, F.normalize(self.weight, dim=-1, eps=FIX_NORM_EPS))

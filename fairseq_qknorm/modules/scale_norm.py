@@ -1,0 +1,41 @@
+"""ScaleNorm (Nguyen & Salazar, "Transformers without Tears", IWSLT 2019, Sec. 2.2, Eq. 7)."""
+
+import math
+from typing import Optional
+
+import torch
+from torch import Tensor, nn
+
+
+class ScaleNorm(nn.Module):
+    """``ScaleNorm(x) = g * x / max(||x||_2, eps)`` over the last dimension.
+
+    One learnable scalar ``g`` per norm, initialised to ``sqrt(dim)`` (TWT
+    Sec. 2.2), so that a unit-variance input keeps its scale. The norm is
+    computed in float32 even for fp16/bf16 inputs (a sum of 512 squares
+    overflows fp16 quickly); the output has the input's dtype.
+
+    Args:
+        dim: size ``d`` of the normalized (last) dimension.
+        eps: lower clamp of ``||x||`` (TWT's code uses 1e-5).
+        scale: initial ``g``; default ``sqrt(dim)``.
+
+    Shape: input ``(*, dim)``, output the same; ``||output||_2 == g`` wherever
+    ``||x|| >= eps``.
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-5, scale: Optional[float] = None):
+        super().__init__()
+        self.dim = dim
+        self.eps = eps
+        self.scale = nn.Parameter(torch.tensor(math.sqrt(dim) if scale is None else float(scale)))
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.dtype == torch.float32:
+            norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+        else:
+            norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=torch.float32)
+        return x * (self.scale / norm.clamp_min(self.eps)).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, eps={self.eps}"

@@ -1,0 +1,40 @@
+"""Packaging for fairseq_qknorm, a fairseq ``--user-dir`` plugin.
+
+torch is deliberately *not* listed in ``install_requires``: an unpinned torch
+requirement makes pip pull a multi-GB CUDA build on CPU machines. Install torch
+first (``make install`` pins ``torch==2.13.0``), then this package.
+
+fairseq is not listed either, because two distributions provide the ``fairseq``
+module on Python 3.11 (``ve-fairseq`` wheels, ``fairseq-fixed`` sdist) and the
+official ``fairseq==0.12.2`` cannot be imported there; pick one with the extras
+below (``pip install -e .[fairseq]``) or install your own build first.
+"""
+from setuptools import find_packages, setup
+
+setup(
+    name="fairseq_qknorm",
+    version="0.1.0",
+    description=(
+        "fairseq plugin: Query-Key Normalization (Henry et al., 2020) and "
+        "Transformers without Tears (Nguyen & Salazar, 2019) for low-resource NMT"
+    ),
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.9",
+    packages=find_packages(include=["fairseq_qknorm", "fairseq_qknorm.*"]),
+    install_requires=[
+        "sacrebleu>=2.3,<3",
+        "sacremoses>=0.1",
+        "subword-nmt>=0.3.8",
+        "numpy",
+        "matplotlib>=3.5",
+    ],
+    extras_require={
+        # prebuilt wheels (cp311/cp312) of upstream fairseq main + Python 3.11 fix
+        "fairseq": ["ve-fairseq==0.12.3"],
+        "spm": ["sentencepiece>=0.1.99"],
+        "tensorboard": ["tensorboard"],
+        "test": ["pytest>=7"],
+    },
+    license="MIT",
+)

@@ -1,0 +1,758 @@
+"""Corpus helpers for the fairseq_qknorm data pipeline (standard library + optional numpy).
+
+Run as ``python -m fairseq_qknorm.corpus <command>`` from the repository root, or as
+``python fairseq_qknorm/corpus.py <command>`` (what the shell scripts do: it does not import
+the package ``__init__``, which imports fairseq and takes seconds).
+
+Commands (``<command> -h`` for details):
+
+check
+    Verify a parallel pair of text files: equal line counts, no empty line, valid UTF-8, no
+    carriage return (CRLF), no byte order mark, no line over ``--max-len`` whitespace tokens.
+sha256
+    Print a file's sha256, or verify it (and its size) against an expected value or a
+    ``SHA256SUMS`` file; detects an HTML page served in place of an archive.
+untar
+    Safely extract a (compressed) tar archive: no absolute paths, no ``..``, no links or
+    device files. Extracts into a temporary sibling directory that is renamed into place only
+    once complete, so a partial extraction is never taken for a complete one.
+extract-tsv
+    Extract a language pair from the TED all-talks TSVs (``all_talks_{train,dev,test}.tsv``).
+extract-pair-folder
+    Extract a language pair from a ``qi18naacl-dataset.tar.gz``-style pair folder.
+length-percentile
+    q-th percentile L of tokens per line and QKNorm's g0 = log2(L^2 - L), printed as JSON.
+
+Every error is printed as ``error: <file>:<line>: <problem>`` (or ``error: <file>: <problem>``
+when no line applies) on stderr, with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import hashlib
+import json
+import math
+import os
+import shutil
+import sys
+import tarfile
+import tempfile
+import zlib
+from pathlib import Path
+from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
+
+# --------------------------------------------------------------------------------------------
+# constants
+
+#: Default maximum number of whitespace tokens per raw line accepted by ``check``. Raw TED /
+#: IWSLT lines are far shorter (the longest gl-en training line has a few hundred tokens); a
+#: line longer than this is almost certainly a broken sentence split or a concatenated file.
+DEFAULT_MAX_LEN = 1024
+
+#: Missing-translation markers of the TED all-talks TSVs. ``__NULL__`` is the usual form;
+#: ``_ _ NULL _ _`` is the same marker after Moses tokenization (both occur in the data;
+#: TensorFlow Datasets' ted_multi loader drops both).
+NULL_MARKERS = ("__NULL__", "_ _ NULL _ _")
+
+#: Standard split names of the pipeline (TSV files are ``all_talks_<split>.tsv``).
+SPLITS = ("train", "dev", "test")
+
+#: Exit status for every reported error.
+EXIT_ERROR = 2
+#: Exit status of ``sha256 --sums`` when the file is not listed in the sums file.
+EXIT_NOT_LISTED = 3
+
+#: Name of the marker file ``untar`` writes inside a completed extraction.
+EXTRACTED_MARKER = ".qknorm_extracted"
+
+MAX_REPORTED_ERRORS = 20
+
+
+class CorpusError(Exception):
+    """A problem with an input file; ``str()`` is the full ``<file>:<line>: <problem>``."""
+
+    def __init__(self, path: str, problem: str, line: Optional[int] = None):
+        self.path = str(path)
+        self.line = line
+        self.problem = problem
+        where = f"{self.path}:{line}" if line is not None else self.path
+        super().__init__(f"{where}: {problem}")
+
+
+class CorpusErrors(Exception):
+    """Several problems, reported together."""
+
+    def __init__(self, errors: List[CorpusError]):
+        self.errors = errors
+        super().__init__("\n".join(str(e) for e in errors))
+
+
+def _info(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# check
+
+
+def _check_file_lines(path: str, name: str, max_len: int, errors: List[CorpusError]) -> int:
+    """Check one file line by line; append problems to ``errors``; return the line count.
+
+    Lines are split on ``\\n`` only (the file is read as bytes), so a stray ``\\r`` is reported
+    instead of silently splitting a line the way Python's universal-newline text mode (used by
+    fairseq and subword-nmt) would, which would misalign the pair.
+    """
+    n = 0
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            if raw.endswith(b"\n"):
+                raw = raw[:-1]
+            if n == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                errors.append(CorpusError(name, "UTF-8 byte order mark (BOM) at start of file", n))
+                raw = raw[3:]
+            if raw.endswith(b"\r"):
+                errors.append(CorpusError(name, "CRLF line ending (carriage return before newline); "
+                                                "convert with `sed -i 's/\\r$//'`", n))
+                raw = raw[:-1]
+            if b"\r" in raw:
+                errors.append(CorpusError(name, "stray carriage return (\\r) inside the line; "
+                                                "text-mode readers would split the line here", n))
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                errors.append(CorpusError(
+                    name, f"invalid UTF-8 (byte 0x{raw[e.start]:02x} at byte offset {e.start})", n))
+                continue
+            ntok = len(text.split())
+            if ntok == 0:
+                errors.append(CorpusError(name, "empty line" if not text else "blank line (whitespace only)", n))
+            elif ntok > max_len:
+                errors.append(CorpusError(name, f"line too long: {ntok} tokens > max {max_len}", n))
+    return n
+
+
+def check_pair(src: str, tgt: str, max_len: int = DEFAULT_MAX_LEN,
+               src_name: Optional[str] = None, tgt_name: Optional[str] = None) -> int:
+    """Verify a parallel pair; return the number of lines; raise :class:`CorpusErrors`."""
+    src_name = src_name or src
+    tgt_name = tgt_name or tgt
+    errors: List[CorpusError] = []
+    counts = []
+    for path, name in ((src, src_name), (tgt, tgt_name)):
+        if not os.path.isfile(path):
+            errors.append(CorpusError(name, "no such file"))
+            counts.append(None)
+            continue
+        counts.append(_check_file_lines(path, name, max_len, errors))
+    n_src, n_tgt = counts
+    if n_src is not None and n_tgt is not None and n_src != n_tgt:
+        longer = src_name if n_src > n_tgt else tgt_name
+        errors.insert(0, CorpusError(
+            longer,
+            f"misaligned parallel files: {src_name} has {n_src} lines, {tgt_name} has {n_tgt} lines",
+            min(n_src, n_tgt) + 1))
+    if errors:
+        raise CorpusErrors(errors)
+    return n_src  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------------------------
+# sha256 / download verification
+
+
+def sha256_file(path: str, bufsize: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            chunk = f.read(bufsize)
+            if not chunk:
+                break
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def looks_like_html(path: str) -> bool:
+    """True if the file starts like an HTML page (what dead download links serve)."""
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if head.startswith(b"\x1f\x8b"):  # gzip magic: an archive, whatever follows
+        return False
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n").lower()
+    if text.startswith((b"<!doctype html", b"<html", b"<head", b"<body")):
+        return True
+    return text.startswith((b"<?xml", b"<!--")) and b"<html" in text
+
+
+def read_sums(sums_path: str) -> dict:
+    """Parse a ``sha256sum``-format file into ``{relative_path: hexdigest}``."""
+    out = {}
+    with open(sums_path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            parts = line.split(None, 1)
+            if len(parts) != 2 or len(parts[0]) != 64:
+                raise CorpusError(sums_path, f"not a sha256sum line: {line[:60]!r}", lineno)
+            name = parts[1].lstrip("*").strip()
+            if name.startswith("./"):
+                name = name[2:]
+            out[name] = parts[0].lower()
+    return out
+
+
+def _html_error(path: str, name: str, expected_size: Optional[int]) -> CorpusError:
+    size = os.path.getsize(path)
+    exp = f" instead of the expected {expected_size}-byte file" if expected_size else ""
+    return CorpusError(name, f"got an HTML page ({size} bytes){exp}: the download link probably "
+                             "serves an error page or has moved; fetch the file from a mirror "
+                             "(e.g. a web-archive copy) and verify it")
+
+
+def verify_file(path: str, expected_sha256: Optional[str] = None, expected_size: Optional[int] = None,
+                name: Optional[str] = None) -> str:
+    """Verify size and sha256 of ``path``; return its sha256 or raise :class:`CorpusError`.
+
+    On a mismatch, an HTML page in place of the expected file (dead download links serve one)
+    is reported as such instead of as a plain size/checksum mismatch.
+    """
+    name = name or path
+    if not os.path.isfile(path):
+        raise CorpusError(name, "no such file")
+    size = os.path.getsize(path)
+    if expected_size is not None and size != int(expected_size):
+        if looks_like_html(path):
+            raise _html_error(path, name, expected_size)
+        raise CorpusError(name, f"size mismatch: expected {int(expected_size)} bytes, got {size} bytes")
+    got = sha256_file(path)
+    if expected_sha256 is not None and got != expected_sha256.lower():
+        if looks_like_html(path):
+            raise _html_error(path, name, expected_size)
+        raise CorpusError(name, f"sha256 mismatch: expected {expected_sha256.lower()}, got {got}")
+    return got
+
+
+# --------------------------------------------------------------------------------------------
+# safe tar extraction
+
+
+def _member_problem(m: tarfile.TarInfo) -> Optional[str]:
+    name = m.name
+    if not name or "\x00" in name:
+        return "empty or NUL-containing member name"
+    if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
+        return "absolute path"
+    parts = [p for p in name.replace("\\", "/").split("/") if p not in ("", ".")]
+    if ".." in parts:
+        return "path traversal ('..' component)"
+    if m.issym() or m.islnk():
+        return f"link member (-> {m.linkname!r}); links are not allowed"
+    if not (m.isfile() or m.isdir()):
+        return "special file (device, fifo or other); not allowed"
+    return None
+
+
+def _iter_safe_members(tf: tarfile.TarFile, archive: str) -> Iterator[tarfile.TarInfo]:
+    for m in tf:
+        problem = _member_problem(m)
+        if problem:
+            raise CorpusError(archive, f"unsafe archive member {m.name!r}: {problem}")
+        yield m
+
+
+_TAR_READ_ERRORS = (tarfile.TarError, EOFError, zlib.error, OSError)
+
+
+def safe_extract(archive: str, dest: str, include: Sequence[str] = ()) -> str:
+    """Extract ``archive`` into ``dest`` safely and atomically; return ``dest``.
+
+    Members are checked one by one (absolute paths, ``..``, links and special files are
+    refused, rejecting the whole archive). Extraction goes to a temporary directory next to
+    ``dest`` which is renamed to ``dest`` only after the whole archive was read without error,
+    together with a marker file; a leftover temporary directory is never used. ``include``:
+    optional glob patterns (``fnmatch`` on member names) restricting what is extracted.
+    If ``dest`` already is a completed extraction (marker present) nothing is done.
+    """
+    dest_p = Path(dest)
+    if (dest_p / EXTRACTED_MARKER).is_file():
+        _info(f"skip: {dest} already extracted from {os.path.basename(archive)}")
+        return dest
+    if dest_p.exists():
+        raise CorpusError(dest, "exists but is not a completed extraction (no "
+                                f"{EXTRACTED_MARKER} marker); remove it and retry")
+    if not os.path.isfile(archive):
+        raise CorpusError(archive, "no such file")
+    dest_p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{dest_p.name}.tmp.", dir=str(dest_p.parent))
+    try:
+        n = 0
+        try:
+            with tarfile.open(archive, mode="r:*") as tf:
+                for m in _iter_safe_members(tf, archive):
+                    if include and not m.isdir() and not any(fnmatch.fnmatch(m.name, p) for p in include):
+                        continue
+                    if hasattr(tarfile, "data_filter"):
+                        tf.extract(m, tmp, filter="data")
+                    else:  # pragma: no cover - Python < 3.11.4; members already vetted above
+                        tf.extract(m, tmp)
+                    n += 1
+        except CorpusError:
+            raise
+        except _TAR_READ_ERRORS as e:
+            if looks_like_html(archive):
+                raise _html_error(archive, archive, None) from None
+            raise CorpusError(archive, f"corrupt or truncated archive ({type(e).__name__}: {e})") from None
+        if n == 0:
+            raise CorpusError(archive, "archive is empty (or nothing matched --include)")
+        with open(os.path.join(tmp, EXTRACTED_MARKER), "w", encoding="utf-8") as f:
+            f.write(f"{os.path.basename(archive)}\t{os.path.getsize(archive)}\t{n} members\n")
+        os.rename(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _info(f"extracted {n} members of {archive} into {dest}")
+    return dest
+
+
+# --------------------------------------------------------------------------------------------
+# TED extraction
+
+
+def is_missing(text: Optional[str]) -> bool:
+    """True for a missing translation: None, empty/blank or containing a NULL marker."""
+    return text is None or not text.strip() or any(m in text for m in NULL_MARKERS)
+
+
+def _atomic_write_lines(path: Path, lines: Iterable[str]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+            for line in lines:
+                f.write(line)
+                f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        if tmp.exists():
+            tmp.unlink()
+        raise
+
+
+def _decode(raw: bytes, path: str, lineno: int) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CorpusError(path, f"invalid UTF-8 (byte 0x{raw[e.start]:02x} at byte offset {e.start})",
+                          lineno) from None
+
+
+def extract_tsv_split(tsv: str, src: str, tgt: str) -> Tuple[List[str], List[str], dict]:
+    """Read one ``all_talks_<split>.tsv``; return (src_lines, tgt_lines, counts).
+
+    Format (Qi et al. 2018, ``ted_talks.tar.gz``): a header row naming the columns
+    (``talk_name`` then one column per language code), then one sentence per row, fields
+    separated by tabs, no quoting. A row is kept when both requested sides are present and
+    not missing (see :func:`is_missing`); fields are stripped of surrounding whitespace.
+    Rows with fewer fields than the header (truncated rows) count as missing.
+    """
+    with open(tsv, "rb") as f:
+        header_raw = f.readline()
+        if not header_raw:
+            raise CorpusError(tsv, "empty file (no header row)", 1)
+        header = _decode(header_raw.rstrip(b"\r\n"), tsv, 1).split("\t")
+        header = [h.strip() for h in header]
+        for lang in (src, tgt):
+            if lang not in header:
+                raise CorpusError(tsv, f"no column {lang!r} in header (columns: {' '.join(header)})", 1)
+        i_src, i_tgt = header.index(src), header.index(tgt)
+        out_src: List[str] = []
+        out_tgt: List[str] = []
+        counts = {"rows": 0, "kept": 0, "dropped": 0, "dropped_null": 0, "dropped_short_row": 0}
+        for lineno, raw in enumerate(f, 2):
+            line = _decode(raw.rstrip(b"\r\n"), tsv, lineno)
+            if not line.strip():
+                continue  # blank separator line, not a row
+            counts["rows"] += 1
+            fields = line.split("\t")
+            if len(fields) <= max(i_src, i_tgt):
+                counts["dropped"] += 1
+                counts["dropped_short_row"] += 1
+                continue
+            s, t = fields[i_src], fields[i_tgt]
+            if is_missing(s) or is_missing(t):
+                counts["dropped"] += 1
+                counts["dropped_null"] += 1
+                continue
+            out_src.append(" ".join(s.split()))
+            out_tgt.append(" ".join(t.split()))
+            counts["kept"] += 1
+    return out_src, out_tgt, counts
+
+
+def extract_tsv(tsv_dir: str, src: str, tgt: str, out: str, splits: Sequence[str] = SPLITS) -> dict:
+    """Extract ``{split}.{src}``/``{split}.{tgt}`` into ``out`` from ``all_talks_{split}.tsv``.
+
+    Whitespace inside a sentence is normalised to single spaces (the TSVs are already
+    tokenized; this only matters for stray double spaces/tabs). Returns per-split counts.
+    """
+    out_p = Path(out)
+    out_p.mkdir(parents=True, exist_ok=True)
+    report = {}
+    results = {}
+    for split in splits:
+        tsv = os.path.join(tsv_dir, f"all_talks_{split}.tsv")
+        if not os.path.isfile(tsv):
+            raise CorpusError(tsv, "no such file (expected the all-talks TSVs of ted_talks.tar.gz)")
+        results[split] = extract_tsv_split(tsv, src, tgt)
+    for split, (s_lines, t_lines, counts) in results.items():
+        if not s_lines:
+            raise CorpusError(os.path.join(tsv_dir, f"all_talks_{split}.tsv"),
+                              f"no {src}-{tgt} sentence pair left after dropping missing rows")
+        _atomic_write_lines(out_p / f"{split}.{src}", s_lines)
+        _atomic_write_lines(out_p / f"{split}.{tgt}", t_lines)
+        report[split] = counts
+    return report
+
+
+def _find_pair_folder(root: str, folder: str) -> str:
+    hits = []
+    for dirpath, dirnames, _ in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        if os.path.basename(dirpath) == folder:
+            hits.append(dirpath)
+    if not hits:
+        raise CorpusError(root, f"no folder named {folder!r} (expected e.g. datasets/{folder}/)")
+    if len(hits) > 1:
+        raise CorpusError(root, f"several folders named {folder!r}: {', '.join(sorted(hits))}")
+    return hits[0]
+
+
+def _pair_folder_files(folder: str, split: str, src: str, tgt: str) -> Tuple[str, str]:
+    """Locate the files of one split. The real qi18naacl-dataset layout is ``<lang>.<split>``
+    (``datasets/gl_to_en/gl.train``, as read by the TFDS/HuggingFace ``ted_hrlr`` loaders);
+    ``<split>.<lang>`` (``train.gl``) is accepted too."""
+    for pattern in ("{lang}.{split}", "{split}.{lang}"):
+        s = os.path.join(folder, pattern.format(lang=src, split=split))
+        t = os.path.join(folder, pattern.format(lang=tgt, split=split))
+        if os.path.isfile(s) and os.path.isfile(t):
+            return s, t
+    raise CorpusError(folder, f"no {split} files for {src}/{tgt}: looked for {src}.{split} + {tgt}.{split} "
+                              f"and {split}.{src} + {split}.{tgt}")
+
+
+def _read_lines_checked(path: str) -> List[str]:
+    lines = []
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            lines.append(_decode(raw.rstrip(b"\r\n"), path, lineno))
+    return lines
+
+
+def extract_pair_folder(root: str, folder: str, src: str, tgt: str, out: str,
+                        splits: Sequence[str] = SPLITS) -> dict:
+    """Copy a pair folder (e.g. ``gl_to_en`` of ``qi18naacl-dataset.tar.gz``) to ``out`` as
+    ``{split}.{lang}``, dropping pairs where either side is empty or a NULL marker."""
+    pdir = _find_pair_folder(root, folder)
+    out_p = Path(out)
+    out_p.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for split in splits:
+        s_path, t_path = _pair_folder_files(pdir, split, src, tgt)
+        s_lines, t_lines = _read_lines_checked(s_path), _read_lines_checked(t_path)
+        if len(s_lines) != len(t_lines):
+            raise CorpusError(t_path, f"misaligned parallel files: {s_path} has {len(s_lines)} lines, "
+                                      f"{t_path} has {len(t_lines)} lines", min(len(s_lines), len(t_lines)) + 1)
+        keep_s, keep_t = [], []
+        counts = {"rows": len(s_lines), "kept": 0, "dropped": 0, "dropped_null": 0}
+        for s, t in zip(s_lines, t_lines):
+            if is_missing(s) or is_missing(t):
+                counts["dropped"] += 1
+                counts["dropped_null"] += 1
+                continue
+            keep_s.append(" ".join(s.split()))
+            keep_t.append(" ".join(t.split()))
+            counts["kept"] += 1
+        if not keep_s:
+            raise CorpusError(s_path, "no sentence pair left after dropping empty/NULL lines")
+        results[split] = (keep_s, keep_t, counts)
+    report = {}
+    for split, (keep_s, keep_t, counts) in results.items():
+        _atomic_write_lines(out_p / f"{split}.{src}", keep_s)
+        _atomic_write_lines(out_p / f"{split}.{tgt}", keep_t)
+        report[split] = counts
+    return report
+
+
+# --------------------------------------------------------------------------------------------
+# length percentile and g0
+
+
+def g0_from_length(L: int) -> float:
+    """QKNorm's initial scale g0 = log2(L^2 - L) (Henry et al., 2020); needs L >= 2."""
+    L = int(L)
+    if L < 2:
+        raise ValueError(f"g0 = log2(L^2 - L) needs L >= 2, got L = {L}")
+    return math.log2(L * L - L)
+
+
+def percentile_linear(values: Sequence[float], q: float) -> float:
+    """q-th percentile with linear interpolation between closest ranks.
+
+    Identical to ``numpy.percentile(values, q)`` (default ``method='linear'``, the "type 7"
+    estimator): with the values sorted ascending as v[0..n-1], the rank is h = (n-1)*q/100 and
+    the result is v[floor(h)] + (h - floor(h)) * (v[floor(h)+1] - v[floor(h)]).
+    numpy is used when importable; this pure-Python version is the fallback.
+    """
+    if not values:
+        raise ValueError("percentile of an empty sequence")
+    if not 0 <= q <= 100:
+        raise ValueError(f"q must be in [0, 100], got {q}")
+    try:
+        import numpy as np  # noqa: PLC0415 - optional dependency
+
+        return float(np.percentile(np.asarray(values, dtype=np.float64), q))
+    except ImportError:  # pragma: no cover - numpy is installed in the project venv
+        v = sorted(values)
+        h = (len(v) - 1) * q / 100.0
+        lo = math.floor(h)
+        hi = min(lo + 1, len(v) - 1)
+        return float(v[lo] + (h - lo) * (v[hi] - v[lo]))
+
+
+def line_lengths(paths: Sequence[str]) -> List[int]:
+    """Tokens (whitespace-separated, i.e. BPE units for BPE'd text) per line, all files."""
+    lengths: List[int] = []
+    for path in paths:
+        with open(path, "rb") as f:
+            for lineno, raw in enumerate(f, 1):
+                lengths.append(len(_decode(raw, path, lineno).split()))
+    return lengths
+
+
+def _ceil(x: float) -> int:
+    """Round up, ignoring floating-point noise below 1e-9 (92.0000000001 -> 92)."""
+    return int(math.ceil(x - 1e-9))
+
+
+def length_stats(paths: Sequence[str], q: float = 97.5) -> dict:
+    """L and g0 as used by QKNorm.
+
+    Definition: every line of every given file is one sentence (normally the BPE'd training
+    files of both sides, so each training pair contributes two lengths); its length is the
+    number of whitespace-separated tokens (BPE units; no EOS). ``percentile`` is
+    ``numpy.percentile(lengths, q)`` (linear interpolation); ``L = ceil(percentile)``, the
+    smallest integer length covering q% of the sentences (our choice: the papers give integer
+    L without saying how they rounded); ``g0 = log2(L^2 - L)``.
+    """
+    per_file = {}
+    lengths: List[int] = []
+    for path in paths:
+        file_lengths = line_lengths([path])
+        if file_lengths:
+            fp = percentile_linear(file_lengths, q)
+            per_file[str(path)] = {"n_lines": len(file_lengths), "percentile": fp, "L": _ceil(fp)}
+        lengths.extend(file_lengths)
+    if not lengths:
+        raise CorpusError(paths[0] if paths else "-", "no lines to compute a length percentile from")
+    p = percentile_linear(lengths, q)
+    L = _ceil(p)
+    return {
+        "L": L,
+        "g0": g0_from_length(L),
+        "q": q,
+        "n_lines": len(lengths),
+        "percentile": p,
+        "rounding": "ceil",
+        "mean_length": sum(lengths) / len(lengths),
+        "max_length": max(lengths),
+        "files": [str(p_) for p_ in paths],
+        "per_file": per_file,
+        "definition": "L = ceil(numpy.percentile(tokens_per_line over all lines of all files, q, "
+                      "method='linear')); g0 = log2(L^2 - L) (Henry et al. 2020)",
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# CLI
+
+
+def _cmd_check(a: argparse.Namespace) -> int:
+    n = check_pair(a.src, a.tgt, a.max_len, a.src_name, a.tgt_name)
+    print(f"ok: {a.src_name or a.src} / {a.tgt_name or a.tgt}: {n} lines, "
+          f"UTF-8, no empty/CRLF/over-long (> {a.max_len} tokens) lines")
+    return 0
+
+
+def _cmd_sha256(a: argparse.Namespace) -> int:
+    expected = a.expected
+    name = a.name or a.file
+    if a.sums:
+        key = a.key or os.path.basename(a.file)
+        sums = read_sums(a.sums)
+        if key not in sums:
+            _info(f"warning: {a.sums}: no entry for {key!r}; {name} not verified")
+            return EXIT_NOT_LISTED
+        expected = sums[key]
+    got = verify_file(a.file, expected, a.size, name=name)
+    if expected or a.size is not None:
+        what = " and ".join(w for w, v in (("size", a.size), ("sha256", expected)) if v is not None)
+        print(f"ok: {name}: {what} verified ({got})")
+    else:
+        print(f"{got}  {a.file}")
+    return 0
+
+
+def _cmd_untar(a: argparse.Namespace) -> int:
+    safe_extract(a.archive, a.dest, a.include or ())
+    return 0
+
+
+def _print_report(kind: str, src: str, tgt: str, report: dict) -> None:
+    for split, c in report.items():
+        extra = f", {c['dropped_short_row']} short rows" if c.get("dropped_short_row") else ""
+        print(f"{kind} {src}-{tgt} {split}: kept {c['kept']} / {c['rows']} rows, dropped {c['dropped']} "
+              f"({c['dropped_null']} missing/NULL{extra})")
+    print(json.dumps({"source": kind, "src": src, "tgt": tgt, "splits": report}, sort_keys=True))
+
+
+def _cmd_extract_tsv(a: argparse.Namespace) -> int:
+    report = extract_tsv(a.tsv_dir, a.src, a.tgt, a.out, a.splits.split(","))
+    _print_report("tsv", a.src, a.tgt, report)
+    return 0
+
+
+def _cmd_extract_pair_folder(a: argparse.Namespace) -> int:
+    splits = a.splits.split(",")
+    if a.root:
+        report = extract_pair_folder(a.root, a.folder, a.src, a.tgt, a.out, splits)
+    else:
+        parent = Path(a.out).resolve().parent
+        parent.mkdir(parents=True, exist_ok=True)
+        work = tempfile.mkdtemp(prefix=".qknorm-untar.", dir=str(parent))
+        try:
+            root = safe_extract(a.archive, os.path.join(work, "x"), [f"*{a.folder}/*"])
+            report = extract_pair_folder(root, a.folder, a.src, a.tgt, a.out, splits)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    _print_report("pair-folder", a.src, a.tgt, report)
+    return 0
+
+
+def _cmd_length_percentile(a: argparse.Namespace) -> int:
+    files = list(a.file or [])
+    if not files:
+        raise CorpusError("-", "no input: give --file (repeatable) and/or --file2")
+    stats = length_stats(files, a.q)
+    for item in a.meta or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--meta expects KEY=VALUE, got {item!r}")
+        try:
+            stats[key] = json.loads(value)
+        except json.JSONDecodeError:
+            stats[key] = value
+    text = json.dumps(stats, indent=None if not a.out else 2, sort_keys=False)
+    if a.out:
+        tmp = Path(a.out).with_name(f".{Path(a.out).name}.tmp.{os.getpid()}")
+        tmp.write_text(text + "\n", encoding="utf-8")
+        os.replace(tmp, a.out)
+    summary = {k: stats[k] for k in ("L", "g0", "q", "n_lines")}
+    print(json.dumps(summary))
+    return 0
+
+
+def _cmd_g0(a: argparse.Namespace) -> int:
+    print(json.dumps({"L": a.L, "g0": g0_from_length(a.L)}))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m fairseq_qknorm.corpus",
+                                description="Corpus helpers of the fairseq_qknorm data pipeline.")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="<command>")
+
+    c = sub.add_parser("check", help="verify a parallel pair of text files")
+    c.add_argument("--src", required=True)
+    c.add_argument("--tgt", required=True)
+    c.add_argument("--max-len", type=int, default=DEFAULT_MAX_LEN,
+                   help=f"max whitespace tokens per line (default {DEFAULT_MAX_LEN})")
+    c.add_argument("--src-name", help="name to show for --src in messages (default: the path)")
+    c.add_argument("--tgt-name", help="name to show for --tgt in messages (default: the path)")
+    c.set_defaults(func=_cmd_check)
+
+    s = sub.add_parser("sha256", help="print or verify a file's sha256 (and size)")
+    s.add_argument("--file", required=True)
+    g = s.add_mutually_exclusive_group()
+    g.add_argument("--expected", help="expected sha256 (hex)")
+    g.add_argument("--sums", help="a sha256sum-format file (e.g. SHA256SUMS) holding the expected value")
+    s.add_argument("--key", help="entry name in --sums (default: the file's basename)")
+    s.add_argument("--size", type=int, help="expected size in bytes")
+    s.add_argument("--name", help="name to show in messages (default: the path)")
+    s.set_defaults(func=_cmd_sha256)
+
+    u = sub.add_parser("untar", help="safely and atomically extract a tar(.gz) archive")
+    u.add_argument("--archive", required=True)
+    u.add_argument("--dest", required=True, help="directory to create (must not exist unless complete)")
+    u.add_argument("--include", action="append", help="glob of member names to extract (repeatable)")
+    u.set_defaults(func=_cmd_untar)
+
+    t = sub.add_parser("extract-tsv", help="extract a pair from all_talks_{train,dev,test}.tsv")
+    t.add_argument("--tsv-dir", required=True, help="directory holding all_talks_<split>.tsv")
+    t.add_argument("--src", required=True, help="source language column, e.g. gl")
+    t.add_argument("--tgt", required=True, help="target language column, e.g. en")
+    t.add_argument("--out", required=True, help="output directory for <split>.<lang> files")
+    t.add_argument("--splits", default=",".join(SPLITS), help="comma-separated (default train,dev,test)")
+    t.set_defaults(func=_cmd_extract_tsv)
+
+    f = sub.add_parser("extract-pair-folder",
+                       help="extract a pair from a qi18naacl-dataset-style pair folder (e.g. gl_to_en)")
+    g = f.add_mutually_exclusive_group(required=True)
+    g.add_argument("--archive", help="qi18naacl-dataset.tar.gz (extracted safely to a temporary dir)")
+    g.add_argument("--root", help="an already extracted archive")
+    f.add_argument("--folder", required=True, help="pair folder name, e.g. gl_to_en")
+    f.add_argument("--src", required=True)
+    f.add_argument("--tgt", required=True)
+    f.add_argument("--out", required=True)
+    f.add_argument("--splits", default=",".join(SPLITS))
+    f.set_defaults(func=_cmd_extract_pair_folder)
+
+    lp = sub.add_parser("length-percentile",
+                        help="q-th percentile L of tokens per line and g0 = log2(L^2 - L), as JSON")
+    lp.add_argument("--file", action="append", help="a (BPE'd) text file; repeatable")
+    lp.add_argument("--file2", action="append", dest="file", help="more files (same as --file)")
+    lp.add_argument("--q", type=float, default=97.5, help="percentile (default 97.5, as in QKNorm)")
+    lp.add_argument("--out", help="also write the full statistics as JSON to this file")
+    lp.add_argument("--meta", action="append", metavar="KEY=VALUE",
+                    help="extra field for the --out JSON (value parsed as JSON if possible); repeatable")
+    lp.set_defaults(func=_cmd_length_percentile)
+
+    g0 = sub.add_parser("g0", help="g0 = log2(L^2 - L) for a given L")
+    g0.add_argument("--L", type=int, required=True)
+    g0.set_defaults(func=_cmd_g0)
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except CorpusErrors as e:
+        for err in e.errors[:MAX_REPORTED_ERRORS]:
+            print(f"error: {err}", file=sys.stderr)
+        if len(e.errors) > MAX_REPORTED_ERRORS:
+            print(f"error: ... and {len(e.errors) - MAX_REPORTED_ERRORS} more problems", file=sys.stderr)
+        return EXIT_ERROR
+    except CorpusError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    except OSError as e:
+        print(f"error: {getattr(e, 'filename', None) or '-'}: {e.strerror or e}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

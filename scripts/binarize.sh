@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# scripts/binarize.sh: fairseq binarization of a segmented pair.
+#   data/bpe/PAIR/{train,dev,test}.{SRC,TGT}  ->  data/bin/PAIR/
+#     dict.SRC.txt, dict.TGT.txt (identical: one joined dictionary, for tied embeddings),
+#     {train,valid,test}.SRC-TGT.{SRC,TGT}.{bin,idx}, preprocess.log
+# with
+#   fairseq-preprocess --source-lang SRC --target-lang TGT --joined-dictionary \
+#       --trainpref data/bpe/PAIR/train --validpref data/bpe/PAIR/dev --testpref data/bpe/PAIR/test \
+#       --destdir data/bin/PAIR --workers PREPROCESS_WORKERS
+# (dev becomes fairseq's "valid" split). Built in a temporary directory that replaces
+# data/bin/PAIR only when complete; data/bin/PAIR/.done + .settings make a rerun a no-op.
+set -euo pipefail
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
+# shellcheck source=scripts/lib.sh
+source "$SCRIPT_DIR/lib.sh"
+
+usage() {
+    cat <<EOF2
+usage: scripts/binarize.sh PAIR [--force]
+  PAIR      one of: $(qk_known_pairs)
+  --force   rebuild even if data/bin/PAIR is complete for the current data/bpe/PAIR
+needs data/bpe/PAIR from scripts/bpe.sh; environment: QKNORM_WORK_DIR
+EOF2
+}
+
+PAIR_ARG=""
+FORCE=0
+while (($#)); do
+    case "$1" in
+        -h | --help) usage; exit 0 ;;
+        --force) FORCE=1; shift ;;
+        -*) qk_usage_error "unknown option '$1'" ;;
+        *)
+            [[ -z "$PAIR_ARG" ]] || qk_usage_error "only one PAIR allowed (got '$PAIR_ARG' and '$1')"
+            PAIR_ARG="$1"; shift ;;
+    esac
+done
+[[ -n "$PAIR_ARG" ]] || qk_usage_error "missing PAIR"
+load_pair_config "$PAIR_ARG"
+
+BPE="$QK_DATA/bpe/$PAIR"
+OUT="$QK_DATA/bin/$PAIR"
+
+qk_is_done "$BPE" || die "$PAIR has no complete BPE data ($QK_DONE_REASON): run scripts/bpe.sh $PAIR first"
+
+SETTINGS="pair=$PAIR
+source_lang=$SRC
+target_lang=$TGT
+joined_dictionary=1
+bpe=$(qk_fingerprint "$BPE/.done")"
+
+if ((FORCE == 0)); then
+    if qk_is_done "$OUT" "$SETTINGS"; then
+        echo "skip: $OUT already binarized from the current $BPE; use --force to rebuild"
+        exit 0
+    elif [[ -e "$OUT/.done" ]]; then
+        qk_log "rebuilding: $QK_DONE_REASON"
+    fi
+fi
+
+PREPROCESS="$(qk_tool fairseq-preprocess)"
+qk_mktemp_dir TMP "$QK_DATA/bin" "$PAIR"
+qk_log "binarizing $BPE with fairseq-preprocess ($SRC->$TGT, joined dictionary)"
+"$PREPROCESS" --source-lang "$SRC" --target-lang "$TGT" --joined-dictionary \
+    --trainpref "$BPE/train" --validpref "$BPE/dev" --testpref "$BPE/test" \
+    --destdir "$TMP" --workers "$PREPROCESS_WORKERS" >"$TMP/fairseq-preprocess.out" 2>&1 \
+    || { tail -n 30 "$TMP/fairseq-preprocess.out" >&2; die "fairseq-preprocess failed for $PAIR"; }
+
+# every split and side must be binarized with as many sentences as the BPE file has lines
+outputs=("dict.$SRC.txt" "dict.$TGT.txt")
+for split in train dev test; do
+    fsplit="$split"
+    [[ "$split" == dev ]] && fsplit=valid
+    for lang in "$SRC" "$TGT"; do
+        for ext in bin idx; do
+            f="$fsplit.$SRC-$TGT.$lang.$ext"
+            [[ -s "$TMP/$f" ]] || die "fairseq-preprocess did not write $f"
+            outputs+=("$f")
+        done
+        n="$(qk_count_lines "$BPE/$split.$lang")"
+        grep -Eq "\\[$lang\\] $(printf '%s' "$BPE/$split.$lang" | sed 's/[][\.*^$/]/\\&/g'): $n sents" \
+            "$TMP/fairseq-preprocess.out" \
+            || die "fairseq-preprocess did not report $n sentences for $BPE/$split.$lang (see $OUT/fairseq-preprocess.out)"
+    done
+done
+[[ -f "$TMP/preprocess.log" ]] && outputs+=(preprocess.log)
+outputs+=(fairseq-preprocess.out)
+
+qk_write_done "$TMP" "$SETTINGS" "${outputs[@]}"
+qk_replace_dir "$TMP" "$OUT"
+echo "binarized $PAIR into $OUT ($(qk_count_lines "$BPE/train.$SRC") training pairs, joined dictionary $(qk_count_lines "$OUT/dict.$SRC.txt") types)"

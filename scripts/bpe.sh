@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# scripts/bpe.sh: subword segmentation of a prepared pair.
+#   data/raw/PAIR/{train,dev,test}.{SRC,TGT}  ->  data/bpe/PAIR/{train,dev,test}.{SRC,TGT}
+#
+# subword-nmt (default; the papers use joint BPE): joint BPE learned on the training data of both sides
+#   subword-nmt learn-joint-bpe-and-vocab --input train.SRC train.TGT -s MERGES -o codes \
+#       --write-vocabulary vocab.SRC vocab.TGT
+# applied to every split with the same options, each language with its own vocabulary:
+#   subword-nmt apply-bpe -c codes --vocabulary vocab.L --vocabulary-threshold BPE_VOCAB_THRESHOLD
+# plus, on the training split only, --dropout P --seed S when BPE-dropout is on.
+# sentencepiece (--tool sentencepiece): one joint BPE model (spm.model/spm.vocab) trained on
+# both training sides, vocabulary size SPM_VOCAB_SIZE; BPE-dropout = sampling with alpha=P.
+#
+# Then L = ceil(97.5th percentile of BPE tokens per training line, both sides) and
+# g0 = log2(L^2 - L) are printed and stored in data/bpe/PAIR/length_stats.json.
+# Outputs are built in a temporary directory and replace data/bpe/PAIR only when complete;
+# data/bpe/PAIR/.done + .settings make a rerun with the same settings and inputs a no-op.
+set -euo pipefail
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
+# shellcheck source=scripts/lib.sh
+source "$SCRIPT_DIR/lib.sh"
+
+usage() {
+    cat <<EOF
+usage: scripts/bpe.sh PAIR [--merges N] [--tool subword-nmt|sentencepiece] [--vocab-size N]
+                      [--vocab-threshold N] [--bpe-dropout P] [--force]
+  PAIR               one of: $(qk_known_pairs)
+  --merges N         joint BPE merges for subword-nmt (default: BPE_MERGES of the pair config)
+  --tool T           subword-nmt (default; joint BPE as in the papers) or sentencepiece
+  --vocab-size N     sentencepiece vocabulary size (default: SPM_VOCAB_SIZE of the pair config)
+  --vocab-threshold N  subword-nmt apply-bpe --vocabulary-threshold (default: BPE_VOCAB_THRESHOLD=50)
+  --bpe-dropout P    BPE-dropout probability on the training split only (default 0 = off)
+  --force            rebuild even if data/bpe/PAIR is complete for these settings
+needs data/raw/PAIR from scripts/prepare_data.sh; environment: QKNORM_WORK_DIR
+EOF
+}
+
+PAIR_ARG=""
+MERGES_ARG=""
+TOOL_ARG=""
+VOCAB_ARG=""
+THRESHOLD_ARG=""
+DROPOUT_ARG=""
+FORCE=0
+need_value() { [[ $# -ge 2 && -n "$2" ]] || qk_usage_error "$1 needs a value"; }
+while (($#)); do
+    case "$1" in
+        -h | --help) usage; exit 0 ;;
+        --merges) need_value "$@"; MERGES_ARG="$2"; shift 2 ;;
+        --merges=*) MERGES_ARG="${1#*=}"; shift ;;
+        --tool) need_value "$@"; TOOL_ARG="$2"; shift 2 ;;
+        --tool=*) TOOL_ARG="${1#*=}"; shift ;;
+        --vocab-size) need_value "$@"; VOCAB_ARG="$2"; shift 2 ;;
+        --vocab-size=*) VOCAB_ARG="${1#*=}"; shift ;;
+        --vocab-threshold) need_value "$@"; THRESHOLD_ARG="$2"; shift 2 ;;
+        --vocab-threshold=*) THRESHOLD_ARG="${1#*=}"; shift ;;
+        --bpe-dropout | --dropout) need_value "$@"; DROPOUT_ARG="$2"; shift 2 ;;
+        --bpe-dropout=* | --dropout=*) DROPOUT_ARG="${1#*=}"; shift ;;
+        --force) FORCE=1; shift ;;
+        -*) qk_usage_error "unknown option '$1'" ;;
+        *)
+            [[ -z "$PAIR_ARG" ]] || qk_usage_error "only one PAIR allowed (got '$PAIR_ARG' and '$1')"
+            PAIR_ARG="$1"; shift ;;
+    esac
+done
+[[ -n "$PAIR_ARG" ]] || qk_usage_error "missing PAIR"
+load_pair_config "$PAIR_ARG"
+
+TOOL="${TOOL_ARG:-$BPE_TOOL}"
+MERGES="${MERGES_ARG:-$BPE_MERGES}"
+VOCAB_SIZE="${VOCAB_ARG:-$SPM_VOCAB_SIZE}"
+DROPOUT="${DROPOUT_ARG:-$BPE_DROPOUT}"
+BPE_VOCAB_THRESHOLD="${THRESHOLD_ARG:-$BPE_VOCAB_THRESHOLD}"
+case "$TOOL" in
+    subword-nmt | sentencepiece) ;;
+    *) qk_usage_error "--tool must be subword-nmt or sentencepiece, got '$TOOL'" ;;
+esac
+[[ "$MERGES" =~ ^[1-9][0-9]*$ ]] || qk_usage_error "--merges must be a positive integer, got '$MERGES'"
+[[ "$BPE_VOCAB_THRESHOLD" =~ ^[0-9]+$ ]] || qk_usage_error "--vocab-threshold must be a non-negative integer, got '$BPE_VOCAB_THRESHOLD'"
+[[ "$VOCAB_SIZE" =~ ^[1-9][0-9]*$ ]] || qk_usage_error "--vocab-size must be a positive integer, got '$VOCAB_SIZE'"
+[[ "$DROPOUT" =~ ^(0(\.[0-9]+)?|1(\.0+)?|\.[0-9]+)$ ]] || qk_usage_error "--bpe-dropout must be a number in [0, 1], got '$DROPOUT'"
+DROPOUT_ON=0
+if awk -v p="$DROPOUT" 'BEGIN { exit !(p > 0) }'; then DROPOUT_ON=1; fi
+
+RAW="$QK_DATA/raw/$PAIR"
+OUT="$QK_DATA/bpe/$PAIR"
+SPLIT_NAMES=(train dev test)
+
+qk_is_done "$RAW" || die "$PAIR is not prepared ($QK_DONE_REASON): run scripts/prepare_data.sh $PAIR first"
+
+SETTINGS="pair=$PAIR
+tool=$TOOL"
+if [[ "$TOOL" == subword-nmt ]]; then
+    SETTINGS+="
+merges=$MERGES
+vocab_threshold=$BPE_VOCAB_THRESHOLD"
+else
+    SETTINGS+="
+vocab_size=$VOCAB_SIZE"
+fi
+SETTINGS+="
+bpe_dropout=$DROPOUT"
+if ((DROPOUT_ON)); then
+    SETTINGS+="
+seed=$BPE_DROPOUT_SEED"
+fi
+SETTINGS+="
+length_percentile=$LENGTH_PERCENTILE
+raw=$(qk_fingerprint "$RAW/.done")"
+
+show_length_stats() {
+    "$QK_PY" - "$1" "$PAPER_L" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1], encoding="utf-8"))
+print(f"L = {s['L']} (q = {s['q']} percentile of {s['n_lines']} training lines = {s['percentile']:.2f}, "
+      f"rounded up; authors' L = {sys.argv[2]}), g0 = log2(L^2 - L) = {s['g0']:.4f}")
+PY
+}
+
+if ((FORCE == 0)); then
+    if qk_is_done "$OUT" "$SETTINGS"; then
+        echo "skip: $OUT already complete for these settings ($TOOL); use --force to rebuild"
+        show_length_stats "$OUT/length_stats.json"
+        exit 0
+    elif [[ -e "$OUT/.done" ]]; then
+        qk_log "rebuilding: $QK_DONE_REASON"
+    fi
+fi
+
+qk_mktemp_dir TMP "$QK_DATA/bpe" "$PAIR"
+outputs=()
+for split in "${SPLIT_NAMES[@]}"; do
+    outputs+=("$split.$SRC" "$split.$TGT")
+done
+
+if [[ "$TOOL" == subword-nmt ]]; then
+    SUBWORD_NMT="$(qk_tool subword-nmt)"
+    qk_log "learning $MERGES joint BPE merges on $RAW/train.{$SRC,$TGT}"
+    "$SUBWORD_NMT" learn-joint-bpe-and-vocab --input "$RAW/train.$SRC" "$RAW/train.$TGT" \
+        --symbols "$MERGES" --output "$TMP/codes" \
+        --write-vocabulary "$TMP/vocab.$SRC" "$TMP/vocab.$TGT" 2>"$TMP/learn_bpe.log" \
+        || { tail -n 20 "$TMP/learn_bpe.log" >&2; die "subword-nmt learn-joint-bpe-and-vocab failed"; }
+    rm -f -- "$TMP/learn_bpe.log"
+    for split in "${SPLIT_NAMES[@]}"; do
+        for lang in "$SRC" "$TGT"; do
+            opts=(--codes "$TMP/codes" --vocabulary "$TMP/vocab.$lang" --vocabulary-threshold "$BPE_VOCAB_THRESHOLD")
+            if [[ "$split" == train ]] && ((DROPOUT_ON)); then
+                opts+=(--dropout "$DROPOUT" --seed "$BPE_DROPOUT_SEED")
+            fi
+            "$SUBWORD_NMT" apply-bpe "${opts[@]}" <"$RAW/$split.$lang" >"$TMP/$split.$lang" \
+                || die "subword-nmt apply-bpe failed on $RAW/$split.$lang"
+        done
+    done
+    outputs+=(codes "vocab.$SRC" "vocab.$TGT")
+else
+    qk_log "training a joint sentencepiece BPE model (vocab size $VOCAB_SIZE) on $RAW/train.{$SRC,$TGT}"
+    "$QK_PY" - "$RAW" "$TMP" "$SRC" "$TGT" "$VOCAB_SIZE" "$DROPOUT" "$BPE_DROPOUT_SEED" <<'PY' \
+        || die "sentencepiece failed (is the python package sentencepiece installed? pip install -e .[spm])"
+import os, sys
+import sentencepiece as spm
+raw, out, src, tgt, vocab_size, dropout, seed = sys.argv[1:8]
+dropout = float(dropout)
+spm.SentencePieceTrainer.train(
+    input=",".join(os.path.join(raw, f"train.{l}") for l in (src, tgt)),
+    model_prefix=os.path.join(out, "spm"), vocab_size=int(vocab_size), model_type="bpe",
+    character_coverage=1.0, hard_vocab_limit=False, bos_id=-1, eos_id=-1, pad_id=-1, unk_id=0,
+    num_threads=2, minloglevel=2)
+if hasattr(spm, "set_random_generator_seed"):
+    spm.set_random_generator_seed(int(seed))
+sp = spm.SentencePieceProcessor(model_file=os.path.join(out, "spm.model"))
+for split in ("train", "dev", "test"):
+    for lang in (src, tgt):
+        sample = split == "train" and dropout > 0
+        with open(os.path.join(raw, f"{split}.{lang}"), encoding="utf-8") as fin, \
+                open(os.path.join(out, f"{split}.{lang}"), "w", encoding="utf-8") as fout:
+            for line in fin:
+                if sample:
+                    pieces = sp.encode(line.strip(), out_type=str, enable_sampling=True, alpha=dropout, nbest_size=-1)
+                else:
+                    pieces = sp.encode(line.strip(), out_type=str)
+                fout.write(" ".join(pieces) + "\n")
+PY
+    outputs+=(spm.model spm.vocab)
+fi
+
+for split in "${SPLIT_NAMES[@]}"; do
+    for lang in "$SRC" "$TGT"; do
+        n_raw="$(qk_count_lines "$RAW/$split.$lang")"
+        n_bpe="$(qk_count_lines "$TMP/$split.$lang")"
+        [[ "$n_raw" == "$n_bpe" ]] || die "$TOOL changed the line count of $split.$lang: $n_raw -> $n_bpe"
+    done
+done
+
+(
+    cd "$TMP"
+    corpus_py length-percentile --file "train.$SRC" --file "train.$TGT" --q "$LENGTH_PERCENTILE" \
+        --out length_stats.json --meta "pair=$PAIR" --meta "src=$SRC" --meta "tgt=$TGT" \
+        --meta "tool=$TOOL" --meta "merges=$MERGES" --meta "bpe_dropout=$DROPOUT" \
+        --meta "paper_L=$PAPER_L" >/dev/null
+) || die "length-percentile failed"
+outputs+=(length_stats.json)
+
+qk_write_done "$TMP" "$SETTINGS" "${outputs[@]}"
+qk_replace_dir "$TMP" "$OUT"
+echo "segmented $PAIR with $TOOL into $OUT"
+show_length_stats "$OUT/length_stats.json"

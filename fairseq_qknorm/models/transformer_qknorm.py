@@ -313,7 +313,7 @@ class TransformerQKNormModel(TransformerModel):
                 metrics.log_scalar(f"attn_maxlogit_{name}", float(stats["max_logit"]), round=3)
             if m.qk_norm:
                 # weight 0: the logged value is the latest g, not an average
-                metrics.log_scalar(f"qknorm_g_{name}", float(m.qk_norm_g), weight=0, round=3)
+                metrics.log_scalar(f"qknorm_g_{name}", m.qk_norm_g.item(), weight=0, round=3)
         return out
 
 

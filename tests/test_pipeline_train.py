@@ -1,0 +1,85 @@
+"""The whole pipeline through the real scripts: prepare -> bpe -> binarize -> train a few
+updates -> evaluate -> summary table, on generated data always and on a slice of the real
+gl-en corpus when ../shared/data exists."""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_data_pipeline import SHARED, count_lines, make_env, make_tiny_ted, out, run_script
+
+SYSTEMS = ("twt", "qknorm_paper")
+
+
+def _run_pipeline(work: Path, data_dir: Path, n_test: int, merges: int):
+    env = make_env(work, QKNORM_DATA_DIR=data_dir, OMP_NUM_THREADS=1)
+    for step, args in (("prepare_data.sh", ["gl-en"]), ("bpe.sh", ["gl-en", "--merges", merges]),
+                       ("binarize.sh", ["gl-en"])):
+        p = run_script(step, *args, env=env, timeout=300)
+        assert p.returncode == 0, out(p)
+    stats = json.loads((work / "data/bpe/gl-en/length_stats.json").read_text())
+    for system in SYSTEMS:
+        p = run_script("train.sh", "gl-en", system, "--max-update", 3, "--threads", 1, env=env,
+                       timeout=300)
+        assert p.returncode == 0, out(p)
+        p = run_script("evaluate.sh", "gl-en", system, "--threads", 1, env=env, timeout=300)
+        assert p.returncode == 0, out(p)
+    runs = [work / f"runs/gl-en/cpu-proxy/{s}/seed1" for s in SYSTEMS]
+    for run in runs:
+        assert count_lines(run / "test.hyp") == n_test
+        score = json.loads((run / "test.score.json").read_text())
+        assert score["n_lines"] == n_test
+        assert 0.0 <= score["bleu_tok"] <= 100.0 and 0.0 <= score["chrf"] <= 100.0
+        assert "tok:none" in score["signatures"]["bleu_tok"]
+        train = json.loads((run / "train.json").read_text())
+        assert train["updates"] == 3
+    qk_train = json.loads((runs[1] / "train.json").read_text())
+    assert qk_train["qknorm_L"] == stats["L"]
+    assert "--qk-norm-length" in (runs[1] / "command.txt").read_text()
+    assert "--qk-norm-length" not in (runs[0] / "command.txt").read_text()
+
+    # a finished run is skipped, not retrained
+    p = run_script("train.sh", "gl-en", "twt", "--max-update", 3, env=env)
+    assert p.returncode == 0 and "skip" in out(p)
+
+    proc = subprocess.run([sys.executable, "-m", "fairseq_qknorm.summarize",
+                           *sum((["--run", str(r)] for r in runs), []),
+                           "--out-dir", str(work / "results"), "--name", "demo", "--baseline", "twt"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    table = (work / "results/demo.md").read_text()
+    assert re.search(r"\| twt \| transformer_twt_proxy \| 1 \|", table)
+    assert re.search(r"\| qknorm_paper \| transformer_qknorm_paper_proxy \| 1 \|", table)
+    summary = json.loads((work / "results/demo.json").read_text())
+    rows = {r["system"]: r for r in summary["runs"]}
+    assert rows["twt"]["qknorm_g_final_mean"] is None
+    g = rows["qknorm_paper"]["qknorm_g_final"]
+    assert len(g) == 9  # 3 encoder self + 3 decoder self + 3 encoder-decoder attention modules
+    assert abs(rows["qknorm_paper"]["qknorm_g_final_mean"] - stats["g0"]) < 0.1  # 3 updates
+    return runs
+
+
+def test_pipeline_on_generated_data(tmp_path):
+    data_dir = tmp_path / "data_in"
+    sizes = make_tiny_ted(data_dir, sizes=(300, 30, 37))
+    _run_pipeline(tmp_path / "work", data_dir, n_test=sizes["test"], merges=60)
+
+
+@pytest.mark.skipif(not (SHARED / "ted-gl-en").is_dir(), reason=f"no shared data at {SHARED}")
+def test_pipeline_on_real_gl_en_slice(tmp_path):
+    """First lines of the real corpus (no SHA256SUMS: a slice is not the published file)."""
+    data_dir = tmp_path / "slice"
+    (data_dir / "ted-gl-en").mkdir(parents=True)
+    sizes = {"train": 600, "dev": 40, "test": 45}
+    for split, n in sizes.items():
+        for lang in ("gl", "en"):
+            lines = (SHARED / "ted-gl-en" / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()
+            (data_dir / "ted-gl-en" / f"{split}.{lang}").write_text(
+                "\n".join(lines[:n]) + "\n", encoding="utf-8")
+    runs = _run_pipeline(tmp_path / "work", data_dir, n_test=sizes["test"], merges=200)
+    hyp = (runs[0] / "test.hyp").read_text(encoding="utf-8")
+    assert "@@" not in hyp  # BPE removed

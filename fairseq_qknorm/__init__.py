@@ -15,3 +15,4 @@ from . import checkpoint_compat  # noqa: E402
 checkpoint_compat.install()
 
 from .models import transformer_qknorm  # noqa: E402,F401  (registers model + archs)
+from .tasks import translation_word_dropout  # noqa: E402,F401  (registers task translation_word_dropout)

@@ -80,7 +80,8 @@ fi
 
 CMD=(fairseq-train "$BIN"
     --user-dir "$QK_REPO_ROOT/fairseq_qknorm"
-    --task translation --source-lang "$SRC" --target-lang "$TGT"
+    --task "${TRAIN_TASK:-translation}" "${TASK_FLAGS[@]+"${TASK_FLAGS[@]}"}"
+    --source-lang "$SRC" --target-lang "$TGT"
     --arch "$ARCH" "${SYSTEM_FLAGS[@]}" "${QKNORM_FLAGS[@]}"
     --encoder-layers "$MODEL_LAYERS" --decoder-layers "$MODEL_LAYERS"
     --encoder-attention-heads "$MODEL_HEADS" --decoder-attention-heads "$MODEL_HEADS"

@@ -20,8 +20,10 @@ OPTIM_FLAGS=(--optimizer adam --adam-betas "(0.9,0.999)" --adam-eps 1e-8 --clip-
     --warmup-updates 8000 --warmup-init-lr 1e-7)
 LABEL_SMOOTHING=0.1        # TWT Sec. 4
 MAX_TOKENS=4096            # TWT: batches of 4096 tokens
-# DEVIATION: TWT's word dropout 0.1 (source/target tokens replaced by UNK) is not applied;
-# fairseq has no built-in equivalent and the plugin does not implement it yet.
+# Word dropout 0.1 (TWT Sec. 4): source and decoder-input tokens -> <unk> with p 0.1, training
+# only (the plugin's registered task translation_word_dropout; decoding uses --task translation).
+TRAIN_TASK=translation_word_dropout
+TASK_FLAGS=(--word-dropout 0.1)
 
 MAX_UPDATE="${QKNORM_MAX_UPDATE:-0}"   # 0 = no update limit
 MAX_EPOCH="$PAPER_MAX_EPOCH"           # per pair: gl-en 1000, others 200 (TWT Table 1)

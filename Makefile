@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 FAIRSEQ_SPEC ?= ve-fairseq==0.12.3
 
-.PHONY: install test test-fast demo clean-demo bench
+.PHONY: install test demo grid ablation bench
 
 install: $(VENV)/.installed
 
@@ -27,6 +27,21 @@ test: install
 
 demo: install
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/demo.sh gl-en
+
+# the papers' tables: make grid PROFILE=paper PAIRS=all SYSTEMS=all SEEDS=1,2,3
+PROFILE ?= cpu-proxy
+PAIRS ?= gl-en
+SYSTEMS ?= all
+SEEDS ?= 1
+PAIR ?= gl-en
+grid: install
+	PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/reproduce.sh --pairs "$(PAIRS)" \
+	    --systems "$(SYSTEMS)" --seeds "$(SEEDS)" --profile "$(PROFILE)"
+
+# the 2x2 confound ablation: make ablation PAIR=gl-en SEEDS=1,2 PROFILE=cpu-proxy
+ablation: install
+	PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/ablation.sh "$(PAIR)" --seeds "$(SEEDS)" \
+	    --profile "$(PROFILE)" --jobs 2
 
 bench: install
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m benchmarks.run

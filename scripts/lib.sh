@@ -185,15 +185,18 @@ corpus_py() {
 # ---------------------------------------------------------------------------------------------
 # pair configuration
 
-qk_known_pairs() {
+# qk_config_names KIND: the names of configs/KIND/*.sh (pairs, systems, profiles), space-separated.
+qk_config_names() {
     local f out=()
-    for f in "$QK_REPO_ROOT"/configs/pairs/*.sh; do
+    for f in "$QK_REPO_ROOT/configs/$1"/*.sh; do
         [[ -e "$f" ]] || continue
         f="$(basename "$f")"
         out+=("${f%.sh}")
     done
     printf '%s\n' "${out[*]}"
 }
+
+qk_known_pairs() { qk_config_names pairs; }
 
 # load_pair_config PAIR: source configs/base.sh then configs/pairs/PAIR.sh (globals), set PAIR,
 # and check that the required variables are set. Dies listing the known pairs if PAIR is unknown.
@@ -260,25 +263,8 @@ qk_download() {
 # ---------------------------------------------------------------------------------------------
 # systems, profiles and runs (scripts/train.sh, scripts/evaluate.sh, scripts/reproduce.sh)
 
-qk_known_systems() {
-    local f out=()
-    for f in "$QK_REPO_ROOT"/configs/systems/*.sh; do
-        [[ -e "$f" ]] || continue
-        f="$(basename "$f")"
-        out+=("${f%.sh}")
-    done
-    printf '%s\n' "${out[*]}"
-}
-
-qk_known_profiles() {
-    local f out=()
-    for f in "$QK_REPO_ROOT"/configs/profiles/*.sh; do
-        [[ -e "$f" ]] || continue
-        f="$(basename "$f")"
-        out+=("${f%.sh}")
-    done
-    printf '%s\n' "${out[*]}"
-}
+qk_known_systems() { qk_config_names systems; }
+qk_known_profiles() { qk_config_names profiles; }
 
 # load_system_config SYSTEM: source configs/systems/SYSTEM.sh (dies listing known systems).
 load_system_config() {

@@ -55,6 +55,10 @@ def test_scalenorm_output_norm_equals_g():
     torch.testing.assert_close(norm(x).norm(dim=-1), torch.full((5, 3), 2.5))
     # eps clamp: a zero vector stays zero (no NaN)
     assert torch.equal(norm(torch.zeros(1, 64)), torch.zeros(1, 64))
+    # float64 keeps its precision
+    x64 = torch.randn(4, 64, dtype=torch.float64)
+    torch.testing.assert_close(norm.double()(x64).norm(dim=-1), torch.full((4,), 2.5, dtype=torch.float64))
+    norm.float()
     # bf16: norm computed in float32, no overflow
     big = (torch.randn(4, 64) * 1e3).to(torch.bfloat16)
     torch.testing.assert_close(norm(big).float().norm(dim=-1), torch.full((4,), 2.5), rtol=2e-2, atol=0)

@@ -31,7 +31,7 @@ class ScaleNorm(nn.Module):
         self.scale = nn.Parameter(torch.tensor(math.sqrt(dim) if scale is None else float(scale)))
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.dtype == torch.float32:
+        if x.element_size() >= 4:  # float32/float64: norm in the input's own precision
             norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
         else:
             norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=torch.float32)

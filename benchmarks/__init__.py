@@ -1,0 +1,1 @@
+"""Side-by-side performance benchmarks of the fairseq_qknorm systems (``python -m benchmarks.run``)."""

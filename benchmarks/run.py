@@ -1,0 +1,935 @@
+"""Side-by-side performance harness: QKNorm vs TWT vs dot-product vs stock fairseq.
+
+    python -m benchmarks.run [--smoke] [--out benchmarks/results/NAME.json] [options]
+
+Everything runs in one process and one run; within each section the compared entries are
+timed in interleaved order (A, B, C, A, B, C, ...) so that machine drift hits them alike.
+Sections (``--sections``, default all):
+
+* ``model``    model-only training step (forward + label-smoothed CE + backward + Adam) on
+               one identical synthetic batch, every ``--sizes`` size, with fp32 matmul peak
+               entries timed in the same interleaved loop;
+* ``bf16``     the same step under ``torch.autocast("cpu", dtype=torch.bfloat16)`` vs fp32;
+* ``decode``   in-process decoding on identical inputs for a fixed number of steps, beam
+               layout (B sentences x beam rows): the raw incremental decoder loop and
+               fairseq's SequenceGenerator with min_len = max_len;
+* ``scaling``  attention-module forward+backward vs sequence length and batch: QKNorm and
+               dot-product (our module, fused and explicit paths) vs fairseq's
+               MultiheadAttention (F.multi_head_attention_forward in training);
+* ``norms``    ScaleNorm vs LayerNorm module forward+backward;
+* ``memory``   peak RSS of a training step, one fresh child process per system;
+* ``e2e``      ``fairseq-train`` words/s (fairseq's ``wps``) on real data, systems alternating,
+               ``--e2e-rounds`` rounds, plus peak RSS of each run;
+* ``generate`` ``fairseq-generate`` (beam 4) sentences/s and tokens/s from the e2e runs'
+               (throwaway, barely trained) checkpoints on a test subset, plus peak RSS;
+* ``fairseq_bf16`` whether ``fairseq-train --bf16 --cpu`` works (2 updates).
+
+Writes a JSON of all figures (``--out``) and prints a Markdown summary (also written next
+to the JSON as ``.md``).
+"""
+
+import argparse
+import datetime
+import gc
+import json
+import math
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import torch
+
+from . import common as c
+
+ALL_SECTIONS = ("model", "bf16", "decode", "scaling", "norms", "memory", "e2e", "generate",
+                "fairseq_bf16")
+DEFAULT_E2E_DATA = c.REPO / "data" / "bin" / "gl-en"
+LENGTH_STATS = c.REPO / "data" / "bpe" / "gl-en" / "length_stats.json"
+
+
+def csv(type_=str):
+    return lambda s: [type_(x) for x in s.split(",") if x.strip()]
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m benchmarks.run",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--smoke", action="store_true",
+                   help="tiny sizes, 1 repetition, e2e only with --e2e-data (for the tests)")
+    p.add_argument("--out", type=Path,
+                   help="JSON output (default benchmarks/results/bench-DATE.json)")
+    p.add_argument("--sections", type=csv(), default=list(ALL_SECTIONS),
+                   help=f"comma list of {','.join(ALL_SECTIONS)}")
+    p.add_argument("--systems", type=csv(), default=list(c.SYSTEMS))
+    p.add_argument("--threads", type=int,
+                   default=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                   else os.cpu_count())
+    p.add_argument("--sizes", type=csv(), help="model-only sizes (default small,proxy)")
+    p.add_argument("--batch", type=int, help="sentences per synthetic batch (default 80)")
+    p.add_argument("--src-len", type=int, help="source tokens per sentence incl. EOS (28)")
+    p.add_argument("--tgt-len", type=int, help="target tokens per sentence incl. EOS (28)")
+    p.add_argument("--vocab", type=int, default=2048, help="joined vocabulary (gl-en: 2048)")
+    p.add_argument("--reps", type=int, help="timed repetitions per entry (default 5)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed interleaved rounds")
+    p.add_argument("--matmul-sizes", type=csv(int), help="square fp32 matmul sizes (1024,2048)")
+    p.add_argument("--qk-length", type=float,
+                   help="QKNorm L (g0 = log2(L^2-L)); default from data/bpe/gl-en, else 92")
+    p.add_argument("--bf16-size", help="size for the bf16 section (default proxy)")
+    p.add_argument("--decode-size", help="size for in-process decoding (default small)")
+    p.add_argument("--decode-bsz", type=int, help="sentences (default 16)")
+    p.add_argument("--decode-steps", type=int, help="decoder steps (default 30)")
+    p.add_argument("--decode-reps", type=int, help="repetitions for decoding (default 3)")
+    p.add_argument("--scaling-reps", type=int, help="repetitions for scaling (default 3)")
+    p.add_argument("--bf16-reps", type=int, help="repetitions for bf16 (default 2)")
+    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--scaling-lens", type=csv(int), help="default 32,64,128,256,512")
+    p.add_argument("--scaling-bsz", type=csv(int), help="default 8,32")
+    p.add_argument("--scaling-dim", type=int, help="default 512 (4 heads)")
+    p.add_argument("--scaling-heads", type=int, help="default 4")
+    p.add_argument("--norm-rows", type=csv(int), help="rows of (rows, dim) inputs (2240,8960)")
+    p.add_argument("--e2e-data", type=Path, help=f"binarized data (default {DEFAULT_E2E_DATA})")
+    p.add_argument("--e2e-src", default=None, help="source language (default gl)")
+    p.add_argument("--e2e-tgt", default=None, help="target language (default en)")
+    p.add_argument("--e2e-size", help="model size for fairseq-train/generate (default proxy)")
+    p.add_argument("--e2e-updates", type=int, help="updates per fairseq-train run (default 200)")
+    p.add_argument("--e2e-rounds", type=int, help="alternating rounds (default 2)")
+    p.add_argument("--e2e-log-interval", type=int, help="fairseq --log-interval (default 10)")
+    p.add_argument("--e2e-max-tokens", type=int, default=4096)
+    p.add_argument("--gen-sentences", type=int, help="test sentences decoded (default 300)")
+    p.add_argument("--gen-checkpoint", action="append", default=[], metavar="SYSTEM=PATH",
+                   help="decode this checkpoint instead of the e2e run's (repeatable)")
+    p.add_argument("--work-dir", type=Path, help="scratch dir (default: a temp dir, removed)")
+    a = p.parse_args(argv)
+
+    full = dict(
+        sizes=["small", "proxy"], batch=80, src_len=28, tgt_len=28, reps=5,
+        matmul_sizes=[1024, 2048], bf16_size="proxy", bf16_reps=2,
+        decode_size="small", decode_bsz=16, decode_steps=30, decode_reps=3,
+        scaling_lens=[32, 64, 128, 256, 512], scaling_bsz=[8, 32], scaling_dim=512,
+        scaling_heads=4, scaling_reps=3, norm_rows=[2240, 8960],
+        e2e_size="proxy", e2e_updates=200, e2e_rounds=2, e2e_log_interval=10,
+        gen_sentences=300)
+    smoke = dict(
+        sizes=["smoke"], batch=4, src_len=8, tgt_len=9, reps=1,
+        matmul_sizes=[64, 128], bf16_size="smoke", bf16_reps=1,
+        decode_size="smoke", decode_bsz=2, decode_steps=4, decode_reps=1,
+        scaling_lens=[8, 16], scaling_bsz=[2], scaling_dim=32, scaling_heads=2,
+        scaling_reps=1, norm_rows=[64],
+        e2e_size="smoke", e2e_updates=2, e2e_rounds=1, e2e_log_interval=1, gen_sentences=5)
+    for k, v in (smoke if a.smoke else full).items():
+        if getattr(a, k) is None:
+            setattr(a, k, v)
+    if a.smoke:
+        a.warmup = min(a.warmup, 1)
+    if a.e2e_data is None and not a.smoke and DEFAULT_E2E_DATA.is_dir():
+        a.e2e_data = DEFAULT_E2E_DATA
+    if a.e2e_data is not None and (a.e2e_src is None or a.e2e_tgt is None):
+        src, tgt = _guess_langs(a.e2e_data)
+        a.e2e_src = a.e2e_src or src
+        a.e2e_tgt = a.e2e_tgt or tgt
+    if a.qk_length is None:
+        a.qk_length = c.DEFAULT_QK_LENGTH
+        if LENGTH_STATS.is_file() and (a.e2e_data is None or "gl-en" in str(a.e2e_data)):
+            a.qk_length = float(json.loads(LENGTH_STATS.read_text())["L"])
+    unknown = set(a.sections) - set(ALL_SECTIONS)
+    if unknown:
+        p.error(f"unknown sections {sorted(unknown)}; known: {ALL_SECTIONS}")
+    bad = set(a.systems) - set(c.SYSTEMS)
+    if bad:
+        p.error(f"unknown systems {sorted(bad)}; known: {c.SYSTEMS}")
+    if a.out is None:
+        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+        name = f"bench-{'smoke-' if a.smoke else ''}{stamp}.json"
+        a.out = c.REPO / "benchmarks" / "results" / name
+    return a
+
+
+def _guess_langs(data: Path):
+    """(src, tgt) from ``train.SRC-TGT.SRC.idx`` in a binarized dir."""
+    for f in sorted(Path(data).glob("train.*-*.*.idx")):
+        pair = f.name.split(".")[1]
+        src, tgt = pair.split("-")
+        return src, tgt
+    return "src", "tgt"
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# =================================================================== model-only step
+def section_model(a, task, out: Dict) -> None:
+    dictionary = task.source_dictionary
+    out["flop_formula"] = c.FLOP_FORMULA
+    for size in a.sizes:
+        log(f"model-only step, size {size}")
+        s = c.SIZES[size]
+        batch = c.synthetic_batch(dictionary, a.batch, a.src_len, a.tgt_len)
+        entries, info = {}, {}
+        for system in a.systems:
+            model, _ = c.build_model(task, system, size, a.qk_length)
+            counts = c.param_counts(model)
+            flops = c.train_step_flops(counts, s["layers"], s["dim"], len(dictionary), a.batch,
+                                       a.src_len, a.tgt_len)
+            entries[system] = c.make_train_step(model, batch, dictionary.pad())
+            info[system] = {"params": counts, "flops_per_step": flops}
+        mm = c.matmul_entries(a.matmul_sizes)
+        for name, (fn, _) in mm.items():
+            entries[name] = fn
+        times = c.interleaved(entries, a.reps, a.warmup, min_time=0.3 if not a.smoke else 0.0)
+        peak = {}
+        for name, (_, flops) in mm.items():
+            peak[name] = {**times[name], "gflops": flops / times[name]["median_s"] / 1e9}
+        peak_gflops = max(v["gflops"] for v in peak.values())
+        src_tok, tgt_tok = a.batch * a.src_len, a.batch * a.tgt_len
+        res = {}
+        for system in a.systems:
+            t = times[system]["median_s"]
+            fl = info[system]["flops_per_step"]["total"]
+            res[system] = {
+                **times[system], **info[system],
+                "tokens_per_s": (src_tok + tgt_tok) / t,
+                "tgt_tokens_per_s": tgt_tok / t,
+                "gflops": fl / t / 1e9,
+                "fraction_of_matmul_peak": fl / t / 1e9 / peak_gflops,
+            }
+        out[size] = {
+            "batch": {"sentences": a.batch, "src_len": a.src_len, "tgt_len": a.tgt_len,
+                      "src_tokens": src_tok, "tgt_tokens": tgt_tok, "vocab": len(dictionary)},
+            "systems": res, "matmul_peak": peak, "matmul_peak_gflops": peak_gflops,
+            "ratios": speed_ratios({k: v["median_s"] for k, v in res.items()}),
+        }
+        del entries
+        gc.collect()
+
+
+def speed_ratios(times: Dict[str, float]) -> Dict[str, float]:
+    """Throughput ratios ``A/B = time_B / time_A`` (> 1: A is faster) for the pairs of interest."""
+    pairs = [("qknorm", "stock"), ("twt", "stock"), ("dotprod", "stock"), ("qknorm", "dotprod"),
+             ("twt", "dotprod"), ("qknorm", "twt")]
+    return {f"{x}/{y}": times[y] / times[x] for x, y in pairs
+            if x in times and y in times and times[x] > 0}
+
+
+# ============================================================================ bf16
+def section_bf16(a, task, out: Dict) -> None:
+    size = a.bf16_size
+    log(f"bf16 autocast step, size {size}")
+    dictionary = task.source_dictionary
+    batch = c.synthetic_batch(dictionary, a.batch, a.src_len, a.tgt_len)
+    entries, status = {}, {}
+    for system in a.systems:
+        for kind, dtype in (("fp32", None), ("bf16", torch.bfloat16)):
+            model, _ = c.build_model(task, system, size, a.qk_length)
+            step = c.make_train_step(model, batch, dictionary.pad(), autocast_dtype=dtype)
+            name = f"{system}:{kind}"
+            try:
+                loss = step()
+                ok = math.isfinite(loss) and all(
+                    torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+                status[name] = {"works": bool(ok), "loss": loss}
+                entries[name] = step
+            except Exception as exc:  # report what fails, do not fix it
+                status[name] = {"works": False, "error": f"{type(exc).__name__}: {exc}"[:500]}
+    times = c.interleaved(entries, a.bf16_reps, warmup=0)  # the check step warmed up
+    res = {}
+    for system in a.systems:
+        f32, b16 = f"{system}:fp32", f"{system}:bf16"
+        r = {"fp32": {**status[f32], **times.get(f32, {})},
+             "bf16": {**status[b16], **times.get(b16, {})}}
+        if f32 in times and b16 in times:
+            r["bf16_speedup"] = times[f32]["median_s"] / times[b16]["median_s"]
+        res[system] = r
+    out.update({"size": size, "systems": res,
+                "cpu_native_bf16": any(f in c.cpu_flags() for f in ("avx512_bf16", "amx_bf16"))})
+
+
+# ========================================================================== decode
+def section_decode(a, task, out: Dict) -> None:
+    from fairseq.sequence_generator import SequenceGenerator
+
+    size = a.decode_size
+    log(f"in-process decoding, size {size}")
+    dictionary = task.target_dictionary
+    B, beam, steps = a.decode_bsz, a.beam, a.decode_steps
+    batch = c.synthetic_batch(dictionary, B, a.src_len, a.tgt_len, seed=1)
+    src_tokens = batch["net_input"]["src_tokens"]
+    src_lengths = batch["net_input"]["src_lengths"]
+    sample = {"net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}
+    entries, gen_tokens = {}, {}
+    for system in a.systems:
+        model, _ = c.build_model(task, system, size, a.qk_length)
+        model.eval()
+        entries[f"{system}:incremental"] = _incremental_loop(model, src_tokens, src_lengths,
+                                                             beam, steps, dictionary.eos())
+        gen = SequenceGenerator([model], dictionary, beam_size=beam, max_len_a=0,
+                                max_len_b=steps, min_len=steps)
+
+        def run_gen(gen=gen, system=system):
+            with torch.no_grad():
+                hyps = gen.generate([model], sample)
+            gen_tokens[system] = sum(len(h[0]["tokens"]) for h in hyps)
+
+        entries[f"{system}:generator"] = run_gen
+    if "qknorm" in a.systems:
+        # beam-shared encoder-decoder attention (keys stored once per sentence); fairseq's
+        # TransformerModel has no set_beam_size, so fairseq-generate never enables it
+        model, _ = c.build_model(task, "qknorm", size, a.qk_length)
+        model.eval()
+        model.decoder.set_beam_size(beam)
+        entries["qknorm_beamshared:incremental"] = _incremental_loop(
+            model, src_tokens, src_lengths, beam, steps, dictionary.eos())
+    times = c.interleaved(entries, a.decode_reps, a.warmup)
+    res = {}
+    for name, t in times.items():
+        system, kind = name.split(":")
+        tokens = B * steps if kind == "incremental" else gen_tokens[system]
+        res.setdefault(system, {})[kind] = {
+            **t, "sentences_per_s": B / t["median_s"], "tokens_per_s": tokens / t["median_s"],
+            "generated_tokens": tokens}
+    out.update({
+        "size": size, "sentences": B, "beam": beam, "steps": steps, "src_len": a.src_len,
+        "note": ("identical random inputs, fixed length (incremental: exactly `steps` decoder "
+                 "steps on B*beam rows with a beam reorder each step; generator: fairseq "
+                 "SequenceGenerator with min_len = max_len = steps), untrained weights: "
+                 "cost per step does not depend on quality"),
+        "systems": res,
+        "ratios_incremental": speed_ratios({s: v["incremental"]["median_s"]
+                                            for s, v in res.items() if "incremental" in v}),
+        "ratios_generator": speed_ratios({s: v["generator"]["median_s"]
+                                          for s, v in res.items() if "generator" in v}),
+    })
+
+
+def _incremental_loop(model, src_tokens, src_lengths, beam, steps, eos):
+    """Encoder once, then ``steps`` incremental decoder steps over ``B*beam`` rows, a
+    greedy token per row and a within-sentence beam reorder per step (as beam search)."""
+    B = src_tokens.size(0)
+    expand = torch.arange(B).repeat_interleave(beam)
+    perm = torch.arange(B * beam).view(B, beam).roll(1, dims=1).reshape(-1)
+
+    def run():
+        with torch.no_grad():
+            enc = model.encoder(src_tokens, src_lengths=src_lengths)
+            enc = model.encoder.reorder_encoder_out(enc, expand)
+            tokens = torch.full((B * beam, steps + 1), eos, dtype=torch.long)
+            state: Dict[str, Dict[str, Optional[torch.Tensor]]] = {}
+            for t in range(steps):
+                dec = model.decoder(tokens[:, :t + 1], encoder_out=enc, incremental_state=state)
+                lprobs = model.get_normalized_probs((dec[0][:, -1:, :], dec[1]), log_probs=True)
+                tokens[:, t + 1] = lprobs[:, -1].argmax(-1)
+                model.decoder.reorder_incremental_state_scripting(state, perm)
+                enc = model.encoder.reorder_encoder_out(enc, perm)
+        return tokens
+
+    return run
+
+
+# ========================================================================= scaling
+def section_scaling(a, out: Dict) -> None:
+    from fairseq.modules import MultiheadAttention
+
+    from fairseq_qknorm.modules import QKNormMultiheadAttention, qk_norm_initial_scale
+
+    dim, heads = a.scaling_dim, a.scaling_heads
+    g0 = qk_norm_initial_scale(length=a.qk_length)
+    torch.manual_seed(0)
+    stock = MultiheadAttention(dim, heads, self_attention=True)
+    mods = {}
+    for qk in (True, False):
+        for fused in (True, False):
+            m = QKNormMultiheadAttention(dim, heads, self_attention=True, qk_norm=qk,
+                                         qk_norm_scale=g0 if qk else None)
+            m.load_state_dict(stock.state_dict(), strict=False)
+            m.use_fused = fused
+            mods[f"{'qknorm' if qk else 'dotprod'}_{'fused' if fused else 'explicit'}"] = m
+    mods["stock"] = stock
+    for m in mods.values():
+        m.train()
+    rows = []
+    for bsz in a.scaling_bsz:
+        for T in a.scaling_lens:
+            log(f"attention scaling B={bsz} T={T}")
+            g = torch.Generator().manual_seed(T * 1000 + bsz)
+            x = torch.randn(T, bsz, dim, generator=g).requires_grad_()
+            grad = torch.randn(T, bsz, dim, generator=g)
+            pad = torch.zeros(bsz, T, dtype=torch.bool)
+            pad[1::2, T - max(1, T // 8):] = True  # every other sentence is 1/8 padding
+            entries = {}
+            for name, m in mods.items():
+                def fn(m=m):
+                    m.zero_grad(set_to_none=True)
+                    x.grad = None
+                    y, _ = m(x, x, x, key_padding_mask=pad, need_weights=False)
+                    y.backward(grad)
+                entries[name] = fn
+            times = c.interleaved(entries, a.scaling_reps, a.warmup,
+                                  min_time=0.0 if a.smoke else 0.1)
+            row = {"bsz": bsz, "len": T, "ms": {k: v["median_s"] * 1e3 for k, v in times.items()},
+                   "samples_s": {k: v["samples_s"] for k, v in times.items()}}
+            st = times["stock"]["median_s"]
+            row["ratio_vs_stock"] = {k: st / v["median_s"] for k, v in times.items()}
+            row["qknorm_vs_dotprod_fused"] = (times["dotprod_fused"]["median_s"]
+                                              / times["qknorm_fused"]["median_s"])
+            row["fused_vs_explicit_qknorm"] = (times["qknorm_explicit"]["median_s"]
+                                               / times["qknorm_fused"]["median_s"])
+            rows.append(row)
+    # growth: time ratio between consecutive lengths (2x length -> x growth)
+    for bsz in a.scaling_bsz:
+        sel = [r for r in rows if r["bsz"] == bsz]
+        for prev, cur in zip(sel, sel[1:]):
+            cur["growth_vs_prev_len"] = {k: cur["ms"][k] / prev["ms"][k] for k in cur["ms"]}
+    out.update({"dim": dim, "heads": heads, "mask": "key padding (every other row 1/8 padded)",
+                "what": "self-attention module forward+backward, training mode, dropout 0",
+                "rows": rows})
+
+
+# =========================================================================== norms
+def section_norms(a, out: Dict) -> None:
+    import torch.nn.functional as F
+    from fairseq.modules import LayerNorm
+
+    from fairseq_qknorm.modules import ScaleNorm
+
+    from . import candidates as cand
+
+    dim = c.SIZES[a.sizes[0]]["dim"] if a.smoke else 512
+    ln, sn = LayerNorm(dim), ScaleNorm(dim)
+    g = torch.nn.Parameter(torch.tensor(math.sqrt(dim)))
+
+    def make(fn, x, grad):
+        def run():
+            x.grad = None
+            fn(x).backward(grad)
+        return run
+
+    min_time = 0.0 if a.smoke else 0.1
+    rows = []
+    for n in a.norm_rows:
+        log(f"norms rows={n}")
+        x = torch.randn(n, dim).requires_grad_()
+        grad = torch.randn(n, dim)
+        entries = {
+            "layernorm": make(ln, x, grad),
+            "scalenorm": make(sn, x, grad),
+            # candidates (benchmarks/candidates.py; see README): same function
+            "scalenorm_custom_bwd": make(
+                lambda t: cand.scale_norm_custom_backward(t, sn.scale, sn.eps), x, grad),
+            "scalenorm_via_rms_norm": make(
+                lambda t: F.rms_norm(t, (dim,), eps=1e-10 / dim) * (g / math.sqrt(dim)), x, grad),
+        }
+        times = c.interleaved(entries, max(a.reps, 3), a.warmup, min_time=min_time)
+        ln_t = times["layernorm"]["median_s"]
+        rows.append({"rows": n, "dim": dim,
+                     "ms": {k: v["median_s"] * 1e3 for k, v in times.items()},
+                     "scalenorm/layernorm_speed": ln_t / times["scalenorm"]["median_s"],
+                     "custom_bwd/layernorm_speed": ln_t / times["scalenorm_custom_bwd"]["median_s"],
+                     "custom_bwd/scalenorm_speed": times["scalenorm"]["median_s"]
+                     / times["scalenorm_custom_bwd"]["median_s"],
+                     "rms_candidate/layernorm_speed": ln_t
+                     / times["scalenorm_via_rms_norm"]["median_s"]})
+    # QKNorm's query scaling: F.normalize then * g (today) vs g folded into 1/||q||
+    s = c.SIZES[a.sizes[0]]
+    heads = int(s["heads"])
+    shape = (a.batch, heads, a.tgt_len, int(s["dim"]) // heads)
+    q = torch.randn(*shape).requires_grad_()
+    qgrad = torch.randn(*shape)
+    gq = torch.nn.Parameter(torch.tensor(13.0))
+    entries = {"normalize_then_scale": make(lambda t: cand.qk_normalize_then_scale(t, gq), q, qgrad),
+               "scale_folded": make(lambda t: cand.qk_scale_folded(t, gq), q, qgrad)}
+    times = c.interleaved(entries, max(a.reps, 3), a.warmup, min_time=min_time)
+    qk = {"shape": list(shape), "ms": {k: v["median_s"] * 1e3 for k, v in times.items()},
+          "folded/current_speed": times["normalize_then_scale"]["median_s"]
+          / times["scale_folded"]["median_s"]}
+    out.update({"what": "forward+backward of one norm module on (rows, dim)", "rows": rows,
+                "qk_scale": qk})
+
+
+# ========================================================================== memory
+def section_memory(a, work: Path, out: Dict) -> None:
+    size = a.sizes[0]
+    for system in a.systems:
+        log(f"memory child {system} ({size})")
+        cmd = [sys.executable, "-m", "benchmarks.memory_child", "--system", system,
+               "--size", size, "--batch", a.batch, "--src-len", a.src_len,
+               "--tgt-len", a.tgt_len, "--vocab", a.vocab, "--threads", a.threads,
+               "--qk-length", a.qk_length]
+        r = c.run_with_rusage(cmd, c.cli_env(a.threads), work / f"memory_{system}.log")
+        m = re.search(r"MEMORY_JSON (\{.*\})", r["output"])
+        entry = {"rc": r["rc"], "peak_rss_mib": r["peak_rss_mib"], "ru_maxrss_mib": r["peak_rss_mib"]}
+        if m:
+            entry.update(json.loads(m.group(1)))
+            if entry.get("vm_hwm_mib"):
+                entry["peak_rss_mib"] = entry["vm_hwm_mib"]
+            entry["training_increase_mib"] = entry["peak_rss_mib"] - entry["rss_after_build_mib"]
+        else:
+            entry["error"] = r["output"][-1500:]
+        out[system] = entry
+    out["size"] = size
+    out["what"] = ("peak RSS (the child's VmHWM; ru_maxrss agrees) of a fresh process that "
+                   "imports fairseq, builds the model and runs 2 training steps on the "
+                   "synthetic batch; training_increase = peak - RSS after building the model")
+
+
+# ===================================================================== e2e (train)
+def train_cmd(a, system: str, save_dir: Path, updates: int, size: str, extra=()) -> List:
+    return [
+        c.VENV_BIN / "fairseq-train", a.e2e_data, "--user-dir", c.PLUGIN_DIR,
+        "--task", "translation", "-s", a.e2e_src, "-t", a.e2e_tgt,
+        *c.system_args(system, size, a.qk_length),
+        "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-8",
+        "--clip-norm", "1.0", "--lr", "2e-3", "--lr-scheduler", "inverse_sqrt",
+        "--warmup-updates", "300", "--warmup-init-lr", "1e-7",
+        "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+        "--max-tokens", a.e2e_max_tokens, "--max-update", updates, "--max-epoch", "0",
+        "--required-batch-size-multiple", "1", "--seed", "1", "--save-dir", save_dir,
+        "--no-epoch-checkpoints", "--save-interval", "1000000", "--disable-validation",
+        "--log-format", "simple", "--log-interval", a.e2e_log_interval, "--num-workers", "0",
+        *extra,
+    ]
+
+
+_NUM = r"([0-9.eE+-]+)"
+
+
+def parse_train_log(text: str) -> Dict:
+    """``wps=`` etc. of every ``train_inner`` line and the last epoch summary."""
+    inner = []
+    for line in text.splitlines():
+        if "train_inner" in line and "wps=" in line:
+            d = {}
+            for key in ("wps", "wpb", "bsz", "num_updates", "loss", "train_wall"):
+                m = re.search(rf"\b{key}={_NUM}", line)
+                if m:
+                    d[key] = float(m.group(1))
+            inner.append(d)
+    summary = {}
+    for line in text.splitlines():
+        if "| train |" in line or " | INFO | train | " in line:
+            for key in ("wps", "wpb", "num_updates", "loss", "train_wall"):
+                m = re.search(rf"\| {key} {_NUM}", line)
+                if m:
+                    summary[key] = float(m.group(1))
+    return {"inner": inner, "summary": summary}
+
+
+def steady_wps(parsed: Dict) -> Optional[float]:
+    """Median ``wps`` over the logged intervals after the first (warm-up), else the summary's."""
+    w = [d["wps"] for d in parsed["inner"] if "wps" in d]
+    if len(w) > 1:
+        return c.median(w[1:])
+    if w:
+        return w[0]
+    return parsed["summary"].get("wps")
+
+
+def section_e2e(a, work: Path, out: Dict) -> Dict[str, Path]:
+    checkpoints = {}
+    runs = {s: [] for s in a.systems}
+    for r in range(a.e2e_rounds):
+        for system in a.systems:
+            log(f"fairseq-train {system} round {r + 1}/{a.e2e_rounds} ({a.e2e_updates} updates)")
+            save = work / "e2e" / system / f"round{r}"
+            res = c.run_with_rusage(train_cmd(a, system, save, a.e2e_updates, a.e2e_size),
+                                    c.cli_env(a.threads), save / "train.log")
+            parsed = parse_train_log(res["output"])
+            run = {"rc": res["rc"], "wall_s": res["wall_s"], "peak_rss_mib": res["peak_rss_mib"],
+                   "steady_wps": steady_wps(parsed), "intervals": parsed["inner"],
+                   "summary": parsed["summary"]}
+            if res["rc"] != 0:
+                run["error"] = res["output"][-2000:]
+            runs[system].append(run)
+            ckpt = save / "checkpoint_last.pt"
+            if ckpt.is_file():
+                old = checkpoints.get(system)
+                if old is not None:
+                    shutil.rmtree(old.parent, ignore_errors=True)  # keep the last round only
+                checkpoints[system] = ckpt
+    res = {}
+    for system, rs in runs.items():
+        wps = [x["steady_wps"] for x in rs if x["steady_wps"]]
+        wpb = [d["wpb"] for x in rs for d in x["intervals"][1:] if "wpb" in d]
+        res[system] = {"runs": rs, "wps_median": c.median(wps) if wps else None,
+                       "wpb_mean": sum(wpb) / len(wpb) if wpb else None,
+                       "peak_rss_mib": max(x["peak_rss_mib"] for x in rs)}
+    out.update({
+        "data": str(a.e2e_data), "size": a.e2e_size, "updates": a.e2e_updates,
+        "rounds": a.e2e_rounds, "max_tokens": a.e2e_max_tokens, "threads": a.threads,
+        "what": ("fairseq-train wps (target tokens/s) per run = median of the logged "
+                 "intervals after the first; systems alternate within each round"),
+        "systems": res,
+        "ratios": speed_ratios({s: 1.0 / v["wps_median"] for s, v in res.items()
+                                if v["wps_median"]}),
+    })
+    return checkpoints
+
+
+# ================================================================ generate (decode)
+def make_subset(data: Path, split: str, src: str, tgt: str, n: int, dest: Path) -> Path:
+    """The first ``n`` sentences of ``split`` as a new binarized dir (same dictionaries)."""
+    from fairseq.data import Dictionary, indexed_dataset
+
+    dest.mkdir(parents=True, exist_ok=True)
+    for lang in (src, tgt):
+        shutil.copy(data / f"dict.{lang}.txt", dest / f"dict.{lang}.txt")
+        prefix = f"{split}.{src}-{tgt}.{lang}"
+        ds = indexed_dataset.MMapIndexedDataset(str(data / prefix))
+        vocab = len(Dictionary.load(str(data / f"dict.{lang}.txt")))
+        builder = indexed_dataset.make_builder(
+            indexed_dataset.data_file_path(str(dest / prefix)), impl="mmap", vocab_size=vocab)
+        for i in range(min(n, len(ds))):
+            builder.add_item(ds[i])
+        builder.finalize(indexed_dataset.index_file_path(str(dest / prefix)))
+    return dest
+
+
+GEN_RE = re.compile(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in ([\d.]+)s "
+                    r"\(([\d.]+) sentences/s, ([\d.]+) tokens/s\)")
+
+
+def section_generate(a, work: Path, checkpoints: Dict[str, Path], out: Dict) -> None:
+    subset = make_subset(a.e2e_data, "test", a.e2e_src, a.e2e_tgt, a.gen_sentences,
+                         work / "gen_subset")
+    res = {}
+    for system in a.systems:
+        ckpt = checkpoints.get(system)
+        if ckpt is None:
+            res[system] = {"error": "no checkpoint (e2e run failed or skipped)"}
+            continue
+        log(f"fairseq-generate {system}")
+        cmd = [c.VENV_BIN / "fairseq-generate", subset, "--user-dir", c.PLUGIN_DIR,
+               "--task", "translation", "-s", a.e2e_src, "-t", a.e2e_tgt, "--path", ckpt,
+               "--gen-subset", "test", "--beam", a.beam, "--max-len-a", "1.5",
+               "--max-len-b", "10", "--max-tokens", "6000", "--quiet", "--seed", "1",
+               "--num-workers", "0", "--required-batch-size-multiple", "1"]
+        r = c.run_with_rusage(cmd, c.cli_env(a.threads), work / f"generate_{system}.log")
+        m = GEN_RE.search(r["output"])
+        entry = {"rc": r["rc"], "wall_s": r["wall_s"], "peak_rss_mib": r["peak_rss_mib"],
+                 "checkpoint": str(ckpt)}
+        if m:
+            n_sent, n_tok = int(m.group(1).replace(",", "")), int(m.group(2).replace(",", ""))
+            entry.update({"sentences": n_sent, "generated_tokens": n_tok,
+                          "tokens_per_sentence": n_tok / max(n_sent, 1),
+                          "gen_time_s": float(m.group(3)),
+                          "sentences_per_s": float(m.group(4)),
+                          "tokens_per_s": float(m.group(5))})
+        else:
+            entry["error"] = r["output"][-1500:]
+        res[system] = entry
+    ok = {s: v for s, v in res.items() if "sentences_per_s" in v}
+    out.update({
+        "size": a.e2e_size, "beam": a.beam, "subset_sentences": a.gen_sentences,
+        "flags": f"--beam {a.beam} --max-len-a 1.5 --max-len-b 10 --max-tokens 6000",
+        "note": ("checkpoints barely trained (the e2e runs): output lengths differ between "
+                 "systems, so compare tokens/s (per generated token) rather than sentences/s"),
+        "systems": res,
+        "ratios_tokens_per_s": speed_ratios({s: 1.0 / v["tokens_per_s"] for s, v in ok.items()}),
+        "ratios_sentences_per_s": speed_ratios({s: 1.0 / v["sentences_per_s"]
+                                                for s, v in ok.items()}),
+    })
+
+
+# ===================================================================== fairseq bf16
+def section_fairseq_bf16(a, work: Path, out: Dict) -> None:
+    # the failure (if any) is in fairseq's option handling, not in a model: one system suffices
+    for system in a.systems[:1]:
+        log(f"fairseq-train --bf16 --cpu smoke: {system}")
+        save = work / "bf16" / system
+        cmd = train_cmd(a, system, save, 2, a.e2e_size,
+                        extra=["--bf16", "--cpu", "--no-save", "--log-interval", "1"])
+        r = c.run_with_rusage(cmd, c.cli_env(a.threads), save / "train.log")
+        parsed = parse_train_log(r["output"])
+        losses = [d.get("loss") for d in parsed["inner"]]
+        works = r["rc"] == 0 and bool(losses) and all(
+            x is not None and math.isfinite(x) for x in losses)
+        entry = {"rc": r["rc"], "works": works, "losses": losses,
+                 "wall_s": r["wall_s"]}
+        if not works:
+            err = [ln for ln in r["output"].splitlines() if ln.strip()][-6:]
+            entry["error_tail"] = err
+        out[system] = entry
+    out["command"] = "fairseq-train ... --bf16 --cpu --max-update 2"
+    out["note"] = ("fairseq/options.py (parse_args_and_arch) sets args.tpu = True whenever "
+                   "--bf16 is given, so the trainer asks torch_xla for a TPU device; fairseq's "
+                   "--bf16 is TPU-only, --cpu does not override it")
+
+
+# ========================================================================= summary
+def fmt(x, nd=2, pct=False):
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "n/a"
+    return f"{100 * x:.0f}%" if pct else f"{x:.{nd}f}"
+
+
+def targets(res: Dict) -> List[Dict]:
+    """The issue's targets evaluated on this run."""
+    t = []
+    model = res.get("model", {})
+    small = model.get("small") or next((v for k, v in model.items() if isinstance(v, dict)
+                                        and "systems" in v), None)
+    if small:
+        r = small["ratios"].get("qknorm/stock")
+        t.append({"target": "QKNorm training step >= 1.00x stock (model-only)", "value": r,
+                  "met": r is not None and r >= 1.0})
+        r = small["ratios"].get("twt/dotprod")
+        t.append({"target": "ScaleNorm >= 1.03x LayerNorm (model-only twt/dotprod)",
+                  "value": r, "met": r is not None and r >= 1.03})
+        fr = small["systems"].get("qknorm", {}).get("fraction_of_matmul_peak")
+        t.append({"target": "model-only >= 60% of fp32 matmul peak (qknorm, paper size)",
+                  "value": fr, "met": fr is not None and fr >= 0.60})
+    norms = res.get("norms", {}).get("rows")
+    if norms:
+        r = norms[0]["scalenorm/layernorm_speed"]
+        t.append({"target": f"ScaleNorm >= 1.03x LayerNorm (module fwd+bwd, {norms[0]['rows']} "
+                            "rows)", "value": r, "met": r >= 1.03})
+    dec = res.get("decode", {})
+    if dec.get("systems"):
+        r = dec.get("ratios_incremental", {}).get("qknorm/stock")
+        t.append({"target": "QKNorm decoding >= 1.00x stock (in-process incremental)",
+                  "value": r, "met": r is not None and r >= 1.0})
+        r = dec.get("ratios_generator", {}).get("qknorm/stock")
+        t.append({"target": "QKNorm decoding >= 1.00x stock (SequenceGenerator)",
+                  "value": r, "met": r is not None and r >= 1.0})
+    gen = res.get("generate", {})
+    if gen.get("ratios_tokens_per_s"):
+        r = gen["ratios_tokens_per_s"].get("qknorm/stock")
+        t.append({"target": "QKNorm decoding >= 1.00x stock (fairseq-generate tokens/s)",
+                  "value": r, "met": r is not None and r >= 1.0})
+    e2e = res.get("e2e", {})
+    if e2e.get("systems"):
+        size = e2e["size"]
+        mo = model.get(size, {}).get("systems", {})
+        for system, v in e2e["systems"].items():
+            if v.get("wps_median") and system in mo:
+                frac = v["wps_median"] / mo[system]["tgt_tokens_per_s"]
+                t.append({"target": f"end-to-end within 15% of model-only ({system}, {size}: "
+                                    "fairseq wps / model-only target tokens/s)",
+                          "value": frac, "met": frac >= 0.85})
+        r = e2e.get("ratios", {}).get("twt/dotprod")
+        t.append({"target": "ScaleNorm >= 1.03x LayerNorm end to end (twt/dotprod wps)",
+                  "value": r, "met": r is not None and r >= 1.03})
+    return t
+
+
+def markdown(res: Dict) -> str:
+    m = res["machine"]
+    L = [f"# fairseq_qknorm benchmark ({m['date_utc']})", "",
+         f"Machine: {m['cpu_model']} ({', '.join(m['cpu_flags'])}), {m['cpu_count']} CPUs "
+         f"({m['cpu_affinity']} usable), torch {m['torch']} with {m['torch_threads']} threads, "
+         f"fairseq {m['fairseq']}; load average at start {m['loadavg_start']}, at end "
+         f"{res.get('loadavg_end')}.", "", f"Command: `{res['command']}`", ""]
+    model = res.get("model", {})
+    for size, v in model.items():
+        if not isinstance(v, dict) or "systems" not in v:
+            continue
+        b = v["batch"]
+        L += [f"## Model-only training step, size `{size}` "
+              f"(batch {b['sentences']} x {b['src_len']}/{b['tgt_len']} tokens, vocab {b['vocab']})",
+              "", "| system | step ms (median) | tokens/s (src+tgt) | GFLOP/s | of matmul peak |"
+              " speed vs stock |", "|---|---:|---:|---:|---:|---:|"]
+        st = v["systems"].get("stock", {}).get("median_s")
+        for s, r in v["systems"].items():
+            L.append(f"| {s} | {1e3 * r['median_s']:.1f} | {r['tokens_per_s']:.0f} | "
+                     f"{r['gflops']:.1f} | {fmt(r['fraction_of_matmul_peak'], pct=True)} | "
+                     f"{fmt(st / r['median_s']) if st else 'n/a'} |")
+        L += ["", "fp32 matmul peak (same interleaved loop): " + ", ".join(
+            f"{k}: {p['gflops']:.1f} GFLOP/s" for k, p in v["matmul_peak"].items()),
+            "Ratios (throughput): " + ", ".join(f"{k} {fmt(x, 3)}" for k, x in v["ratios"].items()),
+            ""]
+    if model.get("flop_formula"):
+        L += [f"FLOP count: {model['flop_formula']}.", ""]
+    bf = res.get("bf16", {})
+    if bf.get("systems"):
+        L += [f"## bf16 autocast (model-only, size `{bf['size']}`, CPU native bf16: "
+              f"{bf['cpu_native_bf16']})", "", "| system | fp32 ms | bf16 ms | bf16 works | "
+              "bf16 speedup |", "|---|---:|---:|---|---:|"]
+        for s, r in bf["systems"].items():
+            f32, b16 = r["fp32"], r["bf16"]
+            L.append(f"| {s} | {fmt(1e3 * f32['median_s'] if 'median_s' in f32 else None, 1)} | "
+                     f"{fmt(1e3 * b16['median_s'] if 'median_s' in b16 else None, 1)} | "
+                     f"{b16['works']}{' (' + b16['error'][:80] + ')' if 'error' in b16 else ''} | "
+                     f"{fmt(r.get('bf16_speedup'))} |")
+        L.append("")
+    fb = res.get("fairseq_bf16", {})
+    if any(isinstance(v, dict) for v in fb.values()):
+        L += ["fairseq-train `--bf16 --cpu` (2 updates): " + "; ".join(
+            f"{s}: {'works' if v['works'] else 'fails'}"
+            + ("" if v["works"] else f" ({(v.get('error_tail') or ['?'])[-1][:160]})")
+            for s, v in fb.items() if isinstance(v, dict)), ""]
+    dec = res.get("decode", {})
+    if dec.get("systems"):
+        L += [f"## In-process decoding, size `{dec['size']}` ({dec['sentences']} sentences x "
+              f"beam {dec['beam']}, {dec['steps']} steps)", "",
+              "| system | incremental sent/s | incremental tok/s | generator sent/s | "
+              "generator tok/s |", "|---|---:|---:|---:|---:|"]
+        for s, r in dec["systems"].items():
+            i, g = r.get("incremental", {}), r.get("generator", {})
+            L.append(f"| {s} | {fmt(i.get('sentences_per_s'), 1)} | {fmt(i.get('tokens_per_s'), 0)} | "
+                     f"{fmt(g.get('sentences_per_s'), 1)} | {fmt(g.get('tokens_per_s'), 0)} |")
+        L += ["", "Ratios incremental: " + ", ".join(
+            f"{k} {fmt(x, 3)}" for k, x in dec["ratios_incremental"].items()),
+            "Ratios generator: " + ", ".join(
+            f"{k} {fmt(x, 3)}" for k, x in dec["ratios_generator"].items()), ""]
+    e2e = res.get("e2e", {})
+    if e2e.get("systems"):
+        L += [f"## End-to-end fairseq-train (size `{e2e['size']}`, {e2e['updates']} updates x "
+              f"{e2e['rounds']} rounds, {e2e['data']})", "",
+              "| system | wps (median) | per-run wps | target tokens/batch | peak RSS MiB |",
+              "|---|---:|---|---:|---:|"]
+        for s, r in e2e["systems"].items():
+            L.append(f"| {s} | {fmt(r['wps_median'], 0)} | "
+                     f"{', '.join(fmt(x['steady_wps'], 0) for x in r['runs'])} | "
+                     f"{fmt(r.get('wpb_mean'), 0)} | {r['peak_rss_mib']:.0f} |")
+        L += ["", "Ratios: " + ", ".join(f"{k} {fmt(x, 3)}" for k, x in e2e["ratios"].items()), ""]
+    gen = res.get("generate", {})
+    if gen.get("systems"):
+        L += [f"## fairseq-generate (size `{gen['size']}`, {gen['subset_sentences']} test "
+              f"sentences, {gen['flags']})", "", gen["note"] + ".", "",
+              "| system | sent/s | tok/s | tokens/sentence | peak RSS MiB |",
+              "|---|---:|---:|---:|---:|"]
+        for s, r in gen["systems"].items():
+            L.append(f"| {s} | {fmt(r.get('sentences_per_s'), 1)} | {fmt(r.get('tokens_per_s'), 0)} | "
+                     f"{fmt(r.get('tokens_per_sentence'), 1)} | {fmt(r.get('peak_rss_mib'), 0)} |")
+        L += ["", "Ratios tokens/s: " + ", ".join(
+            f"{k} {fmt(x, 3)}" for k, x in gen["ratios_tokens_per_s"].items()), ""]
+    mem = res.get("memory", {})
+    if any(isinstance(v, dict) for v in mem.values()):
+        L += [f"## Peak memory, training step (size `{mem.get('size')}`)", "",
+              "| system | peak RSS MiB | RSS after build MiB | training increase MiB |", "|---|---:|---:|---:|"]
+        for s, r in mem.items():
+            if isinstance(r, dict):
+                L.append(f"| {s} | {fmt(r.get('peak_rss_mib'), 0)} | "
+                         f"{fmt(r.get('rss_after_build_mib'), 0)} | "
+                         f"{fmt(r.get('training_increase_mib'), 0)} |")
+        L.append("")
+    sc = res.get("scaling", {})
+    if sc.get("rows"):
+        names = list(sc["rows"][0]["ms"])
+        L += [f"## Attention module fwd+bwd (d {sc['dim']}, {sc['heads']} heads, "
+              f"{sc['mask']}), ms", "",
+              "| B | T | " + " | ".join(names) + " | qknorm/stock | fused/explicit (qknorm) |",
+              "|---|---|" + "---:|" * (len(names) + 2)]
+        for r in sc["rows"]:
+            L.append(f"| {r['bsz']} | {r['len']} | " + " | ".join(f"{r['ms'][n]:.2f}" for n in names)
+                     + f" | {fmt(r['ratio_vs_stock']['qknorm_fused'], 3)} | "
+                       f"{fmt(r['fused_vs_explicit_qknorm'], 2)} |")
+        L.append("")
+    nm = res.get("norms", {})
+    if nm.get("rows"):
+        L += ["## Norm module fwd+bwd, ms", "",
+              "| rows x dim | LayerNorm | ScaleNorm | ScaleNorm custom bwd (candidate) | "
+              "ScaleNorm via F.rms_norm | ScaleNorm/LayerNorm speed | candidate/ScaleNorm speed |",
+              "|---|---:|---:|---:|---:|---:|---:|"]
+        for r in nm["rows"]:
+            L.append(f"| {r['rows']} x {r['dim']} | {r['ms']['layernorm']:.3f} | "
+                     f"{r['ms']['scalenorm']:.3f} | {r['ms']['scalenorm_custom_bwd']:.3f} | "
+                     f"{r['ms']['scalenorm_via_rms_norm']:.3f} | "
+                     f"{fmt(r['scalenorm/layernorm_speed'], 3)} | "
+                     f"{fmt(r['custom_bwd/scalenorm_speed'], 3)} |")
+        qk = nm.get("qk_scale")
+        if qk:
+            L += ["", f"QKNorm query scaling fwd+bwd on {tuple(qk['shape'])}: F.normalize then "
+                  f"x g {qk['ms']['normalize_then_scale']:.3f} ms, g folded into 1/||q|| "
+                  f"{qk['ms']['scale_folded']:.3f} ms (speed {fmt(qk['folded/current_speed'], 3)})"]
+        L.append("")
+    tg = res.get("targets", [])
+    if tg:
+        L += ["## Targets", "", "| target | measured | met |", "|---|---:|---|"]
+        for t in tg:
+            v = t["value"]
+            L.append(f"| {t['target']} | {fmt(v, 3)} | {'yes' if t['met'] else '**no**'} |")
+        L.append("")
+    if res.get("errors"):
+        L += ["## Errors", ""] + [f"- {k}: {v.splitlines()[-1] if v else ''}"
+                                  for k, v in res["errors"].items()] + [""]
+    return "\n".join(L)
+
+
+# ============================================================================ main
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    torch.set_num_threads(a.threads)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:
+        pass
+    command = "python -m benchmarks.run " + " ".join(sys.argv[1:] if argv is None else argv)
+    res: Dict = {"command": command, "machine": c.machine_info(), "smoke": a.smoke,
+                 "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
+                 "errors": {}}
+    if os.getloadavg()[0] > 0.5 * a.threads and not a.smoke:
+        log(f"WARNING: load average {os.getloadavg()} with {a.threads} threads: another job "
+            "is running, timings will be noisy")
+    tmp_ctx = None
+    if a.work_dir is None:
+        tmp_ctx = tempfile.TemporaryDirectory(prefix="qknorm-bench-")
+        work = Path(tmp_ctx.name)
+    else:
+        work = a.work_dir
+        work.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+    try:
+        task = c.setup_task(c.write_dict_dir(work / "dict", a.vocab))
+
+        def guarded(name, fn, *args):
+            if name not in a.sections:
+                return None
+            t0 = time.perf_counter()
+            out: Dict = {}
+            res[name] = out
+            try:
+                return fn(*args, out)
+            except Exception:
+                res["errors"][name] = traceback.format_exc()
+                log(f"section {name} failed:\n{res['errors'][name]}")
+                return None
+            finally:
+                out["section_wall_s"] = time.perf_counter() - t0
+                log(f"section {name}: {out['section_wall_s']:.0f}s")
+                gc.collect()
+                # partial results survive an interrupted run
+                a.out.parent.mkdir(parents=True, exist_ok=True)
+                a.out.write_text(json.dumps(res, indent=1, default=str) + "\n")
+
+        guarded("model", section_model, a, task)
+        guarded("bf16", section_bf16, a, task)
+        guarded("decode", section_decode, a, task)
+        guarded("scaling", section_scaling, a)
+        guarded("norms", section_norms, a)
+        guarded("memory", section_memory, a, work)
+        checkpoints = {}
+        if a.e2e_data is not None:
+            checkpoints = guarded("e2e", section_e2e, a, work) or {}
+            for spec in a.gen_checkpoint:
+                system, path = spec.split("=", 1)
+                checkpoints[system] = Path(path)
+            if checkpoints:
+                guarded("generate", section_generate, a, work, checkpoints)
+            guarded("fairseq_bf16", section_fairseq_bf16, a, work)
+        else:
+            for name in ("e2e", "generate", "fairseq_bf16"):
+                if name in a.sections:
+                    res[name] = {"skipped": "no --e2e-data"}
+    finally:
+        if tmp_ctx is not None:
+            tmp_ctx.cleanup()
+    res["loadavg_end"] = os.getloadavg()
+    res["total_wall_s"] = time.perf_counter() - t_start
+    res["targets"] = targets(res)
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(res, indent=1, default=str) + "\n")
+    md = markdown(res)
+    a.out.with_suffix(".md").write_text(md + "\n")
+    print(md)
+    log(f"wrote {a.out} and {a.out.with_suffix('.md')} in {res['total_wall_s']:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

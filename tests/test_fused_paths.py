@@ -1,0 +1,189 @@
+"""Fused (scaled_dot_product_attention) vs explicit (matmul + softmax) attention paths.
+
+Complements tests/test_attention.py (which checks each path against a float64 reference and
+fused vs explicit gradients for causal self-attention): here outputs *and gradients* of the
+two paths must agree within 1e-5 in fp32 for self- and encoder-attention, QKNorm on and off,
+with padding, in training and eval mode, in incremental decoding (self-attention cache and
+beam-shared static encoder keys), and for a whole model's training step.
+"""
+
+import pytest
+import torch
+
+from conftest import build_model
+from fairseq_qknorm.modules import QKNormMultiheadAttention
+
+E, H = 16, 4
+TOL = dict(atol=1e-5, rtol=1e-5)
+
+
+def pair(qk_norm, **kw):
+    """Two identical modules, the second forced onto the explicit path."""
+    torch.manual_seed(0)
+    a = QKNormMultiheadAttention(E, H, qk_norm=qk_norm, qk_norm_scale=5.0 if qk_norm else None,
+                                 **kw)
+    b = QKNormMultiheadAttention(E, H, qk_norm=qk_norm, qk_norm_scale=5.0 if qk_norm else None,
+                                 **kw)
+    b.load_state_dict(a.state_dict())
+    b.use_fused = False
+    return a, b
+
+
+def causal(T):
+    return torch.triu(torch.full((T, T), float("-inf")), 1)
+
+
+def assert_grads_close(a, b):
+    for (name, pa), (_, pb) in zip(a.named_parameters(), b.named_parameters()):
+        assert pa.grad is not None, name
+        # 1e-5 relative to the tensor's scale: FixNorm makes embedding gradients O(100)
+        scale = max(1.0, float(pa.grad.abs().max()))
+        torch.testing.assert_close(pa.grad, pb.grad, atol=1e-5 * scale, rtol=1e-5,
+                                   msg=lambda m, name=name: f"{name}: {m}")
+
+
+@pytest.mark.parametrize("qk_norm", [True, False])
+@pytest.mark.parametrize("training", [True, False])
+def test_encoder_attention_outputs_and_grads_agree(qk_norm, training):
+    a, b = pair(qk_norm, encoder_decoder_attention=True, kdim=E, vdim=E)
+    a.train(training)
+    b.train(training)
+    g = torch.Generator().manual_seed(3)
+    T, S, B = 5, 9, 3
+    q0, k0 = torch.randn(T, B, E, generator=g), torch.randn(S, B, E, generator=g)
+    pad = torch.zeros(B, S, dtype=torch.bool)
+    pad[1, :3] = True  # left-padded sources
+    pad[2, :7] = True
+    qa, ka = q0.clone().requires_grad_(), k0.clone().requires_grad_()
+    qb, kb = q0.clone().requires_grad_(), k0.clone().requires_grad_()
+    oa, _ = a(qa, ka, ka, key_padding_mask=pad, need_weights=False)
+    ob, _ = b(qb, kb, kb, key_padding_mask=pad, need_weights=False)
+    torch.testing.assert_close(oa, ob, **TOL)
+    grad = torch.randn(oa.shape, generator=g)
+    oa.backward(grad)
+    ob.backward(grad)
+    torch.testing.assert_close(qa.grad, qb.grad, **TOL)
+    torch.testing.assert_close(ka.grad, kb.grad, **TOL)
+    assert_grads_close(a, b)
+
+
+@pytest.mark.parametrize("qk_norm", [True, False])
+@pytest.mark.parametrize("training", [True, False])
+def test_decoder_self_attention_outputs_and_grads_agree(qk_norm, training):
+    a, b = pair(qk_norm, self_attention=True)
+    a.train(training)
+    b.train(training)
+    g = torch.Generator().manual_seed(4)
+    T, B = 8, 3
+    x0 = torch.randn(T, B, E, generator=g)
+    pad = torch.zeros(B, T, dtype=torch.bool)
+    pad[1, -2:] = True  # right-padded targets
+    pad[2, -5:] = True
+    xa, xb = x0.clone().requires_grad_(), x0.clone().requires_grad_()
+    oa, _ = a(xa, xa, xa, key_padding_mask=pad, attn_mask=causal(T), need_weights=False)
+    ob, _ = b(xb, xb, xb, key_padding_mask=pad, attn_mask=causal(T), need_weights=False)
+    torch.testing.assert_close(oa, ob, **TOL)
+    grad = torch.randn(oa.shape, generator=g)
+    oa.backward(grad)
+    ob.backward(grad)
+    torch.testing.assert_close(xa.grad, xb.grad, **TOL)
+    assert_grads_close(a, b)
+
+
+def test_need_weights_path_output_equals_fused():
+    """need_weights=True forces the explicit path even with use_fused: same output."""
+    a, _ = pair(True, self_attention=True)
+    x = torch.randn(6, 2, E)
+    o_fused, w_none = a(x, x, x, attn_mask=causal(6), need_weights=False)
+    o_expl, w = a(x, x, x, attn_mask=causal(6), need_weights=True)
+    assert w_none is None and w is not None
+    torch.testing.assert_close(o_fused, o_expl, **TOL)
+
+
+@pytest.mark.parametrize("qk_norm", [True, False])
+def test_incremental_self_attention_paths_agree(qk_norm):
+    a, b = pair(qk_norm, self_attention=True)
+    a.eval()
+    b.eval()
+    x = torch.randn(7, 4, E, generator=torch.Generator().manual_seed(5))
+    sa, sb = {}, {}
+    order = torch.tensor([1, 0, 3, 2])  # beam reorder between steps
+    for t in range(7):
+        xt = x[t:t + 1]
+        oa, _ = a(xt, xt, xt, incremental_state=sa, need_weights=False)
+        ob, _ = b(xt, xt, xt, incremental_state=sb, need_weights=False)
+        torch.testing.assert_close(oa, ob, **TOL)
+        a.reorder_incremental_state(sa, order)
+        b.reorder_incremental_state(sb, order)
+
+
+@pytest.mark.parametrize("qk_norm", [True, False])
+@pytest.mark.parametrize("beam_shared", [True, False])
+def test_incremental_encoder_attention_paths_agree(qk_norm, beam_shared):
+    a, b = pair(qk_norm, encoder_decoder_attention=True, kdim=E, vdim=E)
+    a.eval()
+    b.eval()
+    beam, B, S = 2, 3, 6
+    g = torch.Generator().manual_seed(6)
+    key = torch.randn(S, B, E, generator=g).repeat_interleave(beam, dim=1)
+    pad = torch.zeros(B, S, dtype=torch.bool)
+    pad[1, :2] = True
+    pad = pad.repeat_interleave(beam, dim=0)
+    if beam_shared:
+        a.set_beam_size(beam)
+        b.set_beam_size(beam)
+    sa, sb = {}, {}
+    for t in range(3):
+        q = torch.randn(1, B * beam, E, generator=g)
+        k = key if t == 0 else None
+        kpm = pad if t == 0 else None
+        oa, _ = a(q, k, k, key_padding_mask=kpm, incremental_state=sa, static_kv=True,
+                  need_weights=False)
+        ob, _ = b(q, k, k, key_padding_mask=kpm, incremental_state=sb, static_kv=True,
+                  need_weights=False)
+        torch.testing.assert_close(oa, ob, **TOL)
+        order = torch.tensor([1, 0, 3, 2, 5, 4])
+        a.reorder_incremental_state(sa, order)
+        b.reorder_incremental_state(sb, order)
+
+
+@pytest.mark.parametrize("arch", ["transformer_qknorm_paper", "transformer_twt"])
+def test_model_training_step_paths_agree(toy_task, arch):
+    """A whole model (padded toy batch, dropout 0): loss and every gradient agree."""
+    flags = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "32",
+             "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
+             "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "4",
+             "--decoder-attention-heads", "4", "--dropout", "0", "--qk-norm-scale", "6"]
+    torch.manual_seed(0)
+    ma, _ = build_model(toy_task, arch, flags)
+    mb, _ = build_model(toy_task, arch, flags)
+    mb.load_state_dict(ma.state_dict())
+    for m in mb.modules():
+        if isinstance(m, QKNormMultiheadAttention):
+            m.use_fused = False
+    d = toy_task.source_dictionary
+    g = torch.Generator().manual_seed(7)
+    src = torch.randint(d.nspecial, len(d), (3, 7), generator=g)
+    src[0, :3] = d.pad()  # left-padded source
+    src[:, -1] = d.eos()
+    prev = torch.randint(d.nspecial, len(d), (3, 6), generator=g)
+    prev[:, 0] = d.eos()
+    prev[2, -2:] = d.pad()  # right-padded target
+    lengths = (src != d.pad()).sum(1)
+    losses = []
+    for m in (ma, mb):
+        m.train()
+        out, _ = m(src, lengths, prev)
+        keep = prev != d.pad()
+        loss = out.float().logsumexp(-1).masked_fill(~keep, 0).sum() / keep.sum()
+        loss.backward()
+        losses.append(loss)
+    torch.testing.assert_close(losses[0], losses[1], **TOL)
+    for (name, pa), (_, pb) in zip(ma.named_parameters(), mb.named_parameters()):
+        if pa.grad is None:
+            assert pb.grad is None, name
+            continue
+        # 1e-5 relative to the tensor's scale: FixNorm makes embedding gradients O(100)
+        scale = max(1.0, float(pa.grad.abs().max()))
+        torch.testing.assert_close(pa.grad, pb.grad, atol=1e-5 * scale, rtol=1e-5,
+                                   msg=lambda m, name=name: f"{name}: {m}")

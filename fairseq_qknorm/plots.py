@@ -33,6 +33,7 @@ file; the CLI prints ``error: ...`` and exits with status 2.
 from __future__ import annotations
 
 import argparse
+import logging
 import json
 import math
 import re
@@ -55,6 +56,7 @@ class PlotInputError(ValueError):
 
 
 def _pyplot():
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -512,7 +514,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
 
     c = sub.add_parser("curves", help="train/valid loss vs num_updates")
-    c.add_argument("--log", nargs="+", required=True, metavar="NAME=PATH")
+    c.add_argument("--log", nargs="+", action="extend", required=True, metavar="NAME=PATH",
+                       help="NAME=PATH of a fairseq train log; repeatable")
     c.add_argument("--out", required=True)
     c.add_argument("--key", default="loss", help="metric to plot (default loss; e.g. nll_loss, ppl)")
     c.add_argument("--valid-subset", default="valid")
@@ -520,7 +523,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name, hlp in (("g", "QKNorm scales qknorm_g_<module> vs num_updates"),
                       ("health", "attn_entropy_<module> / attn_maxlogit_<module> vs num_updates")):
         g = sub.add_parser(name, help=hlp)
-        g.add_argument("--log", nargs="+", required=True, metavar="NAME=PATH")
+        g.add_argument("--log", nargs="+", action="extend", required=True, metavar="NAME=PATH",
+                       help="NAME=PATH of a fairseq train log; repeatable")
         g.add_argument("--out", required=True)
         g.add_argument("--split", choices=("auto", "train", "valid"), default="auto")
 

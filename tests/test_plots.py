@@ -115,3 +115,13 @@ def test_cli_module(tmp_path):
     assert p.returncode == 0, p.stderr
     _png_ok(out)
     assert plots.main(["curves", "--log", f"x={tmp_path / 'missing.log'}", "--out", str(tmp_path / "m.png")]) == 2
+
+
+def test_repeated_log_flags_accumulate():
+    """`--log A=x --log B=y` keeps both runs (argparse would keep only the last)."""
+    from fairseq_qknorm.plots import build_parser
+
+    for cmd in ("curves", "g", "health"):
+        a = build_parser().parse_args([cmd, "--log", "a=x.log", "--log", "b=y.log", "c=z.log",
+                                       "--out", "o.png"])
+        assert a.log == ["a=x.log", "b=y.log", "c=z.log"]

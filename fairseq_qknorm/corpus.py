@@ -109,6 +109,9 @@ def _check_file_lines(path: str, name: str, max_len: int, errors: List[CorpusErr
         for n, raw in enumerate(f, 1):
             if raw.endswith(b"\n"):
                 raw = raw[:-1]
+            else:  # only the last line can lack it; `wc -l` and fairseq would count one line less
+                errors.append(CorpusError(name, "last line has no final newline; add one with "
+                                                "`echo >> FILE`", n))
             if n == 1 and raw.startswith(b"\xef\xbb\xbf"):
                 errors.append(CorpusError(name, "UTF-8 byte order mark (BOM) at start of file", n))
                 raw = raw[3:]
@@ -130,6 +133,8 @@ def _check_file_lines(path: str, name: str, max_len: int, errors: List[CorpusErr
                 errors.append(CorpusError(name, "empty line" if not text else "blank line (whitespace only)", n))
             elif ntok > max_len:
                 errors.append(CorpusError(name, f"line too long: {ntok} tokens > max {max_len}", n))
+    if n == 0:
+        errors.append(CorpusError(name, "empty file (no sentences)"))
     return n
 
 

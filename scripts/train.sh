@@ -57,6 +57,10 @@ load_profile_config "$PROFILE_ARG"
 [[ -z "$MAX_UPDATE_ARG" ]] || MAX_UPDATE="$MAX_UPDATE_ARG"
 [[ -z "$THREADS_ARG" ]] || THREADS="$THREADS_ARG"
 [[ "$MAX_UPDATE" =~ ^[0-9]+$ ]] || qk_usage_error "--max-update must be an integer, got '$MAX_UPDATE'"
+[[ "$THREADS" =~ ^[1-9][0-9]*$ ]] || qk_usage_error "--threads must be a positive integer, got '$THREADS'"
+if [[ "$MAX_UPDATE" == 0 && "${MAX_EPOCH:-0}" == 0 ]]; then
+    qk_usage_error "--max-update 0 with profile $PROFILE (max-epoch 0) would never stop training"
+fi
 
 BIN="$QK_DATA/bin/$PAIR"
 BPE_DIR="$QK_DATA/bpe/$PAIR"
@@ -109,6 +113,12 @@ if ((DRY_RUN)); then
 fi
 
 [[ -f "$BIN/.done" ]] || die "$BIN is not binarized: run scripts/binarize.sh $PAIR first"
+NEW_COMMAND="$(CMD[0]=fairseq-train; print_cmd "${CMD[@]}")"
+if [[ "$FORCE" == 0 && -f "$RUN/command.txt" ]] \
+    && [[ "$(sed '1s/^[^ ]*fairseq-train /fairseq-train /' "$RUN/command.txt")" != "$NEW_COMMAND" ]]; then
+    # a finished (or resumable) run made with other settings is never reused silently
+    die "$RUN was trained with another command (see $RUN/command.txt); use --force to retrain it, or another --seed/--max-update"
+fi
 if [[ -f "$RUN/train.json" && "$FORCE" == 0 ]]; then
     qk_log "skip: $RUN is finished ($(qk_json_field "$RUN/train.json" updates) updates); --force to retrain"
     exit 0

@@ -699,3 +699,17 @@ def test_sha256_cli(tmp_path):
     assert p.returncode == 2 and "got an HTML page" in p.stderr and "352222045" in p.stderr
     p = run_corpus("untar", "--archive", h, "--dest", tmp_path / "u")
     assert p.returncode == 2 and "got an HTML page" in p.stderr
+
+
+@pytest.mark.parametrize("content, problem", [
+    (b"one line\nno final newline", "no final newline"),
+    (b"", "empty file"),
+])
+def test_check_rejects_missing_final_newline_and_empty_file(tmp_path, content, problem):
+    """`wc -l` (and fairseq) count a last line without newline one short: reject it up front."""
+    src, tgt = tmp_path / "a.gl", tmp_path / "a.en"
+    src.write_bytes(content)
+    tgt.write_bytes(content)
+    p = run_corpus("check", "--src", src, "--tgt", tgt)
+    assert p.returncode != 0
+    assert problem in out(p) and str(src) in out(p)

@@ -39,7 +39,8 @@ def test_g0_formula():
     assert qk_norm_initial_scale(length=79) == pytest.approx(math.log2(6162))
     assert qk_norm_initial_scale(length=79) == pytest.approx(12.589, abs=1e-3)  # paper's gl->en
     assert qk_norm_initial_scale(scale=7.5) == 7.5
-    for bad in (dict(), dict(length=79, scale=3.0), dict(length=1), dict(scale=0.0)):
+    for bad in (dict(), dict(length=79, scale=3.0), dict(length=1), dict(length=1.5),
+                dict(length=float("nan")), dict(scale=0.0), dict(scale=-2.0)):
         with pytest.raises(ValueError):
             qk_norm_initial_scale(**bad)
 
@@ -58,6 +59,13 @@ def test_scalenorm_output_norm_equals_g():
     # float64 keeps its precision
     x64 = torch.randn(4, 64, dtype=torch.float64)
     torch.testing.assert_close(norm.double()(x64).norm(dim=-1), torch.full((4,), 2.5, dtype=torch.float64))
+    norm.float()
+    # fp16: fairseq zeroes pad positions; g/||x|| (~1e6) must not overflow to inf (0*inf=NaN)
+    assert torch.equal(norm.half()(torch.zeros(2, 64, dtype=torch.float16)),
+                       torch.zeros(2, 64, dtype=torch.float16))
+    small = torch.randn(3, 64) * 1e-3
+    torch.testing.assert_close(norm.half()(small.half()).float().norm(dim=-1),
+                               torch.full((3,), 2.5), rtol=2e-3, atol=0)
     norm.float()
     # bf16: norm computed in float32, no overflow
     big = (torch.randn(4, 64) * 1e3).to(torch.bfloat16)
@@ -194,3 +202,21 @@ def test_importing_plugin_twice_does_not_reregister():
 
     assert MODEL_REGISTRY["transformer_qknorm"] is TransformerQKNormModel
     assert fairseq_qknorm.checkpoint_compat.install() is True
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("arch", ["transformer_twt_proxy", "transformer_qknorm_paper_proxy"])
+def test_low_precision_padded_batch_is_finite(toy_task, arch, dtype):
+    """fairseq zeroes pad positions before the first norm: ScaleNorm must not turn them into
+    NaN under fp16 (which attention would spread over the whole sentence)."""
+    model, _ = build_model(toy_task, arch, TINY + ["--qk-norm-length", "12"])
+    model = model.eval().to(dtype)
+    d = toy_task.target_dictionary
+    src = torch.randint(d.nspecial, len(d), (2, 6))
+    src[1, :3] = d.pad()
+    src[:, -1] = d.eos()
+    with torch.no_grad():
+        enc = model.encoder(src, src_lengths=(src != d.pad()).sum(1))
+        out, _ = model.decoder(torch.full((2, 3), d.eos()), encoder_out=enc)
+    assert torch.isfinite(enc["encoder_out"][0].float()).all()
+    assert torch.isfinite(out.float()).all()

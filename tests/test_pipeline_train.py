@@ -45,6 +45,9 @@ def _run_pipeline(work: Path, data_dir: Path, n_test: int, merges: int):
     # a finished run is skipped, not retrained
     p = run_script("train.sh", "gl-en", "twt", "--max-update", 3, env=env)
     assert p.returncode == 0 and "skip" in out(p)
+    # ... but a run made with other settings is never silently reused
+    p = run_script("train.sh", "gl-en", "twt", "--max-update", 4, env=env)
+    assert p.returncode != 0 and "another command" in out(p)
 
     proc = subprocess.run([sys.executable, "-m", "fairseq_qknorm.summarize",
                            *sum((["--run", str(r)] for r in runs), []),

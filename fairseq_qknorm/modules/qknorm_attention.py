@@ -38,14 +38,15 @@ def qk_norm_initial_scale(length: Optional[float] = None, scale: Optional[float]
     itself when given. Exactly one of the two must be set.
 
     Args:
-        length: ``L`` in tokens; must be > 1 so that ``L^2 - L > 0``.
-        scale: ``g0`` directly (any finite non-zero float).
+        length: ``L`` in tokens; ``L^2 - L > 1`` so that ``g0 > 0``.
+        scale: ``g0`` directly (finite, > 0).
 
     Returns:
         ``g0`` as a Python float.
 
     Raises:
-        ValueError: both or neither given, ``length <= 1``, or ``scale`` not finite/zero.
+        ValueError: both or neither given, ``length`` not finite or ``L^2 - L <= 1``
+            (g0 would be <= 0), or ``scale`` not finite or <= 0.
     """
     if (length is None) == (scale is None):
         raise ValueError(
@@ -54,12 +55,15 @@ def qk_norm_initial_scale(length: Optional[float] = None, scale: Optional[float]
         )
     if scale is not None:
         scale = float(scale)
-        if not math.isfinite(scale) or scale == 0.0:
-            raise ValueError(f"--qk-norm-scale must be finite and non-zero, got {scale!r}")
+        if not math.isfinite(scale) or scale <= 0.0:
+            raise ValueError(f"--qk-norm-scale must be finite and > 0, got {scale!r}")
         return scale
-    if length <= 1:
-        raise ValueError(f"--qk-norm-length must be > 1 (g0 = log2(L^2 - L)), got {length!r}")
-    return math.log2(float(length) ** 2 - float(length))
+    length = float(length)
+    # g0 > 0 needs L^2 - L > 1, i.e. L > (1 + sqrt 5) / 2; a length is at least 2 in practice
+    if not math.isfinite(length) or length * length - length <= 1.0:
+        raise ValueError(f"--qk-norm-length must be finite and >= 2 (g0 = log2(L^2 - L) > 0), "
+                         f"got {length!r}")
+    return math.log2(length * length - length)
 
 
 class QKNormMultiheadAttention(MultiheadAttention):

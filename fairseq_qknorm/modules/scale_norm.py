@@ -31,11 +31,14 @@ class ScaleNorm(nn.Module):
         self.scale = nn.Parameter(torch.tensor(math.sqrt(dim) if scale is None else float(scale)))
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.element_size() >= 4:  # float32/float64: norm in the input's own precision
+        if x.element_size() >= 4:  # float32/float64: in the input's own precision
             norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
-        else:
-            norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=torch.float32)
-        return x * (self.scale / norm.clamp_min(self.eps)).to(x.dtype)
+            return x * (self.scale / norm.clamp_min(self.eps))
+        # fp16/bf16: g/||x|| reaches 1e6 for fairseq's zeroed pad positions, inf in fp16, and
+        # 0 * inf = NaN; compute in float32 and cast the (bounded, norm g) result back
+        xf = x.float()
+        norm = torch.linalg.vector_norm(xf, dim=-1, keepdim=True)
+        return (xf * (self.scale.float() / norm.clamp_min(self.eps))).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"{self.dim}, eps={self.eps}"

@@ -330,6 +330,18 @@ def is_missing(text: Optional[str]) -> bool:
     return text is None or not text.strip() or any(m in text for m in NULL_MARKERS)
 
 
+def _add_pair(s: str, t: str, out_src: List[str], out_tgt: List[str], counts: dict) -> None:
+    """Append a sentence pair with whitespace normalized, or count it as dropped when either
+    side is missing (empty or a NULL marker, see :func:`is_missing`): pairs are dropped whole."""
+    if is_missing(s) or is_missing(t):
+        counts["dropped"] += 1
+        counts["dropped_null"] += 1
+        return
+    out_src.append(" ".join(s.split()))
+    out_tgt.append(" ".join(t.split()))
+    counts["kept"] += 1
+
+
 def _atomic_write_lines(path: Path, lines: Iterable[str]) -> None:
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
     try:
@@ -384,14 +396,7 @@ def extract_tsv_split(tsv: str, src: str, tgt: str) -> Tuple[List[str], List[str
                 counts["dropped"] += 1
                 counts["dropped_short_row"] += 1
                 continue
-            s, t = fields[i_src], fields[i_tgt]
-            if is_missing(s) or is_missing(t):
-                counts["dropped"] += 1
-                counts["dropped_null"] += 1
-                continue
-            out_src.append(" ".join(s.split()))
-            out_tgt.append(" ".join(t.split()))
-            counts["kept"] += 1
+            _add_pair(fields[i_src], fields[i_tgt], out_src, out_tgt, counts)
     return out_src, out_tgt, counts
 
 
@@ -471,13 +476,7 @@ def extract_pair_folder(root: str, folder: str, src: str, tgt: str, out: str,
         keep_s, keep_t = [], []
         counts = {"rows": len(s_lines), "kept": 0, "dropped": 0, "dropped_null": 0}
         for s, t in zip(s_lines, t_lines):
-            if is_missing(s) or is_missing(t):
-                counts["dropped"] += 1
-                counts["dropped_null"] += 1
-                continue
-            keep_s.append(" ".join(s.split()))
-            keep_t.append(" ".join(t.split()))
-            counts["kept"] += 1
+            _add_pair(s, t, keep_s, keep_t, counts)
         if not keep_s:
             raise CorpusError(s_path, "no sentence pair left after dropping empty/NULL lines")
         results[split] = (keep_s, keep_t, counts)

@@ -418,9 +418,9 @@ def section_norms(a, out: Dict) -> None:
         entries = {
             "layernorm": make(ln, x, grad),
             "scalenorm": make(sn, x, grad),
-            # candidates (benchmarks/candidates.py; see README): same function
-            "scalenorm_custom_bwd": make(
-                lambda t: cand.scale_norm_custom_backward(t, sn.scale, sn.eps), x, grad),
+            # the previous plain-autograd ScaleNorm (benchmarks/candidates.py): same function
+            "scalenorm_autograd": make(
+                lambda t: cand.scale_norm_autograd(t, sn.scale, sn.eps), x, grad),
             "scalenorm_via_rms_norm": make(
                 lambda t: F.rms_norm(t, (dim,), eps=1e-10 / dim) * (g / math.sqrt(dim)), x, grad),
         }
@@ -429,9 +429,9 @@ def section_norms(a, out: Dict) -> None:
         rows.append({"rows": n, "dim": dim,
                      "ms": {k: v["median_s"] * 1e3 for k, v in times.items()},
                      "scalenorm/layernorm_speed": ln_t / times["scalenorm"]["median_s"],
-                     "custom_bwd/layernorm_speed": ln_t / times["scalenorm_custom_bwd"]["median_s"],
-                     "custom_bwd/scalenorm_speed": times["scalenorm"]["median_s"]
-                     / times["scalenorm_custom_bwd"]["median_s"],
+                     "autograd/layernorm_speed": ln_t / times["scalenorm_autograd"]["median_s"],
+                     "scalenorm/autograd_speed": times["scalenorm_autograd"]["median_s"]
+                     / times["scalenorm"]["median_s"],
                      "rms_candidate/layernorm_speed": ln_t
                      / times["scalenorm_via_rms_norm"]["median_s"]})
     # QKNorm's query scaling: F.normalize then * g (today) vs g folded into 1/||q||
@@ -445,7 +445,7 @@ def section_norms(a, out: Dict) -> None:
                "scale_folded": make(lambda t: cand.qk_scale_folded(t, gq), q, qgrad)}
     times = c.interleaved(entries, max(a.reps, 3), a.warmup, min_time=min_time)
     qk = {"shape": list(shape), "ms": {k: v["median_s"] * 1e3 for k, v in times.items()},
-          "folded/current_speed": times["normalize_then_scale"]["median_s"]
+          "folded/previous_speed": times["normalize_then_scale"]["median_s"]
           / times["scale_folded"]["median_s"]}
     out.update({"what": "forward+backward of one norm module on (rows, dim)", "rows": rows,
                 "qk_scale": qk})
@@ -823,20 +823,21 @@ def markdown(res: Dict) -> str:
     nm = res.get("norms", {})
     if nm.get("rows"):
         L += ["## Norm module fwd+bwd, ms", "",
-              "| rows x dim | LayerNorm | ScaleNorm | ScaleNorm custom bwd (candidate) | "
-              "ScaleNorm via F.rms_norm | ScaleNorm/LayerNorm speed | candidate/ScaleNorm speed |",
+              "| rows x dim | LayerNorm | ScaleNorm | ScaleNorm by plain autograd (previous) | "
+              "ScaleNorm via F.rms_norm | ScaleNorm/LayerNorm speed | ScaleNorm/previous speed |",
               "|---|---:|---:|---:|---:|---:|---:|"]
         for r in nm["rows"]:
             L.append(f"| {r['rows']} x {r['dim']} | {r['ms']['layernorm']:.3f} | "
-                     f"{r['ms']['scalenorm']:.3f} | {r['ms']['scalenorm_custom_bwd']:.3f} | "
+                     f"{r['ms']['scalenorm']:.3f} | {r['ms']['scalenorm_autograd']:.3f} | "
                      f"{r['ms']['scalenorm_via_rms_norm']:.3f} | "
                      f"{fmt(r['scalenorm/layernorm_speed'], 3)} | "
-                     f"{fmt(r['custom_bwd/scalenorm_speed'], 3)} |")
+                     f"{fmt(r['scalenorm/autograd_speed'], 3)} |")
         qk = nm.get("qk_scale")
         if qk:
             L += ["", f"QKNorm query scaling fwd+bwd on {tuple(qk['shape'])}: F.normalize then "
-                  f"x g {qk['ms']['normalize_then_scale']:.3f} ms, g folded into 1/||q|| "
-                  f"{qk['ms']['scale_folded']:.3f} ms (speed {fmt(qk['folded/current_speed'], 3)})"]
+                  f"x g (previous) {qk['ms']['normalize_then_scale']:.3f} ms, g folded into "
+                  f"1/||q|| (plugin) "
+                  f"{qk['ms']['scale_folded']:.3f} ms (speed {fmt(qk['folded/previous_speed'], 3)})"]
         L.append("")
     tg = res.get("targets", [])
     if tg:

@@ -71,8 +71,8 @@ def test_in_process_sections(in_process):
 
     norms = res["norms"]["rows"][0]
     assert positive(norms["scalenorm/layernorm_speed"])
-    assert positive(norms["custom_bwd/scalenorm_speed"])
-    assert positive(res["norms"]["qk_scale"]["folded/current_speed"])
+    assert positive(norms["scalenorm/autograd_speed"])
+    assert positive(res["norms"]["qk_scale"]["folded/previous_speed"])
     assert {t["target"].split(" (")[0] for t in res["targets"]} >= {
         "QKNorm training step >= 1.00x stock", "model-only >= 60% of fp32 matmul peak"}
 
@@ -160,8 +160,8 @@ def test_run_with_rusage_reports_child_peak(tmp_path):
 
 
 @pytest.mark.parametrize("clamped", [False, True])
-def test_candidates_compute_the_plugins_functions(clamped):
-    """The benchmarked candidates are exact replacements (values and gradients, fp32)."""
+def test_previous_implementations_compute_the_plugins_functions(clamped):
+    """The benchmarked references compute the plugin's functions (values and gradients, fp32)."""
     import torch
 
     from benchmarks import candidates
@@ -175,7 +175,7 @@ def test_candidates_compute_the_plugins_functions(clamped):
     xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
     g = sn.scale.detach().clone().requires_grad_()
     ya = sn(xa)
-    yb = candidates.scale_norm_custom_backward(xb, g, sn.eps)
+    yb = candidates.scale_norm_autograd(xb, g, sn.eps)
     torch.testing.assert_close(ya, yb)
     dy = torch.randn_like(ya)
     ya.backward(dy)

@@ -72,6 +72,38 @@ def test_scalenorm_output_norm_equals_g():
     torch.testing.assert_close(norm(big).float().norm(dim=-1), torch.full((4,), 2.5), rtol=2e-2, atol=0)
 
 
+@pytest.mark.parametrize("clamped", [False, True])
+def test_scalenorm_gradients_match_finite_differences(clamped):
+    """ScaleNorm's hand-written backward against float64 finite differences (gradcheck),
+    for x and g, including a row whose norm is below eps (clamped: no norm gradient)."""
+    torch.manual_seed(0)
+    norm = ScaleNorm(8).double()
+    x = torch.randn(3, 4, 8, dtype=torch.float64)
+    if clamped:
+        x[0, 1] = 1e-7  # ||x|| < eps = 1e-5
+    x.requires_grad_()
+    assert torch.autograd.gradcheck(lambda t, g: ScaleNorm.forward(_with_scale(norm, g), t),
+                                    (x, norm.scale.detach().clone().requires_grad_()))
+    # and against the composite formula by autograd, in float32
+    x32 = x.detach().float().requires_grad_()
+    ref = x32.detach().clone().requires_grad_()
+    g = torch.tensor(2.0, requires_grad=True)
+    norm32 = ScaleNorm(8, scale=2.0)
+    dy = torch.randn(3, 4, 8)
+    norm32(x32).backward(dy)
+    (ref * (g / torch.linalg.vector_norm(ref, dim=-1, keepdim=True).clamp_min(1e-5))).backward(dy)
+    torch.testing.assert_close(x32.grad, ref.grad)
+    torch.testing.assert_close(norm32.scale.grad, g.grad)
+
+
+def _with_scale(norm, g):
+    """A view of ``norm`` whose scale is the tensor ``g`` (for gradcheck over g)."""
+    clone = ScaleNorm(norm.dim, eps=norm.eps)
+    del clone.scale
+    clone.scale = g
+    return clone
+
+
 def test_fixnorm_embeddings_unit_norm():
     torch.manual_seed(0)
     emb = FixNormEmbedding(50, 16, padding_idx=1)

@@ -138,8 +138,7 @@ class QKNormMultiheadAttention(MultiheadAttention):
     def _scaled_queries(self, q: Tensor) -> Tuple[Tensor, float]:
         """Queries with the logit scale folded in, and the scale left for the kernel."""
         if self.qk_norm:
-            # g * cos(q, k) = (g * q_hat) . k_hat
-            return q * self.qk_norm_g.to(q.dtype), 1.0
+            return q, 1.0  # g already folded into the normalized queries
         return q, self.scaling
 
     def _attention_mask(self, attn_mask: Optional[Tensor], key_padding_mask: Optional[Tensor],
@@ -198,8 +197,10 @@ class QKNormMultiheadAttention(MultiheadAttention):
             k = self._split_heads(self.k_proj(query), bsz)
             v = self._split_heads(self.v_proj(query), bsz)
         elif key is not None:
-            if self.encoder_decoder_attention and self.beam_size > 1 and bsz == key.size(1):
-                # beam-shared encoder states, as in the parent: (S, B*beam, C) -> (S, B, C)
+            if (self.encoder_decoder_attention and self.beam_size > 1 and saved_state is not None
+                    and bsz == key.size(1)):
+                # beam-shared encoder states, as in the parent, but only while decoding
+                # incrementally (never in a training/validation forward): (S, B*beam, C) -> (S, B, C)
                 key = key.view(key.size(0), -1, self.beam_size, key.size(2))[:, :, 0, :]
                 if key_padding_mask is not None:
                     key_padding_mask = key_padding_mask.view(
@@ -209,7 +210,10 @@ class QKNormMultiheadAttention(MultiheadAttention):
             k = self._split_heads(self.k_proj(key), key.size(1))  # (B', H, S, hd)
             v = self._split_heads(self.v_proj(kv_in), key.size(1))
         if self.qk_norm:
-            q = F.normalize(q, dim=-1, eps=QK_NORM_EPS)
+            # g * q / ||q||: g folded into the (B, H, T, 1) reciprocal norm (one full-size
+            # multiply instead of F.normalize then * g), so g * cos(q, k) = q' . k_hat
+            q_norm = torch.linalg.vector_norm(q, dim=-1, keepdim=True).clamp_min(QK_NORM_EPS)
+            q = q * (self.qk_norm_g.to(q.dtype) / q_norm)
             if k is not None:  # new keys only: cached keys are already normalized
                 k = F.normalize(k, dim=-1, eps=QK_NORM_EPS)
 

@@ -38,10 +38,15 @@ grid: install
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/reproduce.sh --pairs "$(PAIRS)" \
 	    --systems "$(SYSTEMS)" --seeds "$(SEEDS)" --profile "$(PROFILE)"
 
-# the 2x2 confound ablation: make ablation PAIR=gl-en SEEDS=1,2 PROFILE=cpu-proxy
+# the 2x2 confound ablation: make ablation PAIR=gl-en SEEDS=1,2 (about an hour on 2 cores with
+# the cpu-proxy-fast profile); on a GPU machine: make ablation ABLATION_PROFILE=paper
+ABLATION_PROFILE ?= cpu-proxy-fast
+comma := ,
+# seeds: SEEDS when given on the command line, else 1,2 (the grid's default of one seed is too few)
+ABLATION_SEEDS = $(if $(filter command line environment,$(origin SEEDS)),$(SEEDS),1$(comma)2)
 ablation: install
-	PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/ablation.sh "$(PAIR)" --seeds "$(SEEDS)" \
-	    --profile "$(PROFILE)" --jobs 2
+	PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/ablation.sh "$(PAIR)" --seeds "$(ABLATION_SEEDS)" \
+	    --profile "$(ABLATION_PROFILE)" --jobs 2
 
 bench: install
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m benchmarks.run

@@ -36,7 +36,8 @@ usage: scripts/ablation.sh PAIR [--seeds 1,2] [--profile P] [--max-update N] [--
                            [--data-dir DIR] [--no-significance] [--aggregate-only] [--dry-run]
   PAIR           one of: $(qk_known_pairs)
   --seeds L      comma-separated seeds (default 1,2)
-  --profile P    one of: $(qk_known_profiles) (default: cpu-proxy)
+  --profile P    one of: $(qk_known_profiles) (default: cpu-proxy-fast,
+                 sized so that 4 cells x 2 seeds take about an hour on 2 cores with --jobs 2)
   --max-update N override the profile's update budget
   --jobs N       cells trained at once (default 1; N > 1: one thread each)
   --data-dir D   local corpus copy for scripts/prepare_data.sh
@@ -49,7 +50,7 @@ outputs: results/PROFILE/PAIR/{runs.json,aggregate.*,ablation.md,ablation.json,a
 EOF
 }
 
-PAIR_ARG="" SEEDS_ARG=1,2 PROFILE_ARG=cpu-proxy PASS=() NO_SIG=0 AGG_ONLY=0 DRY_RUN=0
+PAIR_ARG="" SEEDS_ARG=1,2 PROFILE_ARG=cpu-proxy-fast PASS=() NO_SIG=0 AGG_ONLY=0 DRY_RUN=0
 need_value() { [[ $# -ge 2 && -n "$2" ]] || qk_usage_error "$1 needs a value"; }
 while (($#)); do
     case "$1" in

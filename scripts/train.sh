@@ -65,7 +65,11 @@ fi
 BIN="$QK_DATA/bin/$PAIR"
 BPE_DIR="$QK_DATA/bpe/$PAIR"
 RUN="$(qk_run_dir "$PAIR" "$PROFILE" "$SYSTEM" "$SEED")"
-if [[ "$PROFILE" == cpu-proxy ]]; then ARCH="$SYSTEM_ARCH_PROXY"; else ARCH="$SYSTEM_ARCH_PAPER"; fi
+case "${PROFILE_ARCH:-}" in  # which of the system's named archs the profile's sizes belong to
+    proxy) ARCH="$SYSTEM_ARCH_PROXY" ;;
+    paper) ARCH="$SYSTEM_ARCH_PAPER" ;;
+    *) die "profile $PROFILE sets PROFILE_ARCH='${PROFILE_ARCH:-}', expected proxy or paper" ;;
+esac
 
 QKNORM_FLAGS=()
 G0_NOTE=""

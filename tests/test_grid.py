@@ -305,7 +305,7 @@ def test_reproduce_jobs_2_gives_each_cell_one_thread(work):
      "unknown system 'bogus' (known systems: postnorm_layernorm prenorm_fixnorm_layernorm "
      "prenorm_layernorm qknorm_paper scalenorm_qknorm twt"),
     (["--pairs", "gl-en", "--systems", "twt", "--profile", "gpu"], 1,
-     "unknown profile 'gpu' (known profiles: cpu-proxy paper)"),
+     "unknown profile 'gpu' (known profiles: cpu-proxy-fast cpu-proxy paper)"),
     (["--pairs", "gl-en", "--systems", "twt", "--seeds", "1,x"], 2, "bad --seeds list '1,x'"),
     (["--pairs", "gl-en", "--systems", "twt", "--seeds", "1,,2"], 2, "bad --seeds list '1,,2'"),
     (["--pairs", "gl-en", "--systems", "twt", "--seeds", "1,"], 2, "bad --seeds list '1,'"),
@@ -388,7 +388,14 @@ def test_ablation_dry_run_names_the_four_cells(work):
     assert len(abl) == 1
     cells = [abl[0][i + 1] for i, t in enumerate(abl[0]) if t == "--cell"]
     assert cells == [f"{c}={s}" for c, s in ABLATION.items()]
-    out = work / "results" / "cpu-proxy" / "gl-en"
+    # default profile cpu-proxy-fast: the cpu-proxy model with the one-hour grid's budget
+    for c in cmds:
+        f = flags(c)
+        assert f["--encoder-layers"] == f["--decoder-layers"] == "3"
+        assert f["--encoder-embed-dim"] == "256" and f["--dropout"] == "0.1"
+        assert (f["--max-tokens"], f["--max-update"], f["--lr"]) == ("1024", "1000", "1e-3")
+        assert Path(f["--save-dir"]).parts[-4] == "cpu-proxy-fast"
+    out = work / "results" / "cpu-proxy-fast" / "gl-en"
     assert flags(abl[0])["--out-dir"] == str(out) and flags(abl[0])["--ref"] == str(work / "data/raw/gl-en/test.en")
     assert "plots bleu-bars --json " + str(out / "aggregate.json") in proc.stdout
     assert "plots curves" in proc.stdout

@@ -7,6 +7,7 @@
 
 # Model size (3+3 layers, d 256, FFN 1024, 4 heads): the *_proxy archs' values, passed explicitly
 # so that every system of the grid (named arch or not) gets the same size.
+PROFILE_ARCH=proxy          # train.sh picks the systems' *_proxy named archs
 MODEL_LAYERS=3
 MODEL_HEADS=4
 MODEL_EMBED_DIM=256

@@ -5,6 +5,7 @@
 # (same training setup as TWT). Deviations are marked "DEVIATION".
 
 # Model size per pair (configs/pairs/<PAIR>.sh): width 512, FFN 2048 for every pair.
+PROFILE_ARCH=paper          # train.sh picks the systems' paper-size named archs
 MODEL_LAYERS="$PAPER_LAYERS"
 MODEL_HEADS="$PAPER_HEADS"
 MODEL_EMBED_DIM="$PAPER_EMBED_DIM"

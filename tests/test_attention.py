@@ -206,6 +206,24 @@ def test_beam_shared_encoder_attention_and_reorder():
     torch.testing.assert_close(again, expected, atol=1e-5, rtol=1e-5)
 
 
+def test_beam_size_left_set_does_not_touch_full_forwards():
+    """A beam size left over from decoding (fairseq never resets it) must not make a
+    training or validation forward share keys between neighbouring sentences."""
+    mha = make(encoder_decoder_attention=True, kdim=E, vdim=E)
+    _, key, pad = inputs(S=7, B=4)  # 4 different sentences, bsz divisible by the beam
+    q = torch.randn(5, 4, E)
+    for training in (True, False):
+        mha.train(training)
+        mha.dropout_module.p = 0.0
+        mha.set_beam_size(1)
+        expected, _ = mha(q, key, key, key_padding_mask=pad, need_weights=False)
+        mha.set_beam_size(2)
+        got, _ = mha(q, key, key, key_padding_mask=pad, need_weights=False)
+        torch.testing.assert_close(got, expected)
+        torch.testing.assert_close(got, reference_attention(mha, q, key, key_padding_mask=pad),
+                                   atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_low_precision_masking_has_no_nan(dtype):
     mha = make(self_attention=True, g0=12.59).to(dtype)

@@ -118,6 +118,16 @@ def test_fixnorm_embeddings_unit_norm():
     x = torch.randn(3, 16)
     expected = x @ torch.nn.functional.normalize(emb.weight, dim=-1).T
     torch.testing.assert_close(proj(x), expected)
+    # 3-D, non-contiguous input (decoder output transposed from (T, B, C)), with and
+    # without autograd: rows divided by their norm, in float64
+    x3 = torch.randn(4, 2, 16).transpose(0, 1)  # (2, 4, 16), strides of a transpose
+    w64 = emb.weight.detach().double()
+    ref = (x3.double() @ (w64 / w64.norm(dim=-1, keepdim=True).clamp_min(1e-30)).T).float()  # pad row: 0
+    for grad in (True, False):
+        with torch.set_grad_enabled(grad):
+            out = proj(x3)
+        assert out.shape == (2, 4, 50)
+        torch.testing.assert_close(out, ref, atol=1e-6, rtol=1e-5)
 
 
 # ------------------------------------------------------------------ archs

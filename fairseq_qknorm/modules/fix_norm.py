@@ -46,4 +46,9 @@ class FixNormLinear(nn.Linear):
         super().__init__(in_features, out_features, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.linear(x, F.normalize(self.weight, dim=-1, eps=FIX_NORM_EPS))
+        weight = F.normalize(self.weight, dim=-1, eps=FIX_NORM_EPS)
+        # One 2-D matmul. Under no_grad the normalized weight needs no gradient, and
+        # torch's matmul then runs a 3-D input through bmm with the (V, d) weight expanded
+        # per row (measured: 8 ms instead of 3 ms per beam-search step at d 512, V 2048).
+        out = F.linear(x.reshape(-1, x.size(-1)), weight)
+        return out.view(*x.shape[:-1], weight.size(0))

@@ -39,14 +39,15 @@ grid: install
 	    --systems "$(SYSTEMS)" --seeds "$(SEEDS)" --profile "$(PROFILE)"
 
 # the 2x2 confound ablation: make ablation PAIR=gl-en SEEDS=1,2 (about an hour on 2 cores with
-# the cpu-proxy-fast profile); on a GPU machine: make ablation ABLATION_PROFILE=paper
-ABLATION_PROFILE ?= cpu-proxy-fast
+# the cpu-proxy-fast profile, two runs at a time); on one GPU: make ablation PROFILE=paper ABLATION_JOBS=1
+ABLATION_PROFILE ?= $(if $(filter command line,$(origin PROFILE)),$(PROFILE),cpu-proxy-fast)
+ABLATION_JOBS ?= 2
 comma := ,
 # seeds: SEEDS when given on the command line, else 1,2 (the grid's default of one seed is too few)
 ABLATION_SEEDS = $(if $(filter command line environment,$(origin SEEDS)),$(SEEDS),1$(comma)2)
 ablation: install
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/ablation.sh "$(PAIR)" --seeds "$(ABLATION_SEEDS)" \
-	    --profile "$(ABLATION_PROFILE)" --jobs 2
+	    --profile "$(ABLATION_PROFILE)" --jobs "$(ABLATION_JOBS)"
 
 bench: install
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m benchmarks.run

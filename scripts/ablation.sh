@@ -68,12 +68,17 @@ while (($#)); do
     esac
 done
 [[ -n "$PAIR_ARG" ]] || qk_usage_error "missing PAIR"
-[[ "$SEEDS_ARG" =~ ^[0-9]+(,[0-9]+)*$ ]] \
-    || qk_usage_error "bad --seeds list '$SEEDS_ARG' (comma-separated non-negative integers, e.g. 1,2)"
+SEED_RE='(0|[1-9][0-9]{0,8})'
+[[ "$SEEDS_ARG" =~ ^$SEED_RE(,$SEED_RE)*$ ]] \
+    || qk_usage_error "bad --seeds list '$SEEDS_ARG' (comma-separated non-negative integers without leading zeros, e.g. 1,2)"
 load_pair_config "$PAIR_ARG"
 load_profile_config "$PROFILE_ARG"
 
-OUT="$QK_WORK_DIR/results/$PROFILE/$PAIR"
+# a budget other than the profile's reports to its own folder: a short trial run never
+# overwrites the profile's results
+MAXU=""
+for ((i = 0; i < ${#PASS[@]}; i++)); do [[ "${PASS[i]}" != --max-update ]] || MAXU="${PASS[i + 1]}"; done
+OUT="$QK_WORK_DIR/results/$PROFILE${MAXU:+-max-update-$MAXU}/$PAIR"
 REF="$QK_DATA/raw/$PAIR/test.$TGT"
 SYSTEMS=()
 echo "# 2x2 ablation on $PAIR ($SRC->$TGT), profile $PROFILE, seeds $SEEDS_ARG; all cells PreNorm + FixNorm:"

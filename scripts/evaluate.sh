@@ -6,6 +6,7 @@
 #     -> {test}.score.json  tokenized BLEU (sacrebleu --tokenize none, comparable to multi-bleu.perl
 #                        and the papers), detokenized sacreBLEU and chrF, each with its signature,
 #                        scored against the raw reference file data/raw/PAIR/{test}.TGT (never T- lines)
+# (--checkpoint last writes {test}.last.gen.out, .hyp, .score.json instead.)
 # Steps whose outputs are newer than the checkpoint are skipped.
 set -euo pipefail
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
@@ -45,7 +46,7 @@ while (($#)); do
     esac
 done
 [[ -n "$PAIR_ARG" && -n "$SYSTEM_ARG" ]] || qk_usage_error "PAIR and SYSTEM are required"
-[[ "$SEED" =~ ^[0-9]+$ ]] || qk_usage_error "--seed must be a non-negative integer, got '$SEED'"
+[[ "$SEED" =~ ^(0|[1-9][0-9]{0,8})$ ]] || qk_usage_error "--seed must be a non-negative integer (no leading zeros, below 10^9), got '$SEED'"
 [[ -z "$THREADS_ARG" || "$THREADS_ARG" =~ ^[1-9][0-9]*$ ]] \
     || qk_usage_error "--threads must be a positive integer, got '$THREADS_ARG'"
 case "$SPLIT" in test) GEN_SUBSET=test ;; dev) GEN_SUBSET=valid ;; *) qk_usage_error "--split must be test or dev" ;; esac
@@ -69,9 +70,12 @@ if [[ -f "$QK_DATA/bpe/$PAIR/length_stats.json" ]] \
     REMOVE_BPE=sentencepiece
 fi
 
-GEN="$RUN/$SPLIT.gen.out"
-HYP="$RUN/$SPLIT.hyp"
-SCORE="$RUN/$SPLIT.score.json"
+# outputs of checkpoint_best are SPLIT.*, those of checkpoint_last SPLIT.last.* (never mixed)
+STEM="$SPLIT"
+[[ "$CKPT" == best ]] || STEM="$SPLIT.$CKPT"
+GEN="$RUN/$STEM.gen.out"
+HYP="$RUN/$STEM.hyp"
+SCORE="$RUN/$STEM.score.json"
 if [[ "$FORCE" == 0 && -s "$SCORE" && "$SCORE" -nt "$CHECKPOINT" && "$HYP" -nt "$CHECKPOINT" ]]; then
     qk_log "skip: $SCORE is up to date"
     cat "$SCORE"
@@ -87,8 +91,8 @@ OMP_NUM_THREADS="$THREADS" "$FAIRSEQ_GENERATE" "$BIN" \
     --beam "$BEAM" --lenpen "$LENPEN" --max-tokens "$GEN_MAX_TOKENS" \
     "${GEN_FLAGS[@]+"${GEN_FLAGS[@]}"}" \
     --required-batch-size-multiple 1 --num-workers 0 --seed "$SEED" \
-    >"$GEN.tmp" 2>"$RUN/$SPLIT.gen.log" \
-    || { rm -f -- "$GEN.tmp"; die "fairseq-generate failed; see $RUN/$SPLIT.gen.log"; }
+    >"$GEN.tmp" 2>"$RUN/$STEM.gen.log" \
+    || { rm -f -- "$GEN.tmp"; die "fairseq-generate failed; see $RUN/$STEM.gen.log"; }
 mv -- "$GEN.tmp" "$GEN"
 
 N_REF="$(qk_count_lines "$REF")"

@@ -284,6 +284,7 @@ load_profile_config() {
     if [[ ! "$profile" =~ ^[a-z0-9-]+$ ]] || [[ ! -f "$QK_REPO_ROOT/configs/profiles/$profile.sh" ]]; then
         die "unknown profile '$profile' (known profiles: $(qk_known_profiles))"
     fi
+    unset PROFILE_ARCH  # set by the profile only, never inherited from the environment
     # shellcheck disable=SC1090
     source "$QK_REPO_ROOT/configs/profiles/$profile.sh"
     PROFILE="$profile"

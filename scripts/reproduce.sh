@@ -165,14 +165,15 @@ for s in "${SYSTEMS[@]}" "$BASELINE"; do
 done
 split_list SEEDS "$SEEDS_ARG" || qk_usage_error "bad --seeds list '$SEEDS_ARG' (comma-separated non-negative integers, e.g. 1,2,3)"
 for s in "${SEEDS[@]}"; do
-    [[ "$s" =~ ^[0-9]+$ ]] \
-        || qk_usage_error "bad --seeds list '$SEEDS_ARG': '$s' is not a non-negative integer (e.g. --seeds 1,2,3)"
+    [[ "$s" =~ ^(0|[1-9][0-9]{0,8})$ ]] \
+        || qk_usage_error "bad --seeds list '$SEEDS_ARG': '$s' is not a non-negative integer (no leading zeros, below 10^9; e.g. --seeds 1,2,3)"
 done
 if [[ ! "$PROFILE_ARG" =~ ^[a-z0-9-]+$ ]] || [[ ! -f "$QK_REPO_ROOT/configs/profiles/$PROFILE_ARG.sh" ]]; then
     die "unknown profile '$PROFILE_ARG' (known profiles: $(qk_known_profiles))"
 fi
 PROFILE="$PROFILE_ARG"
-RESULTS_DIR="${RESULTS_DIR_ARG:-$QK_WORK_DIR/results/$PROFILE}"
+# a budget other than the profile's reports to its own folder (never over the profile's results)
+RESULTS_DIR="${RESULTS_DIR_ARG:-$QK_WORK_DIR/results/$PROFILE${MAX_UPDATE_ARG:+-max-update-$MAX_UPDATE_ARG}}"
 if [[ " ${SYSTEMS[*]} " != *" $BASELINE "* ]] && ((NO_AGG == 0)); then
     qk_warn "baseline '$BASELINE' is not among --systems: the aggregation needs its finished cells (--baseline)"
 fi

@@ -49,7 +49,7 @@ while (($#)); do
     esac
 done
 [[ -n "$PAIR_ARG" && -n "$SYSTEM_ARG" ]] || qk_usage_error "PAIR and SYSTEM are required"
-[[ "$SEED" =~ ^[0-9]+$ ]] || qk_usage_error "--seed must be a non-negative integer, got '$SEED'"
+[[ "$SEED" =~ ^(0|[1-9][0-9]{0,8})$ ]] || qk_usage_error "--seed must be a non-negative integer (no leading zeros, below 10^9), got '$SEED'"
 
 load_pair_config "$PAIR_ARG"
 load_system_config "$SYSTEM_ARG"

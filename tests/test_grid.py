@@ -309,6 +309,8 @@ def test_reproduce_jobs_2_gives_each_cell_one_thread(work):
     (["--pairs", "gl-en", "--systems", "twt", "--seeds", "1,x"], 2, "bad --seeds list '1,x'"),
     (["--pairs", "gl-en", "--systems", "twt", "--seeds", "1,,2"], 2, "bad --seeds list '1,,2'"),
     (["--pairs", "gl-en", "--systems", "twt", "--seeds", "1,"], 2, "bad --seeds list '1,'"),
+    # seed01 and seed1 would be the same fairseq seed counted twice
+    (["--pairs", "gl-en", "--systems", "twt", "--seeds", "01,1"], 2, "bad --seeds list '01,1'"),
     (["--pairs", "gl-en"], 2, "--systems is required"),
     (["--pairs", "gl-en", "--systems", "twt", "--jobs", "0"], 2, "--jobs must be a positive integer"),
 ])

@@ -94,6 +94,11 @@ def test_scalenorm_gradients_match_finite_differences(clamped):
     (ref * (g / torch.linalg.vector_norm(ref, dim=-1, keepdim=True).clamp_min(1e-5))).backward(dy)
     torch.testing.assert_close(x32.grad, ref.grad)
     torch.testing.assert_close(norm32.scale.grad, g.grad)
+    # second derivatives are not implemented: a clear error, never a wrong number
+    x2 = torch.randn(2, 8, requires_grad=True)
+    (gx,) = torch.autograd.grad(norm32(x2).pow(2).sum() + norm32(x2)[0, 0], x2, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable|does not require grad|twice"):
+        gx.sum().backward()
 
 
 def _with_scale(norm, g):

@@ -283,7 +283,9 @@ class QKNormMultiheadAttention(MultiheadAttention):
                     raise NotImplementedError("before_softmax with beam-shared encoder states")
                 return logits.reshape(bsz * self.num_heads, tgt_len, src_len), \
                     v.reshape(bsz * self.num_heads, src_len, self.head_dim)
-            probs_float = torch.softmax(logits.float(), dim=-1)  # softmax in float32
+            # softmax in float32 for fp16/bf16 (as fairseq), in the input's precision otherwise
+            probs_float = torch.softmax(logits.float() if logits.element_size() < 4 else logits,
+                                        dim=-1)
             if dead is not None:
                 probs_float = probs_float.masked_fill(dead, 0.0)
             if self.record_stats:

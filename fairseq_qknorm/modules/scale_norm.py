@@ -5,6 +5,7 @@ from typing import Optional
 
 import torch
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 
 class _ScaleNormFunction(torch.autograd.Function):
@@ -25,6 +26,7 @@ class _ScaleNormFunction(torch.autograd.Function):
         return x * s
 
     @staticmethod
+    @once_differentiable  # second derivatives would be wrong: raise instead
     def backward(ctx, dy: Tensor):
         x, inv, s, live = ctx.saved_tensors
         dot = (dy * x).sum(-1, keepdim=True)  # <dy, x> per row, (*, 1)

@@ -50,14 +50,14 @@ outputs: results/PROFILE/PAIR/{runs.json,aggregate.*,ablation.md,ablation.json,a
 EOF
 }
 
-PAIR_ARG="" SEEDS_ARG=1,2 PROFILE_ARG=cpu-proxy-fast PASS=() NO_SIG=0 AGG_ONLY=0 DRY_RUN=0
-need_value() { [[ $# -ge 2 && -n "$2" ]] || qk_usage_error "$1 needs a value"; }
+PAIR_ARG="" SEEDS_ARG=1,2 PROFILE_ARG=cpu-proxy-fast MAXU="" PASS=() NO_SIG=0 AGG_ONLY=0 DRY_RUN=0
 while (($#)); do
     case "$1" in
         -h | --help) usage; exit 0 ;;
         --seeds) need_value "$@"; SEEDS_ARG="$2"; shift 2 ;;
         --profile) need_value "$@"; PROFILE_ARG="$2"; shift 2 ;;
-        --max-update | --jobs | --data-dir) need_value "$@"; PASS+=("$1" "$2"); shift 2 ;;
+        --max-update) need_value "$@"; MAXU="$2"; PASS+=("$1" "$2"); shift 2 ;;
+        --jobs | --data-dir) need_value "$@"; PASS+=("$1" "$2"); shift 2 ;;
         --no-significance) NO_SIG=1; shift ;;
         --aggregate-only) AGG_ONLY=1; shift ;;
         --dry-run) DRY_RUN=1; shift ;;
@@ -68,16 +68,12 @@ while (($#)); do
     esac
 done
 [[ -n "$PAIR_ARG" ]] || qk_usage_error "missing PAIR"
-SEED_RE='(0|[1-9][0-9]{0,8})'
-[[ "$SEEDS_ARG" =~ ^$SEED_RE(,$SEED_RE)*$ ]] \
-    || qk_usage_error "bad --seeds list '$SEEDS_ARG' (comma-separated non-negative integers without leading zeros, e.g. 1,2)"
+qk_parse_seeds SEED_LIST "$SEEDS_ARG"
 load_pair_config "$PAIR_ARG"
 load_profile_config "$PROFILE_ARG"
 
 # a budget other than the profile's reports to its own folder: a short trial run never
 # overwrites the profile's results
-MAXU=""
-for ((i = 0; i < ${#PASS[@]}; i++)); do [[ "${PASS[i]}" != --max-update ]] || MAXU="${PASS[i + 1]}"; done
 OUT="$QK_WORK_DIR/results/$PROFILE${MAXU:+-max-update-$MAXU}/$PAIR"
 REF="$QK_DATA/raw/$PAIR/test.$TGT"
 SYSTEMS=()

@@ -42,7 +42,6 @@ VOCAB_ARG=""
 THRESHOLD_ARG=""
 DROPOUT_ARG=""
 FORCE=0
-need_value() { [[ $# -ge 2 && -n "$2" ]] || qk_usage_error "$1 needs a value"; }
 while (($#)); do
     case "$1" in
         -h | --help) usage; exit 0 ;;

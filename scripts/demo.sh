@@ -20,7 +20,6 @@ EOF
 }
 
 PAIR_ARG=gl-en SEED=1 MAX_UPDATE_OPT=() DATA_OPT=()
-need_value() { [[ $# -ge 2 && -n "$2" ]] || qk_usage_error "$1 needs a value"; }
 while (($#)); do
     case "$1" in
         -h | --help) usage; exit 0 ;;

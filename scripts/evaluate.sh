@@ -27,7 +27,6 @@ EOF
 }
 
 PAIR_ARG="" SYSTEM_ARG="" PROFILE_ARG=cpu-proxy SEED=1 SPLIT=test CKPT=best THREADS_ARG="" FORCE=0
-need_value() { [[ $# -ge 2 && -n "$2" ]] || qk_usage_error "$1 needs a value"; }
 while (($#)); do
     case "$1" in
         -h | --help) usage; exit 0 ;;
@@ -46,7 +45,7 @@ while (($#)); do
     esac
 done
 [[ -n "$PAIR_ARG" && -n "$SYSTEM_ARG" ]] || qk_usage_error "PAIR and SYSTEM are required"
-[[ "$SEED" =~ ^(0|[1-9][0-9]{0,8})$ ]] || qk_usage_error "--seed must be a non-negative integer (no leading zeros, below 10^9), got '$SEED'"
+qk_is_seed "$SEED" || qk_usage_error "--seed must be a non-negative integer (no leading zeros, below 10^9), got '$SEED'"
 [[ -z "$THREADS_ARG" || "$THREADS_ARG" =~ ^[1-9][0-9]*$ ]] \
     || qk_usage_error "--threads must be a positive integer, got '$THREADS_ARG'"
 case "$SPLIT" in test) GEN_SUBSET=test ;; dev) GEN_SUBSET=valid ;; *) qk_usage_error "--split must be test or dev" ;; esac

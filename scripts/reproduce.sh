@@ -50,7 +50,6 @@ EOF
 
 PAIRS_ARG="" SYSTEMS_ARG="" SEEDS_ARG=1 PROFILE_ARG=cpu-proxy MAX_UPDATE_ARG="" JOBS=1
 BASELINE=twt RESULTS_DIR_ARG="" DATA_DIR_ARG="" NO_SIG=0 AGG_ONLY=0 NO_AGG=0 DRY_RUN=0 LIST=0
-need_value() { [[ $# -ge 2 && -n "$2" ]] || qk_usage_error "$1 needs a value"; }
 while (($#)); do
     case "$1" in
         -h | --help) usage; exit 0 ;;
@@ -124,24 +123,6 @@ fi
 [[ -z "$MAX_UPDATE_ARG" || "$MAX_UPDATE_ARG" =~ ^[0-9]+$ ]] \
     || qk_usage_error "--max-update must be a non-negative integer, got '$MAX_UPDATE_ARG'"
 
-# split_list OUT_ARRAY LIST: comma-separated LIST -> array OUT_ARRAY (order kept, duplicates
-# dropped); returns 1 on an empty item.
-split_list() {
-    local -n __list_out="$1"
-    local list="$2" item seen=" " items=()
-    [[ "$list" != *, ]] || return 1
-    IFS=',' read -r -a items <<<"$list"
-    __list_out=()
-    for item in "${items[@]}"; do
-        item="${item//[[:space:]]/}"
-        [[ -n "$item" ]] || return 1
-        if [[ "$seen" != *" $item "* ]]; then
-            seen+="$item "
-            __list_out+=("$item")
-        fi
-    done
-}
-
 PAIRS=() SYSTEMS=() SEEDS=()
 if [[ "$PAIRS_ARG" == all ]]; then
     read -r -a PAIRS <<<"$(qk_known_pairs)"
@@ -163,11 +144,7 @@ for s in "${SYSTEMS[@]}" "$BASELINE"; do
         die "unknown system '$s' (known systems: $(qk_known_systems); or 'all')"
     fi
 done
-split_list SEEDS "$SEEDS_ARG" || qk_usage_error "bad --seeds list '$SEEDS_ARG' (comma-separated non-negative integers, e.g. 1,2,3)"
-for s in "${SEEDS[@]}"; do
-    [[ "$s" =~ ^(0|[1-9][0-9]{0,8})$ ]] \
-        || qk_usage_error "bad --seeds list '$SEEDS_ARG': '$s' is not a non-negative integer (no leading zeros, below 10^9; e.g. --seeds 1,2,3)"
-done
+qk_parse_seeds SEEDS "$SEEDS_ARG"
 if [[ ! "$PROFILE_ARG" =~ ^[a-z0-9-]+$ ]] || [[ ! -f "$QK_REPO_ROOT/configs/profiles/$PROFILE_ARG.sh" ]]; then
     die "unknown profile '$PROFILE_ARG' (known profiles: $(qk_known_profiles))"
 fi

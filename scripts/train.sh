@@ -29,7 +29,6 @@ EOF
 
 PAIR_ARG="" SYSTEM_ARG="" PROFILE_ARG=cpu-proxy SEED=1 MAX_UPDATE_ARG="" THREADS_ARG=""
 DRY_RUN=0 FORCE=0 EXTRA=()
-need_value() { [[ $# -ge 2 && -n "$2" ]] || qk_usage_error "$1 needs a value"; }
 while (($#)); do
     case "$1" in
         -h | --help) usage; exit 0 ;;
@@ -49,7 +48,7 @@ while (($#)); do
     esac
 done
 [[ -n "$PAIR_ARG" && -n "$SYSTEM_ARG" ]] || qk_usage_error "PAIR and SYSTEM are required"
-[[ "$SEED" =~ ^(0|[1-9][0-9]{0,8})$ ]] || qk_usage_error "--seed must be a non-negative integer (no leading zeros, below 10^9), got '$SEED'"
+qk_is_seed "$SEED" || qk_usage_error "--seed must be a non-negative integer (no leading zeros, below 10^9), got '$SEED'"
 
 load_pair_config "$PAIR_ARG"
 load_system_config "$SYSTEM_ARG"

@@ -24,10 +24,3 @@ def qk_normalize_then_scale(q: Tensor, g: Tensor, eps: float = 1e-6) -> Tensor:
     """QKNorm's scaled queries ``g * q / ||q||`` (Henry et al. 2020, Eq. 2) as the plugin
     computed them before: ``F.normalize`` then ``* g`` (two full-size passes)."""
     return F.normalize(q, dim=-1, eps=eps) * g.to(q.dtype)
-
-
-def qk_scale_folded(q: Tensor, g: Tensor, eps: float = 1e-6) -> Tensor:
-    """Same value, ``g`` folded into the ``(..., 1)`` reciprocal norm (one full-size
-    multiply): what ``QKNormMultiheadAttention.forward`` does now."""
-    norm = torch.linalg.vector_norm(q, dim=-1, keepdim=True).clamp_min(eps)
-    return q * (g.to(q.dtype) / norm)

@@ -355,18 +355,20 @@ def run_with_rusage(cmd: Sequence, env: Dict[str, str], log_path: Path,
             "output": log_path.read_text(errors="replace")}
 
 
-def vm_hwm_mib() -> Optional[float]:
-    """This process's peak RSS (VmHWM) in MiB, from /proc/self/status."""
+def _proc_status_mib(field: str) -> Optional[float]:
+    """``field`` (kB) of /proc/self/status in MiB; None where /proc is unavailable."""
     try:
-        m = re.search(r"VmHWM:\s+(\d+) kB", Path("/proc/self/status").read_text())
+        m = re.search(rf"{field}:\s+(\d+) kB", Path("/proc/self/status").read_text())
         return int(m.group(1)) / 1024.0 if m else None
     except OSError:
         return None
+
+
+def vm_hwm_mib() -> Optional[float]:
+    """This process's peak RSS (VmHWM) in MiB."""
+    return _proc_status_mib("VmHWM")
 
 
 def vm_rss_mib() -> Optional[float]:
-    try:
-        m = re.search(r"VmRSS:\s+(\d+) kB", Path("/proc/self/status").read_text())
-        return int(m.group(1)) / 1024.0 if m else None
-    except OSError:
-        return None
+    """This process's current RSS (VmRSS) in MiB."""
+    return _proc_status_mib("VmRSS")

@@ -396,6 +396,7 @@ def section_norms(a, out: Dict) -> None:
     from fairseq.modules import LayerNorm
 
     from fairseq_qknorm.modules import ScaleNorm
+    from fairseq_qknorm.modules.qknorm_attention import qk_scaled_queries
 
     from . import candidates as cand
 
@@ -442,7 +443,7 @@ def section_norms(a, out: Dict) -> None:
     qgrad = torch.randn(*shape)
     gq = torch.nn.Parameter(torch.tensor(13.0))
     entries = {"normalize_then_scale": make(lambda t: cand.qk_normalize_then_scale(t, gq), q, qgrad),
-               "scale_folded": make(lambda t: cand.qk_scale_folded(t, gq), q, qgrad)}
+               "scale_folded": make(lambda t: qk_scaled_queries(t, gq), q, qgrad)}
     times = c.interleaved(entries, max(a.reps, 3), a.warmup, min_time=min_time)
     qk = {"shape": list(shape), "ms": {k: v["median_s"] * 1e3 for k, v in times.items()},
           "folded/previous_speed": times["normalize_then_scale"]["median_s"]

@@ -166,6 +166,7 @@ def test_previous_implementations_compute_the_plugins_functions(clamped):
 
     from benchmarks import candidates
     from fairseq_qknorm.modules import ScaleNorm
+    from fairseq_qknorm.modules.qknorm_attention import qk_scaled_queries
 
     torch.manual_seed(0)
     sn = ScaleNorm(16)
@@ -189,7 +190,7 @@ def test_previous_implementations_compute_the_plugins_functions(clamped):
     gq = torch.tensor(13.0, requires_grad=True)
     qa, qb = q.clone().requires_grad_(), q.clone().requires_grad_()
     oa = candidates.qk_normalize_then_scale(qa, gq)
-    ob = candidates.qk_scale_folded(qb, gq)
+    ob = qk_scaled_queries(qb, gq)
     torch.testing.assert_close(oa, ob)
     dq = torch.randn_like(oa)
     (ga,) = torch.autograd.grad(oa, qa, dq)

@@ -45,7 +45,7 @@ while (($#)); do
     esac
 done
 [[ -n "$PAIR_ARG" && -n "$SYSTEM_ARG" ]] || qk_usage_error "PAIR and SYSTEM are required"
-qk_is_seed "$SEED" || qk_usage_error "--seed must be a non-negative integer (no leading zeros, below 10^9), got '$SEED'"
+qk_is_uint "$SEED" || qk_usage_error "--seed must be a non-negative integer (no leading zeros, below 10^9), got '$SEED'"
 [[ -z "$THREADS_ARG" || "$THREADS_ARG" =~ ^[1-9][0-9]*$ ]] \
     || qk_usage_error "--threads must be a positive integer, got '$THREADS_ARG'"
 case "$SPLIT" in test) GEN_SUBSET=test ;; dev) GEN_SUBSET=valid ;; *) qk_usage_error "--split must be test or dev" ;; esac

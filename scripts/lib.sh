@@ -58,12 +58,14 @@ qk_usage_error() {
     exit 2
 }
 
-# need_value OPTION [VALUE ...]: inside an option loop, OPTION must be followed by a non-empty value.
-need_value() { [[ $# -ge 2 && -n "$2" ]] || qk_usage_error "$1 needs a value"; }
+# need_value OPTION [VALUE ...]: inside an option loop, OPTION must be followed by a value that
+# is neither empty nor the next option (so "--results-dir --dry-run" is an error, not a path).
+need_value() { [[ $# -ge 2 && -n "$2" && "$2" != --* ]] || qk_usage_error "$1 needs a value"; }
 
-# qk_is_seed S: S is a seed as the scripts accept it: a non-negative integer below 10^9 without
-# leading zeros (so that seed01 and seed1 can never be the same fairseq seed counted twice).
-qk_is_seed() { [[ "${1-}" =~ ^(0|[1-9][0-9]{0,8})$ ]]; }
+# qk_is_uint N: N is a non-negative integer below 10^9 written without leading zeros, as the
+# scripts accept seeds and update budgets (seed01 and seed1 can never be one fairseq seed counted
+# twice, and "--max-update 00" is the 0 that the never-stop check refuses).
+qk_is_uint() { [[ "${1-}" =~ ^(0|[1-9][0-9]{0,8})$ ]]; }
 
 # split_list OUT_ARRAY LIST: comma-separated LIST -> array OUT_ARRAY (order kept, duplicates
 # dropped); returns 1 on an empty item.
@@ -84,14 +86,14 @@ split_list() {
 }
 
 # qk_parse_seeds OUT_ARRAY LIST: --seeds LIST -> array OUT_ARRAY of distinct seeds; a usage error
-# (exit 2) naming LIST on an empty item or an item that is not a seed (qk_is_seed).
+# (exit 2) naming LIST on an empty item or an item that is not a seed (qk_is_uint).
 qk_parse_seeds() {
     local -n __seeds_out="$1"
     local s
     split_list __seeds_out "$2" \
         || qk_usage_error "bad --seeds list '$2' (comma-separated non-negative integers, e.g. 1,2,3)"
     for s in "${__seeds_out[@]}"; do
-        qk_is_seed "$s" \
+        qk_is_uint "$s" \
             || qk_usage_error "bad --seeds list '$2': '$s' is not a non-negative integer (no leading zeros, below 10^9; e.g. --seeds 1,2,3)"
     done
 }

@@ -120,8 +120,8 @@ fi
 [[ -n "$SYSTEMS_ARG" ]] || qk_usage_error "--systems is required (a comma-separated list or 'all')"
 ((AGG_ONLY == 0 || NO_AGG == 0)) || qk_usage_error "--aggregate-only and --no-aggregate exclude each other"
 [[ "$JOBS" =~ ^[1-9][0-9]*$ ]] || qk_usage_error "--jobs must be a positive integer, got '$JOBS'"
-[[ -z "$MAX_UPDATE_ARG" || "$MAX_UPDATE_ARG" =~ ^[0-9]+$ ]] \
-    || qk_usage_error "--max-update must be a non-negative integer, got '$MAX_UPDATE_ARG'"
+[[ -z "$MAX_UPDATE_ARG" ]] || qk_is_uint "$MAX_UPDATE_ARG" \
+    || qk_usage_error "--max-update must be a non-negative integer (no leading zeros, below 10^9), got '$MAX_UPDATE_ARG'"
 
 PAIRS=() SYSTEMS=() SEEDS=()
 if [[ "$PAIRS_ARG" == all ]]; then

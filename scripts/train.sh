@@ -48,14 +48,15 @@ while (($#)); do
     esac
 done
 [[ -n "$PAIR_ARG" && -n "$SYSTEM_ARG" ]] || qk_usage_error "PAIR and SYSTEM are required"
-qk_is_seed "$SEED" || qk_usage_error "--seed must be a non-negative integer (no leading zeros, below 10^9), got '$SEED'"
+qk_is_uint "$SEED" || qk_usage_error "--seed must be a non-negative integer (no leading zeros, below 10^9), got '$SEED'"
 
 load_pair_config "$PAIR_ARG"
 load_system_config "$SYSTEM_ARG"
 load_profile_config "$PROFILE_ARG"
 [[ -z "$MAX_UPDATE_ARG" ]] || MAX_UPDATE="$MAX_UPDATE_ARG"
 [[ -z "$THREADS_ARG" ]] || THREADS="$THREADS_ARG"
-[[ "$MAX_UPDATE" =~ ^[0-9]+$ ]] || qk_usage_error "--max-update must be an integer, got '$MAX_UPDATE'"
+qk_is_uint "$MAX_UPDATE" \
+    || qk_usage_error "--max-update must be a non-negative integer (no leading zeros, below 10^9), got '$MAX_UPDATE'"
 [[ "$THREADS" =~ ^[1-9][0-9]*$ ]] || qk_usage_error "--threads must be a positive integer, got '$THREADS'"
 if [[ "$MAX_UPDATE" == 0 && "${MAX_EPOCH:-0}" == 0 ]]; then
     qk_usage_error "--max-update 0 with profile $PROFILE (max-epoch 0) would never stop training"

@@ -311,6 +311,9 @@ def test_reproduce_jobs_2_gives_each_cell_one_thread(work):
     (["--pairs", "gl-en", "--systems", "twt", "--seeds", "1,"], 2, "bad --seeds list '1,'"),
     # seed01 and seed1 would be the same fairseq seed counted twice
     (["--pairs", "gl-en", "--systems", "twt", "--seeds", "01,1"], 2, "bad --seeds list '01,1'"),
+    # "00" is the budget 0 (never stops) in disguise; an option is not a value
+    (["--pairs", "gl-en", "--systems", "twt", "--max-update", "00"], 2, "--max-update must be"),
+    (["--pairs", "gl-en", "--systems", "twt", "--results-dir", "--dry-run"], 2, "--results-dir needs a value"),
     (["--pairs", "gl-en"], 2, "--systems is required"),
     (["--pairs", "gl-en", "--systems", "twt", "--jobs", "0"], 2, "--jobs must be a positive integer"),
 ])

@@ -252,3 +252,6 @@ def test_unsupported_parent_features_raise():
         QKNormMultiheadAttention(E, H, self_attention=True, add_bias_kv=True)
     with pytest.raises(ValueError, match="qk_norm_scale"):
         QKNormMultiheadAttention(E, H, self_attention=True, qk_norm=True)
+    for bad in (-1.0, 0.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="finite and > 0"):
+            QKNormMultiheadAttention(E, H, self_attention=True, qk_norm=True, qk_norm_scale=bad)

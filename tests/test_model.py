@@ -39,7 +39,7 @@ def test_g0_formula():
     assert qk_norm_initial_scale(length=79) == pytest.approx(math.log2(6162))
     assert qk_norm_initial_scale(length=79) == pytest.approx(12.589, abs=1e-3)  # paper's gl->en
     assert qk_norm_initial_scale(scale=7.5) == 7.5
-    for bad in (dict(), dict(length=79, scale=3.0), dict(length=1), dict(length=1.5),
+    for bad in (dict(), dict(length=79, scale=3.0), dict(length=1), dict(length=1.5), dict(length=1.7), dict(length=-5), dict(length=1e200),
                 dict(length=float("nan")), dict(scale=0.0), dict(scale=-2.0)):
         with pytest.raises(ValueError):
             qk_norm_initial_scale(**bad)

@@ -38,15 +38,15 @@ def qk_norm_initial_scale(length: Optional[float] = None, scale: Optional[float]
     itself when given. Exactly one of the two must be set.
 
     Args:
-        length: ``L`` in tokens; ``L^2 - L > 1`` so that ``g0 > 0``.
+        length: ``L`` in tokens, finite and >= 2 (so that ``g0 >= 1``).
         scale: ``g0`` directly (finite, > 0).
 
     Returns:
         ``g0`` as a Python float.
 
     Raises:
-        ValueError: both or neither given, ``length`` not finite or ``L^2 - L <= 1``
-            (g0 would be <= 0), or ``scale`` not finite or <= 0.
+        ValueError: both or neither given, ``length`` not finite or < 2 (or so large
+            that ``L^2`` overflows), or ``scale`` not finite or <= 0.
     """
     if (length is None) == (scale is None):
         raise ValueError(
@@ -59,8 +59,8 @@ def qk_norm_initial_scale(length: Optional[float] = None, scale: Optional[float]
             raise ValueError(f"--qk-norm-scale must be finite and > 0, got {scale!r}")
         return scale
     length = float(length)
-    # g0 > 0 needs L^2 - L > 1, i.e. L > (1 + sqrt 5) / 2; a length is at least 2 in practice
-    if not math.isfinite(length) or length * length - length <= 1.0:
+    # L >= 2 gives g0 >= 1; a huge L would overflow L^2
+    if not math.isfinite(length) or length < 2.0 or not math.isfinite(length * length):
         raise ValueError(f"--qk-norm-length must be finite and >= 2 (g0 = log2(L^2 - L) > 0), "
                          f"got {length!r}")
     return math.log2(length * length - length)
@@ -132,6 +132,7 @@ class QKNormMultiheadAttention(MultiheadAttention):
         if self.qk_norm:
             if qk_norm_scale is None:
                 raise ValueError("qk_norm=True needs qk_norm_scale (g0)")
+            qk_norm_scale = qk_norm_initial_scale(scale=qk_norm_scale)  # finite and > 0
             # One scalar per module, shared by all heads (authors' code); float32 on
             # purpose (the authors' code made it float64 by accident).
             self.qk_norm_g = nn.Parameter(torch.tensor(float(qk_norm_scale), dtype=torch.float32))

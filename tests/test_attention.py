@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 
 from fairseq_qknorm.modules import QKNormMultiheadAttention
+from fairseq_qknorm.modules.qknorm_attention import qk_scaled_queries
 
 E, H = 16, 4
 D = E // H
@@ -235,6 +236,18 @@ def test_low_precision_masking_has_no_nan(dtype):
         out, _ = mha(x, x, x, key_padding_mask=pad, attn_mask=causal_mask(7), need_weights=False)
         assert out.dtype == dtype
         assert torch.isfinite(out.float()).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_scaled_queries_tiny_and_zero_vectors(dtype):
+    """Issue 10 item 5: g q/||q|| of a tiny query overflowed fp16 (inf), a zero one gave NaN."""
+    q = torch.full((1, 64), 2e-5).to(dtype)
+    out = qk_scaled_queries(q, torch.tensor(13.03))
+    expected = 13.03 / 8.0  # every component q/||q|| = 1/sqrt(64)
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.float(), torch.full((1, 64), expected), rtol=1e-2, atol=0)
+    zero = qk_scaled_queries(torch.zeros(2, 64, dtype=dtype), torch.tensor(13.03))
+    assert torch.equal(zero, torch.zeros(2, 64, dtype=dtype))
 
 
 def test_attention_stats_are_recorded():

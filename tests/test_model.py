@@ -135,6 +135,52 @@ def test_fixnorm_embeddings_unit_norm():
         torch.testing.assert_close(out, ref, atol=1e-6, rtol=1e-5)
 
 
+def test_scalenorm_validates_its_arguments_and_input():
+    for bad in (dict(dim=0), dict(dim=8.0), dict(dim=True), dict(dim=8, eps=0.0),
+                dict(dim=8, eps=float("nan")), dict(dim=8, eps=-1e-5), dict(dim=8, scale=0.0),
+                dict(dim=8, scale=float("inf"))):
+        with pytest.raises(ValueError, match="ScaleNorm"):
+            ScaleNorm(**bad)
+    norm = ScaleNorm(8)
+    for shape in ((3, 7), (3, 16), ()):
+        with pytest.raises(ValueError, match=r"ScaleNorm\(8\) got an input of shape"):
+            norm(torch.randn(shape))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_scalenorm_and_fixnorm_tiny_and_zero_vectors_in_low_precision(dtype):
+    """Every norm in fp16/bf16 on tiny rows (sums of squares underflow fp16), zero rows and
+    large rows (sums of squares overflow fp16): finite, and the float64 formula."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 64, generator=g) * 3e-5
+    x[1] = 0.0
+    x[2] *= 1e7  # components ~300: sum of squares ~6e6 > 65504
+    xl = x.to(dtype)
+    x64 = xl.double()  # the same rounded values
+    unit = x64 / x64.norm(dim=-1, keepdim=True).clamp_min(1e-5)
+    tol = dict(atol=1e-2, rtol=1e-2) if dtype == torch.float16 else dict(atol=3e-2, rtol=3e-2)
+
+    norm = ScaleNorm(64, scale=13.0).to(dtype)
+    out = norm(xl)
+    assert out.dtype == dtype and torch.isfinite(out.float()).all()
+    torch.testing.assert_close(out.double(), 13.0 * unit, **{k: v * 13 for k, v in tol.items()})
+
+    emb = FixNormEmbedding(5, 64, padding_idx=1).to(dtype)
+    with torch.no_grad():
+        emb.weight.copy_(xl)  # row 1 (padding) is the zero row
+    rows = emb(torch.arange(5))
+    assert rows.dtype == dtype and torch.isfinite(rows.float()).all()
+    torch.testing.assert_close(rows.double(), unit, **tol)
+
+    proj = FixNormLinear(64, 5).to(dtype)
+    proj.weight = emb.weight
+    h = torch.randn(3, 64, generator=g).to(dtype)
+    logits = proj(h)
+    assert torch.isfinite(logits.float()).all()
+    torch.testing.assert_close(logits.double(), h.double() @ unit.T,
+                               **{k: v * 8 for k, v in tol.items()})  # |logit| <= ||h|| ~ 8
+
+
 # ------------------------------------------------------------------ archs
 @pytest.mark.parametrize("arch", sorted(NAMED_ARCHS))
 def test_named_arch_resolves_to_documented_values(toy_task, arch):

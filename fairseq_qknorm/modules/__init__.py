@@ -1,6 +1,7 @@
 """Building blocks: QKNorm attention, ScaleNorm, FixNorm."""
 
 from .fix_norm import FixNormEmbedding, FixNormLinear
+from .l2_norm import scaled_l2_normalize
 from .qknorm_attention import QKNormMultiheadAttention, qk_norm_initial_scale
 from .scale_norm import ScaleNorm
 
@@ -10,4 +11,5 @@ __all__ = [
     "QKNormMultiheadAttention",
     "ScaleNorm",
     "qk_norm_initial_scale",
+    "scaled_l2_normalize",
 ]

@@ -4,6 +4,8 @@ ScaleNorm in Nguyen & Salazar, "Transformers without Tears", 2019, Sec. 2.3)."""
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .l2_norm import scaled_l2_normalize
+
 #: norm clamp when normalizing embedding rows (the padding row is all zeros and stays so)
 FIX_NORM_EPS = 1e-6
 
@@ -11,7 +13,8 @@ FIX_NORM_EPS = 1e-6
 class FixNormEmbedding(nn.Embedding):
     """``nn.Embedding`` whose looked-up rows have unit l2 norm.
 
-    ``forward(tokens) = E[tokens] / ||E[tokens]||_2``. The stored weight is the
+    ``forward(tokens) = E[tokens] / ||E[tokens]||_2``, the norm in float32 for
+    fp16/bf16 tables (:func:`scaled_l2_normalize`). The stored weight is the
     unnormalized matrix (state-dict key ``weight`` as for ``nn.Embedding``), so
     the decoder's tied output projection can share it. Components are
     initialised uniform(-0.01, 0.01) as in TWT (Sec. 2.3, "FixNorm"); the
@@ -28,7 +31,7 @@ class FixNormEmbedding(nn.Embedding):
 
     def forward(self, tokens: Tensor) -> Tensor:
         # normalize only the looked-up rows: same result, cheaper than the whole table
-        return F.normalize(super().forward(tokens), dim=-1, eps=FIX_NORM_EPS)
+        return scaled_l2_normalize(super().forward(tokens), FIX_NORM_EPS)
 
 
 class FixNormLinear(nn.Linear):
@@ -36,7 +39,8 @@ class FixNormLinear(nn.Linear):
 
     ``forward(x) = x @ (W / ||W||_row)^T``: each logit is ``||x|| cos(x, e_w)``;
     after a final ScaleNorm ``||x|| = g``, i.e. cosine normalization with a
-    learned scale (TWT Sec. 2.3). ``weight`` may be assigned the (tied) embedding
+    learned scale (TWT Sec. 2.3). Row norms are computed in float32 for fp16/bf16
+    weights (:func:`scaled_l2_normalize`). ``weight`` may be assigned the (tied) embedding
     parameter, exactly as fairseq does for its plain ``nn.Linear``.
 
     Shape: ``x`` ``(*, in_features)`` -> ``(*, out_features)``.
@@ -46,7 +50,7 @@ class FixNormLinear(nn.Linear):
         super().__init__(in_features, out_features, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        weight = F.normalize(self.weight, dim=-1, eps=FIX_NORM_EPS)
+        weight = scaled_l2_normalize(self.weight, FIX_NORM_EPS)
         # One 2-D matmul. Under no_grad the normalized weight needs no gradient, and
         # torch's matmul then runs a 3-D input through bmm with the (V, d) weight expanded
         # per row (measured: 8 ms instead of 3 ms per beam-search step at d 512, V 2048).

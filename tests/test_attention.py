@@ -1,4 +1,9 @@
-"""QKNormMultiheadAttention against independent references and stock fairseq."""
+"""QKNormMultiheadAttention and each member of the QK-norm family against independent
+float64 references and stock fairseq.
+
+Variants (``VARIANTS``): QK-norm off, l2 QKNorm with one g per module, one g per head, a
+frozen g, and per-head LayerNorm / RMSNorm of q and k.
+"""
 
 import math
 
@@ -12,43 +17,92 @@ from fairseq_qknorm.modules.qknorm_attention import qk_scaled_queries
 
 E, H = 16, 4
 D = E // H
+#: eps of the per-head LayerNorm/RMSNorm as documented (flax / Gemma 3 / OLMo 2 value)
+HEAD_NORM_EPS = 1e-6
+#: l2 norm clamp as documented
+L2_EPS = 1e-6
+
+VARIANTS = {
+    "off": dict(qk_norm=False),
+    "l2": dict(qk_norm=True, qk_norm_scale=3.0),
+    "l2_per_head": dict(qk_norm=True, qk_norm_scale=3.0, qk_norm_scale_per_head=True),
+    "l2_frozen": dict(qk_norm=True, qk_norm_scale=3.0, qk_norm_freeze_scale=True),
+    "layernorm": dict(qk_norm=True, qk_norm_type="layernorm"),
+    "rmsnorm": dict(qk_norm=True, qk_norm_type="rmsnorm"),
+}
+QK_VARIANTS = [v for v in VARIANTS if v != "off"]
 
 
-def reference_attention(mha, query, key, key_padding_mask=None, attn_mask=None, qk_norm=True):
-    """Straightforward per-head attention written from the paper's formula.
+def make(variant="l2", g0=None, **kw):
+    """A module of ``variant`` with non-trivial QK-norm parameters: per-head g all
+    different, LayerNorm/RMSNorm weights random (not the initial ones)."""
+    torch.manual_seed(0)
+    options = dict(VARIANTS[variant])
+    if g0 is not None and "qk_norm_scale" in options:
+        options["qk_norm_scale"] = g0
+    mha = QKNormMultiheadAttention(E, H, **options, **kw)
+    with torch.no_grad():
+        if variant == "l2_per_head":
+            mha.qk_norm_g.copy_(options["qk_norm_scale"] * torch.tensor([1.0, 0.5, 1.5, 2.0]))
+        for norm in (mha.q_norm, mha.k_norm):
+            if norm is not None:
+                norm.weight.uniform_(0.5, 1.5)
+    return mha
 
-    logits_h = g * cos(q_h, k_h) (QKNorm) or q_h.k_h / sqrt(d) (dot product);
-    loops over batch and heads, bmm-free, float64.
-    """
+
+def _head_norm_reference(kind, x, w):
+    # written from the formulas, not from F.layer_norm / F.rms_norm
+    if kind == "layernorm":
+        c = x - x.mean(-1, keepdim=True)
+        return c / torch.sqrt((c * c).mean(-1, keepdim=True) + HEAD_NORM_EPS) * w
+    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + HEAD_NORM_EPS) * w
+
+
+def reference_logits(mha, qh, kh, h):
+    """float64 logits of head ``h`` for ``qh`` ``(T, D)``, ``kh`` ``(S, D)``:
+    ``g_h cos(q, k)`` (l2), ``N_q(q).N_k(k) / sqrt(D)`` (layernorm/rmsnorm), ``q.k / sqrt(D)``."""
+    kind = mha.qk_norm_type
+    if kind is None:
+        return qh @ kh.T / math.sqrt(D)
+    if kind == "l2":
+        g = mha.qk_norm_g.detach().double()
+        g = g[h] if g.dim() else g
+        # clamp: a zero vector has zero cosine with everything (documented eps)
+        qn = qh / qh.norm(dim=-1, keepdim=True).clamp_min(L2_EPS)
+        kn = kh / kh.norm(dim=-1, keepdim=True).clamp_min(L2_EPS)
+        return g * qn @ kn.T
+    wq, wk = mha.q_norm.weight.detach().double(), mha.k_norm.weight.detach().double()
+    return _head_norm_reference(kind, qh, wq) @ _head_norm_reference(kind, kh, wk).T / math.sqrt(D)
+
+
+def reference_attention(mha, query, key, key_padding_mask=None, attn_mask=None, logits_out=None):
+    """Straightforward per-head attention written from the papers' formulas: loops over batch
+    and heads, bmm-free, float64 (weights upcast from whatever dtype the module has).
+    ``logits_out``: a list that receives the masked (B, H, T, S) logits."""
     W = {n: getattr(mha, f"{n}_proj") for n in ("q", "k", "v", "out")}
-    q = F.linear(query.double(), W["q"].weight.double(), W["q"].bias.double())
-    k = F.linear(key.double(), W["k"].weight.double(), W["k"].bias.double())
-    v = F.linear(key.double(), W["v"].weight.double(), W["v"].bias.double())
+    lin = {n: (W[n].weight.detach().double(), W[n].bias.detach().double()) for n in W}
+    q = F.linear(query.double(), *lin["q"])
+    k = F.linear(key.double(), *lin["k"])
+    v = F.linear(key.double(), *lin["v"])
     T, B, _ = q.shape
     S = k.shape[0]
     out = torch.zeros(T, B, E, dtype=torch.float64)
+    all_logits = torch.zeros(B, H, T, S, dtype=torch.float64)
     for b in range(B):
         for h in range(H):
             sl = slice(h * D, (h + 1) * D)
             qh, kh, vh = q[:, b, sl], k[:, b, sl], v[:, b, sl]  # (T, D), (S, D)
-            if qk_norm:
-                cos = (qh / qh.norm(dim=-1, keepdim=True)) @ (kh / kh.norm(dim=-1, keepdim=True)).T
-                logits = mha.qk_norm_g.double() * cos
-            else:
-                logits = qh @ kh.T / math.sqrt(D)
+            logits = reference_logits(mha, qh, kh, h)
             if attn_mask is not None:
                 logits = logits + attn_mask.double()
             if key_padding_mask is not None:
                 logits = logits.masked_fill(key_padding_mask[b][None, :], float("-inf"))
+            all_logits[b, h] = logits
             # a query whose keys are all masked attends to nothing (zeros, not NaN)
             out[:, b, sl] = torch.nan_to_num(torch.softmax(logits, dim=-1), nan=0.0) @ vh
-    return F.linear(out, W["out"].weight.double(), W["out"].bias.double()).float()
-
-
-def make(qk_norm=True, g0=3.0, **kw):
-    torch.manual_seed(0)
-    return QKNormMultiheadAttention(E, H, qk_norm=qk_norm, qk_norm_scale=g0 if qk_norm else None,
-                                    **kw)
+    if logits_out is not None:
+        logits_out.append(all_logits)
+    return F.linear(out, *lin["out"]).float()
 
 
 def inputs(T=5, S=7, B=3, seed=1):
@@ -65,11 +119,13 @@ def causal_mask(T):
     return torch.triu(torch.full((T, T), float("-inf")), 1)
 
 
+# --------------------------------------------------------- against the formulas
+@pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("padded", [False, True])
 @pytest.mark.parametrize("training", [False, True])
-def test_encoder_attention_matches_reference(fused, padded, training):
-    mha = make(encoder_decoder_attention=True, kdim=E, vdim=E)
+def test_encoder_attention_matches_reference(variant, fused, padded, training):
+    mha = make(variant, encoder_decoder_attention=True, kdim=E, vdim=E)
     mha.use_fused = fused
     mha.train(training)  # dropout is 0: training and eval must agree with the formula
     query, key, pad = inputs()
@@ -79,11 +135,12 @@ def test_encoder_attention_matches_reference(fused, padded, training):
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("padded", [False, True])
 @pytest.mark.parametrize("causal", [False, True])
-def test_self_attention_matches_reference(fused, padded, causal):
-    mha = make(self_attention=True)
+def test_self_attention_matches_reference(variant, fused, padded, causal):
+    mha = make(variant, self_attention=True)
     mha.use_fused = fused
     x, _, pad = inputs(T=7, S=7)
     pad = pad if padded else None
@@ -91,6 +148,17 @@ def test_self_attention_matches_reference(fused, padded, causal):
     out, _ = mha(x, x, x, key_padding_mask=pad, attn_mask=mask, need_weights=False)
     ref = reference_attention(mha, x, x, key_padding_mask=pad, attn_mask=mask)
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("variant", QK_VARIANTS)
+def test_logits_are_the_formula(variant):
+    """before_softmax returns exactly the reference logits (masked entries -inf)."""
+    mha = make(variant, encoder_decoder_attention=True, kdim=E, vdim=E)
+    query, key, pad = inputs()
+    logits, _ = mha(query, key, key, key_padding_mask=pad, before_softmax=True)
+    ref = []
+    reference_attention(mha, query, key, key_padding_mask=pad, logits_out=ref)
+    torch.testing.assert_close(logits.view(3, H, 5, 7).double(), ref[0], atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("training", [False, True])
@@ -121,8 +189,9 @@ def test_qknorm_off_equals_stock_fairseq(training, self_attention):
     torch.testing.assert_close(out_f, out_s, atol=1e-6, rtol=1e-5)
 
 
-def test_head_weights_shape_and_rows_sum_to_one():
-    mha = make(encoder_decoder_attention=True, kdim=E, vdim=E)
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_head_weights_shape_and_rows_sum_to_one(variant):
+    mha = make(variant, encoder_decoder_attention=True, kdim=E, vdim=E)
     query, key, pad = inputs()
     _, w = mha(query, key, key, key_padding_mask=pad, need_head_weights=True)
     assert w.shape == (H, 3, 5, 7)
@@ -130,26 +199,44 @@ def test_head_weights_shape_and_rows_sum_to_one():
     assert float(w[:, 2, :, :4].abs().max()) == 0.0  # padded keys get no weight
 
 
-def test_training_mode_qknorm_is_active():
-    """In training: g gets a gradient and every logit lies in [-|g|, |g|]."""
-    mha = make(self_attention=True, g0=5.0, dropout=0.1)
+# ------------------------------------------------------------- parameters, training
+@pytest.mark.parametrize("variant", QK_VARIANTS)
+def test_qk_norm_parameters_train_unless_frozen(variant):
+    """In training (fused path, dropout on): g gets a gradient (one per head with
+    --qk-norm-scale-per-head; none when frozen), LayerNorm/RMSNorm weights of q and k
+    get theirs; l2 logits lie in [-max|g|, max|g|] even for huge activations."""
+    mha = make(variant, self_attention=True, g0=5.0, dropout=0.1)
     mha.train()
     x, _, pad = inputs(T=7, S=7)
     x = x * 100.0  # large activations: dot-product logits would be huge
     logits, _ = mha(x, x, x, key_padding_mask=pad, before_softmax=True)
     finite = logits[torch.isfinite(logits)]
-    assert float(finite.abs().max()) <= 5.0 + 1e-4
-    assert float(finite.abs().max()) > 1.0  # not trivially small
+    if mha.qk_norm_type == "l2":
+        bound = float(mha.qk_norm_g.detach().abs().max())
+        assert 1.0 < float(finite.abs().max()) <= bound + 1e-4
+    else:  # |N(q).N(k)| / sqrt(D) <= ||N(q)|| ||N(k)|| / sqrt(D) <= sqrt(D) max|w|^2
+        assert float(finite.abs().max()) <= math.sqrt(D) * 1.5 ** 2 + 1e-4
     out, _ = mha(x, x, x, key_padding_mask=pad, need_weights=False)  # fused training path
     out.pow(2).sum().backward()
-    assert mha.qk_norm_g.grad is not None and float(mha.qk_norm_g.grad.abs()) > 0
-    assert mha.qk_norm_g.dtype == torch.float32
+    if mha.qk_norm_g is not None:
+        assert mha.qk_norm_g.dtype == torch.float32
+        assert mha.qk_norm_g.shape == ((H,) if variant == "l2_per_head" else ())
+        if variant == "l2_frozen":
+            assert not mha.qk_norm_g.requires_grad and mha.qk_norm_g.grad is None
+            assert float(mha.qk_norm_g) == 5.0
+        else:
+            assert mha.qk_norm_g.grad is not None and bool((mha.qk_norm_g.grad != 0).all())
+    else:
+        for norm in (mha.q_norm, mha.k_norm):
+            assert norm.weight.shape == (D,)  # one weight of size head_dim, shared by heads
+            assert norm.weight.grad is not None and float(norm.weight.grad.abs().max()) > 0
+            assert not any("bias" in n for n, _ in norm.named_parameters())  # no bias
 
 
-def test_fused_and_explicit_paths_agree_with_gradients():
-    torch.manual_seed(0)
-    a = make(self_attention=True)
-    b = make(self_attention=True)
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_fused_and_explicit_paths_agree_with_gradients(variant):
+    a = make(variant, self_attention=True)
+    b = make(variant, self_attention=True)
     b.load_state_dict(a.state_dict())
     b.use_fused = False
     x, _, pad = inputs(T=7, S=7)
@@ -162,12 +249,16 @@ def test_fused_and_explicit_paths_agree_with_gradients():
     ob.backward(grad)
     torch.testing.assert_close(xa.grad, xb.grad, atol=1e-5, rtol=1e-5)
     for (na, pa), (_, pb) in zip(a.named_parameters(), b.named_parameters()):
+        if not pa.requires_grad:
+            assert pa.grad is None and pb.grad is None, na
+            continue
         torch.testing.assert_close(pa.grad, pb.grad, atol=1e-5, rtol=1e-5, msg=na)
 
 
-@pytest.mark.parametrize("qk_norm", [True, False])
-def test_incremental_self_attention_equals_full(qk_norm):
-    mha = make(qk_norm=qk_norm, self_attention=True).eval()
+# ------------------------------------------------------------- incremental decoding
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_incremental_self_attention_equals_full(variant):
+    mha = make(variant, self_attention=True).eval()
     x, _, _ = inputs(T=6, S=6)
     full, _ = mha(x, x, x, attn_mask=causal_mask(6), need_weights=False)
     state = {}
@@ -177,21 +268,28 @@ def test_incremental_self_attention_equals_full(qk_norm):
         o, _ = mha(xt, xt, xt, incremental_state=state, need_weights=False)
         steps.append(o)
     torch.testing.assert_close(torch.cat(steps), full, atol=1e-5, rtol=1e-5)
-    if qk_norm:  # cached keys are stored normalized
-        cached = mha._get_input_buffer(state)["prev_key"]
+    # keys are cached as they enter the logits (normalized once)
+    cached = mha._get_input_buffer(state)["prev_key"]
+    with torch.no_grad():
+        keys = mha._split_heads(mha.k_proj(x), x.size(1))
+        torch.testing.assert_close(cached, mha.normalize_keys(keys))
+    if mha.qk_norm_type == "l2":
         torch.testing.assert_close(cached.norm(dim=-1), torch.ones(cached.shape[:-1]))
 
 
-def test_beam_shared_encoder_attention_and_reorder():
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_beam_shared_encoder_attention_and_reorder(variant):
     """Beam-shared keys (set_beam_size) give the same result as expanded keys,
     and reorder_incremental_state keeps the cache consistent."""
-    mha = make(encoder_decoder_attention=True, kdim=E, vdim=E).eval()
+    mha = make(variant, encoder_decoder_attention=True, kdim=E, vdim=E).eval()
     beam, B, S = 2, 3, 7
     _, key, pad = inputs(S=S, B=B)
     key_exp = key.repeat_interleave(beam, dim=1)  # (S, B*beam, E)
     pad_exp = pad.repeat_interleave(beam, dim=0)
     q = torch.randn(1, B * beam, E)
     expected, w_exp = mha(q, key_exp, key_exp, key_padding_mask=pad_exp, need_weights=True)
+    torch.testing.assert_close(expected, reference_attention(mha, q, key_exp, pad_exp),
+                               atol=1e-5, rtol=1e-5)
     mha.set_beam_size(beam)
     state = {}
     got, w = mha(q, key_exp, key_exp, key_padding_mask=pad_exp, incremental_state=state,
@@ -210,7 +308,7 @@ def test_beam_shared_encoder_attention_and_reorder():
 def test_beam_size_left_set_does_not_touch_full_forwards():
     """A beam size left over from decoding (fairseq never resets it) must not make a
     training or validation forward share keys between neighbouring sentences."""
-    mha = make(encoder_decoder_attention=True, kdim=E, vdim=E)
+    mha = make("l2", encoder_decoder_attention=True, kdim=E, vdim=E)
     _, key, pad = inputs(S=7, B=4)  # 4 different sentences, bsz divisible by the beam
     q = torch.randn(5, 4, E)
     for training in (True, False):
@@ -225,17 +323,91 @@ def test_beam_size_left_set_does_not_touch_full_forwards():
                                    atol=1e-5, rtol=1e-5)
 
 
+# ---------------------------------------------------------------- invariances
+def _logits_after_rescaling(mha, query, key, a_q, a_k, shift=None):
+    """Logits with every projected query/key vector of every head multiplied by a
+    per-token factor (``a_q`` (T, B), ``a_k`` (S, B), > 0) and, with ``shift``,
+    moved along the all-ones direction by a per-token amount: the projections'
+    biases are zero, so scaling a token's input scales its q and k; adding
+    ``1 u^T`` to a head's rows of W adds ``(u . x) 1`` to its vectors."""
+    m = make(mha._variant, encoder_decoder_attention=True, kdim=E, vdim=E)
+    m.load_state_dict(mha.state_dict())
+    for norm in (m.q_norm, m.k_norm):
+        if norm is not None:
+            norm.eps = 0.0  # exact invariance; eps = 1e-6 breaks it by O(eps / var(q))
+    with torch.no_grad():
+        if shift is not None:
+            for proj in (m.q_proj, m.k_proj):
+                proj.weight += torch.ones(E, 1) * shift[None, :]
+    logits, _ = m(query * a_q[..., None], key * a_k[..., None], key, before_softmax=True)
+    return logits
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_logit_invariance_to_rescaling_q_and_k(variant):
+    """Exactly what each type is invariant to, per vector (a > 0, c real): l2 and rmsnorm
+    a q (but not a shift), layernorm a q + c 1; dot product neither."""
+    mha = make(variant, encoder_decoder_attention=True, kdim=E, vdim=E)
+    mha._variant = variant
+    with torch.no_grad():
+        mha.q_proj.bias.zero_()
+        mha.k_proj.bias.zero_()
+    query, key, _ = inputs()
+    g = torch.Generator().manual_seed(5)
+    ones_q, ones_k = torch.ones(5, 3), torch.ones(7, 3)
+    a_q = torch.empty(5, 3).uniform_(0.25, 4.0, generator=g)
+    a_k = torch.empty(7, 3).uniform_(0.25, 4.0, generator=g)
+    shift = torch.randn(E, generator=g)
+    base = _logits_after_rescaling(mha, query, key, ones_q, ones_k)
+    scaled = _logits_after_rescaling(mha, query, key, a_q, a_k)
+    shifted = _logits_after_rescaling(mha, query, key, ones_q, ones_k, shift=shift)
+    scale_invariant = variant != "off"
+    shift_invariant = variant == "layernorm"
+    assert torch.allclose(scaled, base, atol=1e-5, rtol=1e-5) == scale_invariant
+    assert torch.allclose(shifted, base, atol=1e-5, rtol=1e-5) == shift_invariant
+    # layernorm: scale and shift at once
+    if variant == "layernorm":
+        both = _logits_after_rescaling(mha, query, key, a_q, a_k, shift=shift)
+        torch.testing.assert_close(both, base, atol=1e-5, rtol=1e-5)
+
+
+# ------------------------------------------------------------- low precision
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_low_precision_masking_has_no_nan(dtype):
-    mha = make(self_attention=True, g0=12.59).to(dtype)
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_low_precision_masking_has_no_nan(variant, dtype):
+    mha = make(variant, self_attention=True, g0=12.59).to(dtype)
     x, _, pad = inputs(T=7, S=7)
-    x = (x * 50).to(dtype)  # large activations: q.k would overflow fp16 without QKNorm
+    x = (x * 50).to(dtype)  # large activations: q.k would overflow fp16 without QK-norm
     pad[0, :] = True  # a fully padded row: output must be 0, not NaN
     for fused in (True, False):
         mha.use_fused = fused
         out, _ = mha(x, x, x, key_padding_mask=pad, attn_mask=causal_mask(7), need_weights=False)
         assert out.dtype == dtype
         assert torch.isfinite(out.float()).all()
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_low_precision_tiny_and_zero_queries_and_keys(variant, dtype, fused):
+    """fp16/bf16 with tiny (|q|, |k| ~ 1e-5: g/||q|| overflows fp16) and exactly zero query
+    and key vectors: finite, and the float64 formula of the same (rounded) weights."""
+    mha = make(variant, self_attention=True, g0=13.03)
+    with torch.no_grad():
+        for proj in (mha.q_proj, mha.k_proj):
+            proj.bias.zero_()
+            proj.weight.mul_(1e-4)  # tiny q and k, ordinary values
+    mha = mha.to(dtype)
+    mha.use_fused = fused
+    x, _, pad = inputs(T=7, S=7)
+    x[2] = 0.0  # position 2: zero query and zero key vectors in every sentence and head
+    x = x.to(dtype)
+    out, _ = mha(x, x, x, key_padding_mask=pad, attn_mask=causal_mask(7), need_weights=False)
+    assert out.dtype == dtype and torch.isfinite(out.float()).all()
+    ref = reference_attention(mha, x, x, key_padding_mask=pad, attn_mask=causal_mask(7))
+    ref = torch.nan_to_num(ref)  # rows whose every key is masked
+    tol = 2e-2 if dtype == torch.float16 else 6e-2
+    torch.testing.assert_close(out.float(), ref, atol=tol, rtol=tol)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -250,17 +422,59 @@ def test_scaled_queries_tiny_and_zero_vectors(dtype):
     assert torch.equal(zero, torch.zeros(2, 64, dtype=dtype))
 
 
-def test_attention_stats_are_recorded():
-    mha = make(self_attention=True, g0=4.0)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("variant", QK_VARIANTS)
+def test_every_qk_norm_type_handles_tiny_and_zero_vectors(variant, dtype):
+    """normalize_queries / normalize_keys of each type in fp16/bf16: tiny vectors (whose
+    sums of squares underflow in fp16) and zero vectors give the float64 formula."""
+    mha = make(variant, self_attention=True, g0=13.03)
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(2, H, 5, D, generator=g) * 3e-5  # (B, H, T, D): tiny
+    x[0, :, 1] = 0.0  # zero vectors
+    x[1, :, 2] = torch.randn(H, D, generator=g) * 30.0  # and large ones
+    low = mha.to(dtype)
+    xl = x.to(dtype)
+    with torch.no_grad():
+        got_q, got_k = low.normalize_queries(xl), low.normalize_keys(xl)
+    assert got_q.dtype == dtype and torch.isfinite(got_q.float()).all()
+    assert torch.isfinite(got_k.float()).all()
+    x64 = xl.double()  # the same rounded inputs, in float64
+    if variant.startswith("l2"):
+        gain = low.qk_norm_g.detach().double()
+        gain = gain.view(-1, 1, 1) if gain.dim() else gain
+        unit = x64 / x64.norm(dim=-1, keepdim=True).clamp_min(L2_EPS)
+        ref_q, ref_k = gain * unit, unit
+    else:
+        ref_q = _head_norm_reference(variant, x64, low.q_norm.weight.detach().double())
+        ref_k = _head_norm_reference(variant, x64, low.k_norm.weight.detach().double())
+    tol = 1e-2 if dtype == torch.float16 else 3e-2
+    scale = float(ref_q.abs().max())
+    torch.testing.assert_close(got_q.double(), ref_q, atol=tol * scale, rtol=tol)
+    torch.testing.assert_close(got_k.double(), ref_k, atol=tol * float(ref_k.abs().max()), rtol=tol)
+
+
+# ------------------------------------------------------------------ statistics
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_attention_stats_are_computed_on_the_actual_logits(variant):
+    mha = make(variant, encoder_decoder_attention=True, kdim=E, vdim=E, g0=4.0)
     mha.record_stats = True
-    x, _, pad = inputs(T=7, S=7)
-    mha(x, x, x, key_padding_mask=pad, need_weights=False)
+    query, key, pad = inputs()
+    _, weights = mha(query, key, key, key_padding_mask=pad, need_head_weights=True)
     stats = mha.last_stats
+    ref = []
+    reference_attention(mha, query, key, key_padding_mask=pad, logits_out=ref)
+    finite = ref[0][torch.isfinite(ref[0])]
+    assert float(stats["max_logit"]) == pytest.approx(float(finite.abs().max()), rel=1e-5)
+    w = weights.double()  # (H, B, T, S)
+    entropy = -(w * torch.log(w.clamp_min(1e-30))).sum(-1).mean()
+    assert float(stats["entropy"]) == pytest.approx(float(entropy), rel=1e-5)
     assert 0.0 < float(stats["entropy"]) <= math.log(7) + 1e-5  # nats, at most log(#keys)
-    assert 0.0 < float(stats["max_logit"]) <= 4.0 + 1e-5
+    if mha.qk_norm_type == "l2":  # |g cos| <= max |g|
+        assert float(stats["max_logit"]) <= float(mha.qk_norm_g.detach().abs().max()) + 1e-5
 
 
-def test_unsupported_parent_features_raise():
+# ---------------------------------------------------------------------- errors
+def test_unsupported_parent_features_and_bad_options_raise():
     with pytest.raises(ValueError, match="add_bias_kv"):
         QKNormMultiheadAttention(E, H, self_attention=True, add_bias_kv=True)
     with pytest.raises(ValueError, match="qk_norm_scale"):
@@ -268,3 +482,48 @@ def test_unsupported_parent_features_raise():
     for bad in (-1.0, 0.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="finite and > 0"):
             QKNormMultiheadAttention(E, H, self_attention=True, qk_norm=True, qk_norm_scale=bad)
+    with pytest.raises(ValueError, match="qk_norm_type must be one of"):
+        QKNormMultiheadAttention(E, H, qk_norm=True, qk_norm_type="cosine")
+    for kind in ("layernorm", "rmsnorm"):
+        for option in (dict(qk_norm_scale=3.0), dict(qk_norm_scale_per_head=True),
+                       dict(qk_norm_freeze_scale=True)):
+            with pytest.raises(ValueError, match="apply only to qk_norm_type='l2'"):
+                QKNormMultiheadAttention(E, H, qk_norm=True, qk_norm_type=kind, **option)
+    for option in (dict(qk_norm_scale=3.0), dict(qk_norm_type="rmsnorm"),
+                   dict(qk_norm_scale_per_head=True)):
+        with pytest.raises(ValueError, match="qk_norm=False"):
+            QKNormMultiheadAttention(E, H, **option)
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda m, q, k, p: m(q[0], k, k), ValueError, r"query must be \(tgt_len, bsz, 16\)"),
+    (lambda m, q, k, p: m(q[..., :8], k, k), ValueError, "query must be"),
+    (lambda m, q, k, p: m(q.double(), k.double(), k.double()), TypeError, "query dtype"),
+    (lambda m, q, k, p: m(q, k[:, :2], k[:, :2]), ValueError, r"key must be \(src_len, bsz, 16\)"),
+    (lambda m, q, k, p: m(q, k[..., :8], k), ValueError, "key must be"),
+    (lambda m, q, k, p: m(q, k.half(), k.half()), TypeError, "key dtype"),
+    (lambda m, q, k, p: m(q, k, k, key_padding_mask=p[:, :5]), ValueError,
+     "key_padding_mask must be"),
+    (lambda m, q, k, p: m(q, k, k, key_padding_mask=p.float()), TypeError, "bool or uint8"),
+    (lambda m, q, k, p: m(q, k, k, attn_mask=torch.zeros(5, 6)), ValueError,
+     r"attn_mask must be \(tgt_len"),
+    (lambda m, q, k, p: m(q, k, k, attn_mask=torch.zeros(5, 7, dtype=torch.long)), TypeError,
+     "attn_mask must be float"),
+])
+def test_forward_rejects_bad_shapes_and_dtypes_with_our_errors(call, error, match):
+    mha = make("l2", encoder_decoder_attention=True, kdim=E, vdim=E)
+    query, key, pad = inputs()
+    with pytest.raises(error, match=match):
+        call(mha, query, key, pad)
+
+
+def test_forward_checks_value_for_plain_cross_attention():
+    mha = QKNormMultiheadAttention(E, H, kdim=E, vdim=8)  # neither self nor enc-dec
+    query, key, _ = inputs()
+    value = torch.randn(7, 3, 8)
+    out, _ = mha(query, key, value)
+    assert out.shape == (5, 3, E)
+    with pytest.raises(ValueError, match=r"value must be \(src_len, bsz, 8\)"):
+        mha(query, key, value[:6])
+    with pytest.raises(ValueError, match="value is None"):
+        mha(query, key, None)

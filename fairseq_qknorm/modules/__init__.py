@@ -1,11 +1,12 @@
-"""Building blocks: QKNorm attention, ScaleNorm, FixNorm."""
+"""Building blocks: QKNorm and the QK-norm family of attention, ScaleNorm, FixNorm."""
 
 from .fix_norm import FixNormEmbedding, FixNormLinear
 from .l2_norm import scaled_l2_normalize
-from .qknorm_attention import QKNormMultiheadAttention, qk_norm_initial_scale
+from .qknorm_attention import QK_NORM_TYPES, QKNormMultiheadAttention, qk_norm_initial_scale
 from .scale_norm import ScaleNorm
 
 __all__ = [
+    "QK_NORM_TYPES",
     "FixNormEmbedding",
     "FixNormLinear",
     "QKNormMultiheadAttention",

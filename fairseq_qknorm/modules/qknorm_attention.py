@@ -1,8 +1,8 @@
-"""Multi-head attention with optional Query-Key Normalization (QKNorm).
+"""Multi-head attention with optional query-key normalization (the QK-norm family).
 
-QKNorm (Henry, Dachapally, Pawar & Chen, "Query-Key Normalization for
-Transformers", Findings of EMNLP 2020, Sec. 3, Eq. 2-3) replaces scaled
-dot-product attention
+``qk_norm_type="l2"`` (the default of ``--qk-norm``) is QKNorm (Henry, Dachapally,
+Pawar & Chen, "Query-Key Normalization for Transformers", Findings of EMNLP 2020,
+Sec. 3, Eq. 2-3). It replaces scaled dot-product attention
 
     softmax(q k^T / sqrt(d_head))
 
@@ -14,7 +14,46 @@ where the l2 norms run over the head dimension (each query and key vector of
 each head is normalized; values are untouched) and ``g`` is one learnable
 scalar per attention module, initialised as ``g0 = log2(L^2 - L)`` with ``L``
 the 97.5th percentile of training sentence lengths (Eq. 4 of the paper).
-Every logit therefore lies in ``[-|g|, |g|]``.
+Every logit therefore lies in ``[-|g|, |g|]``. Options of this type only:
+
+* ``qk_norm_scale_per_head``: one learnable ``g`` per head instead of per
+  module, the per-head learnable temperature of the scaled cosine attention of
+  Swin Transformer V2 (Liu et al., CVPR 2022, Sec. 3.2: ``cos(q, k) / tau + B``,
+  ``tau`` learned per head and layer). Unlike Swin V2, ``g = 1 / tau`` is learned
+  directly (not its log), starts at QKNorm's ``g0`` (Swin V2: 10), is not
+  clamped (Swin V2: ``1 / tau <= 100``) and there is no position bias ``B``;
+* ``qk_norm_freeze_scale``: ``g`` stays at ``g0`` (no gradient, not trained).
+
+``"layernorm"`` and ``"rmsnorm"`` keep ``softmax(N_q(q) N_k(k)^T / sqrt(d_head))``
+and put a norm ``N`` on q and k instead (separate weights for q and k):
+
+* ``layernorm``: LayerNorm over the head dimension of each query/key vector of
+  each head, ``(x - mean(x)) / sqrt(var(x) + eps) * w``, learnable per-channel
+  weight ``w`` of size ``d_head`` shared by all heads, no bias. This is the
+  QK normalization of ViT-22B (Dehghani et al., "Scaling Vision Transformers to
+  22 Billion Parameters", ICML 2023, Sec. 2) as its reference implementation
+  has it (flax ``MultiHeadDotProductAttention(normalize_qk=True)``: LayerNorm over
+  the head dimension, scale of size ``d_head``, ``use_bias=False``), and the
+  "qk-layernorm" of Wortsman et al., "Small-scale proxies for large-scale
+  Transformer training instabilities", ICLR 2024.
+* ``rmsnorm``: the same with RMSNorm (Zhang & Sennrich, NeurIPS 2019),
+  ``x / sqrt(mean(x^2) + eps) * w``, per head: Gemma 3's QK-norm (Gemma Team,
+  "Gemma 3 Technical Report", 2025; ``q_norm``/``k_norm`` of size ``d_head``,
+  stored there as ``1 + w`` with ``w`` initialised 0 -- the same function, but
+  weight decay pulls theirs to 1 and ours to 0). OLMo 2 (Team OLMo, "2 OLMo 2
+  Furious", 2024) applies RMSNorm to q and k over the whole projection width
+  instead (one RMS over all heads, weight of size ``num_heads * d_head``, before
+  the head split), so there one head's logits change when another head's q is
+  rescaled; that variant is not implemented here.
+
+These two have no ``g`` and no ``g0``. Both use ``eps = 1e-6`` (flax's LayerNorm
+default; Gemma 3's and OLMo 2's ``rms_norm_eps``), torch's own ``F.layer_norm`` /
+``F.rms_norm`` (``nn.LayerNorm`` / ``nn.RMSNorm``), which compute in float32 for
+fp16/bf16 inputs.
+
+Which rescaling of the projected q and k leaves the logits unchanged (per vector,
+``a > 0``, ``c`` any real; exact up to ``eps``): l2 ``a q``; layernorm
+``a q + c 1``; rmsnorm ``a q``; dot product (QK-norm off) none.
 """
 
 import math
@@ -30,6 +69,10 @@ from .l2_norm import scaled_l2_normalize
 #: Clamp for the l2 norm of q and k (paper gives none). 1e-6 is representable in
 #: fp16/bf16, unlike F.normalize's default 1e-12 which underflows to 0 in fp16.
 QK_NORM_EPS = 1e-6
+#: eps of the per-head LayerNorm/RMSNorm of q and k (flax LayerNorm default; Gemma 3, OLMo 2)
+QK_HEAD_NORM_EPS = 1e-6
+#: ``--qk-norm-type`` choices; the first is the default
+QK_NORM_TYPES = ("l2", "layernorm", "rmsnorm")
 
 
 def qk_norm_initial_scale(length: Optional[float] = None, scale: Optional[float] = None) -> float:
@@ -37,7 +80,8 @@ def qk_norm_initial_scale(length: Optional[float] = None, scale: Optional[float]
 
     ``g0 = log2(L^2 - L)`` (Henry et al., 2020, Eq. 4), where ``L`` is the
     97.5th-percentile training sentence length in (BPE) tokens; or ``scale``
-    itself when given. Exactly one of the two must be set.
+    itself when given. Exactly one of the two must be set. The only place g0 is
+    computed: the model logs the value it returns.
 
     Args:
         length: ``L`` in tokens, finite and >= 2 (so that ``g0 >= 1``).
@@ -78,7 +122,8 @@ def qk_scaled_queries(q: Tensor, g: Tensor, eps: float = QK_NORM_EPS) -> Tensor:
 
     Args:
         q: queries ``(..., head_dim)``, any float dtype.
-        g: the scalar scale (a 0-dim tensor).
+        g: the scale, broadcastable to ``(..., 1)``: a 0-dim tensor (one per module) or
+            ``(num_heads, 1, 1)`` for ``q`` of shape ``(B, num_heads, T, head_dim)``.
         eps: lower clamp of ``||q||``.
 
     Returns: a tensor of ``q``'s shape and dtype.
@@ -86,8 +131,15 @@ def qk_scaled_queries(q: Tensor, g: Tensor, eps: float = QK_NORM_EPS) -> Tensor:
     return scaled_l2_normalize(q, eps, g)
 
 
+def _head_norm(qk_norm_type: str, head_dim: int) -> nn.Module:
+    # per-head norm of q or k: statistics over head_dim, weight (head_dim,) shared by heads
+    if qk_norm_type == "layernorm":
+        return nn.LayerNorm(head_dim, eps=QK_HEAD_NORM_EPS, bias=False)
+    return nn.RMSNorm(head_dim, eps=QK_HEAD_NORM_EPS)
+
+
 class QKNormMultiheadAttention(MultiheadAttention):
-    """fairseq ``MultiheadAttention`` with an owned forward and optional QKNorm.
+    """fairseq ``MultiheadAttention`` with an owned forward and optional QK-norm.
 
     Identical to :class:`fairseq.modules.MultiheadAttention` (same parameters,
     state-dict keys, incremental-state layout and beam reordering) except:
@@ -98,48 +150,83 @@ class QKNormMultiheadAttention(MultiheadAttention):
       unless attention weights are requested (the *explicit* path, plain
       matmul + softmax);
     * with ``qk_norm=True`` each query and key vector of each head is
-      l2-normalized after projection and head split, and the logits are
-      ``g * cos(q, k)`` with one learnable float32 scalar ``g`` per module
-      (``self.qk_norm_g``) instead of ``q.k / sqrt(d_head)`` (Henry et al., 2020).
-      Keys are cached *after* normalization, so decoding normalizes each key once.
-      ``g`` is folded into the normalized queries, so the fused kernel runs with
-      ``scale=1``.
+      normalized after projection and head split (module docstring):
+      ``qk_norm_type="l2"`` gives logits ``g * cos(q, k)`` with a learnable
+      float32 ``g`` (``self.qk_norm_g``: 0-dim, or ``(num_heads,)`` with
+      ``qk_norm_scale_per_head``) instead of ``q.k / sqrt(d_head)`` (Henry et
+      al., 2020), ``g`` folded into the normalized queries so that the fused
+      kernel runs with ``scale=1``; ``"layernorm"``/``"rmsnorm"`` give
+      ``N_q(q).N_k(k) / sqrt(d_head)`` (``self.q_norm``, ``self.k_norm``).
+      Keys are cached *after* normalization, so decoding normalizes each key once;
+    * inputs are checked (shapes, dtypes) with errors that name the argument.
 
     With ``qk_norm=False`` the output equals the parent's for the same weights.
 
     Shapes (fairseq convention): ``query`` ``(tgt_len, bsz, embed_dim)``,
     ``key``/``value`` ``(src_len, bsz, kdim/vdim)``, ``key_padding_mask``
-    ``(bsz, src_len)`` non-zero at pads, ``attn_mask`` ``(tgt_len, src_len)``
+    ``(bsz, src_len)`` bool/uint8, True/1 at pads, ``attn_mask`` ``(tgt_len, src_len)``
     additive float (``-inf`` = masked) or bool/uint8 (True = masked).
     Returns ``(attn, attn_weights)``: ``attn`` ``(tgt_len, bsz, embed_dim)``;
     ``attn_weights`` ``None`` unless ``need_weights``, then ``(bsz, tgt_len,
     src_len)`` averaged over heads, or ``(num_heads, bsz, tgt_len, src_len)``
     with ``need_head_weights``.
 
+    Args (besides the parent's):
+        qk_norm: normalize q and k (off: plain scaled dot product).
+        qk_norm_scale: ``g0`` for ``qk_norm_type="l2"`` (required there, finite and > 0);
+            must be None for the other types.
+        qk_norm_type: one of :data:`QK_NORM_TYPES`.
+        qk_norm_scale_per_head: l2 only: one ``g`` per head.
+        qk_norm_freeze_scale: l2 only: ``g`` is not trained (``requires_grad=False``).
+
     Raises:
-        ValueError: at construction for ``qk_norm`` without a scale, or for
-            parent features this forward does not implement (``add_bias_kv``,
-            ``add_zero_attn``, xFormers).
+        ValueError: at construction for an unknown ``qk_norm_type``, l2 without a
+            scale, options that do not apply to the chosen type (or any QK-norm
+            option with ``qk_norm=False``), or parent features this forward does
+            not implement (``add_bias_kv``, ``add_zero_attn``, xFormers).
+            In ``forward``, wrong shapes (ValueError) or dtypes (TypeError).
     """
 
     def __init__(self, embed_dim, num_heads, *args, qk_norm: bool = False,
-                 qk_norm_scale: Optional[float] = None, **kwargs):
+                 qk_norm_scale: Optional[float] = None, qk_norm_type: str = "l2",
+                 qk_norm_scale_per_head: bool = False, qk_norm_freeze_scale: bool = False,
+                 **kwargs):
         super().__init__(embed_dim, num_heads, *args, **kwargs)
         if self.bias_k is not None or self.add_zero_attn or self.use_xformers:
             raise ValueError(
                 "QKNormMultiheadAttention does not implement add_bias_kv, "
                 "add_zero_attn or xformers attention"
             )
+        if qk_norm_type not in QK_NORM_TYPES:
+            raise ValueError(f"qk_norm_type must be one of {QK_NORM_TYPES}, got {qk_norm_type!r}")
         self.qk_norm = bool(qk_norm)
-        if self.qk_norm:
+        #: None when QK-norm is off
+        self.qk_norm_type: Optional[str] = qk_norm_type if self.qk_norm else None
+        l2_only = [name for name, given in (("qk_norm_scale", qk_norm_scale is not None),
+                                            ("qk_norm_scale_per_head", qk_norm_scale_per_head),
+                                            ("qk_norm_freeze_scale", qk_norm_freeze_scale))
+                   if given]
+        if not self.qk_norm and (l2_only or qk_norm_type != "l2"):
+            raise ValueError(f"{', '.join(l2_only) or 'qk_norm_type'} given with qk_norm=False")
+        if self.qk_norm_type not in (None, "l2") and l2_only:
+            raise ValueError(f"{', '.join(l2_only)} apply only to qk_norm_type='l2' "
+                             f"(qk_norm_type={qk_norm_type!r} has no scale g)")
+        if self.qk_norm_type == "l2":
             if qk_norm_scale is None:
                 raise ValueError("qk_norm=True needs qk_norm_scale (g0)")
-            qk_norm_scale = qk_norm_initial_scale(scale=qk_norm_scale)  # finite and > 0
-            # One scalar per module, shared by all heads (authors' code); float32 on
-            # purpose (the authors' code made it float64 by accident).
-            self.qk_norm_g = nn.Parameter(torch.tensor(float(qk_norm_scale), dtype=torch.float32))
+            g0 = qk_norm_initial_scale(scale=qk_norm_scale)  # finite and > 0
+            # One scalar per module, shared by all heads (authors' code), or one per head;
+            # float32 on purpose (the authors' code made it float64 by accident).
+            shape = (num_heads,) if qk_norm_scale_per_head else ()
+            self.qk_norm_g = nn.Parameter(torch.full(shape, g0, dtype=torch.float32),
+                                          requires_grad=not qk_norm_freeze_scale)
         else:
             self.register_parameter("qk_norm_g", None)
+        if self.qk_norm_type in ("layernorm", "rmsnorm"):
+            self.q_norm: Optional[nn.Module] = _head_norm(self.qk_norm_type, self.head_dim)
+            self.k_norm: Optional[nn.Module] = _head_norm(self.qk_norm_type, self.head_dim)
+        else:
+            self.q_norm = self.k_norm = None
         #: False selects the explicit matmul/softmax path even when weights are not
         #: needed (reference path for tests and benchmarks).
         self.use_fused = True
@@ -149,7 +236,83 @@ class QKNormMultiheadAttention(MultiheadAttention):
         self.last_stats: Dict[str, Tensor] = {}
 
     def extra_repr(self) -> str:
-        return f"qk_norm={self.qk_norm}, num_heads={self.num_heads}, head_dim={self.head_dim}"
+        text = f"qk_norm={self.qk_norm}"
+        if self.qk_norm:
+            text += f", qk_norm_type={self.qk_norm_type}"
+        g = getattr(self, "qk_norm_g", None)
+        if g is not None:
+            text += (f", scale={'per head' if g.dim() else 'per module'}"
+                     f"{'' if g.requires_grad else ' (frozen)'}")
+        return f"{text}, num_heads={self.num_heads}, head_dim={self.head_dim}"
+
+    # --------------------------------------------------------- normalization
+    def normalize_queries(self, q: Tensor) -> Tensor:
+        """Queries as they enter the logits: ``(B, H, T, head_dim)``, same shape and dtype.
+
+        l2: ``g q / ||q||`` (``g`` folded in); layernorm/rmsnorm: ``N_q(q)``; off: ``q``.
+        """
+        if self.qk_norm_type == "l2":
+            g = self.qk_norm_g
+            return qk_scaled_queries(q, g.view(-1, 1, 1) if g.dim() else g)  # per head: (H, 1, 1)
+        if self.q_norm is not None:
+            return self.q_norm(q)
+        return q
+
+    def normalize_keys(self, k: Tensor) -> Tensor:
+        """Keys as they are cached and enter the logits: ``(B, H, S, head_dim)``.
+
+        l2: ``k / ||k||``; layernorm/rmsnorm: ``N_k(k)``; off: ``k``.
+        """
+        if self.qk_norm_type == "l2":
+            return scaled_l2_normalize(k, QK_NORM_EPS)
+        if self.k_norm is not None:
+            return self.k_norm(k)
+        return k
+
+    @property
+    def logit_scale(self) -> float:
+        """Factor applied to ``normalize_queries(q) . normalize_keys(k)``: 1 for l2
+        (``g`` is in the queries), ``1 / sqrt(head_dim)`` otherwise."""
+        return 1.0 if self.qk_norm_type == "l2" else self.scaling
+
+    def _check_inputs(self, query: Tensor, key: Optional[Tensor], value: Optional[Tensor],
+                      key_padding_mask: Optional[Tensor]) -> None:
+        """Our errors for what torch would reject later with an unrelated message (or accept)."""
+        if query.dim() != 3 or query.size(2) != self.embed_dim:
+            raise ValueError(f"query must be (tgt_len, bsz, {self.embed_dim}), "
+                             f"got shape {tuple(query.shape)}")
+        weight_dtype = self.q_proj.weight.dtype
+        if not query.is_floating_point() or (
+                query.dtype != weight_dtype and not torch.is_autocast_enabled(query.device.type)):
+            raise TypeError(f"query dtype {query.dtype} does not match the attention weights' "
+                            f"{weight_dtype} (convert the model or the input, or use autocast)")
+        tgt_len, bsz = query.shape[:2]
+        src_len: Optional[int] = tgt_len  # length of the new keys; None: cached keys only
+        if not self.self_attention:
+            src_len = None if key is None else key.size(0)
+            # encoder-decoder attention projects its values from `key` (as the parent)
+            checks = [("key", key, self.kdim)]
+            if not self.encoder_decoder_attention:
+                checks.append(("value", value, self.vdim))
+            for name, x, dim in checks if key is not None else ():
+                if x is None:
+                    raise ValueError(f"{name} is None but key is given")
+                if x.dim() != 3 or x.size(2) != dim or x.size(1) != bsz or x.size(0) != src_len:
+                    raise ValueError(f"{name} must be (src_len, bsz, {dim}) with bsz = {bsz} "
+                                     f"(query) and src_len = {src_len} (key), "
+                                     f"got shape {tuple(x.shape)}")
+                if x.dtype != query.dtype:
+                    raise TypeError(f"{name} dtype {x.dtype} differs from query dtype "
+                                    f"{query.dtype}")
+        if key_padding_mask is not None and key_padding_mask.dim() != 0:
+            if key_padding_mask.dtype not in (torch.bool, torch.uint8):
+                raise TypeError(f"key_padding_mask must be bool or uint8 (True/1 = pad), "
+                                f"got {key_padding_mask.dtype}")
+            if (key_padding_mask.dim() != 2 or key_padding_mask.size(0) != bsz
+                    or (src_len is not None and key_padding_mask.size(1) != src_len)):
+                raise ValueError(f"key_padding_mask must be (bsz, src_len) = ({bsz}, "
+                                 f"{'src_len' if src_len is None else src_len}), "
+                                 f"got shape {tuple(key_padding_mask.shape)}")
 
     # ------------------------------------------------------------------ helpers
     def _split_heads(self, x: Tensor, bsz: int) -> Tensor:
@@ -191,11 +354,11 @@ class QKNormMultiheadAttention(MultiheadAttention):
         before_softmax: bool = False,
         need_head_weights: bool = False,
     ) -> Tuple[Tensor, Optional[Tensor]]:
-        """See the class docstring for shapes; arguments as in fairseq's parent."""
+        """See the class docstring for shapes and errors; arguments as in fairseq's parent."""
         if need_head_weights:
             need_weights = True
-        tgt_len, bsz, embed_dim = query.size()
-        assert embed_dim == self.embed_dim, f"query dim {embed_dim} != {self.embed_dim}"
+        self._check_inputs(query, key, value, key_padding_mask)
+        tgt_len, bsz, _ = query.size()
 
         saved_state: Optional[Dict[str, Optional[Tensor]]] = None
         if incremental_state is not None:
@@ -225,9 +388,9 @@ class QKNormMultiheadAttention(MultiheadAttention):
             k = self._split_heads(self.k_proj(key), key.size(1))  # (B', H, S, hd)
             v = self._split_heads(self.v_proj(kv_in), key.size(1))
         if self.qk_norm:
-            q = qk_scaled_queries(q, self.qk_norm_g)
+            q = self.normalize_queries(q)
             if k is not None:  # new keys only: cached keys are already normalized
-                k = scaled_l2_normalize(k, QK_NORM_EPS)
+                k = self.normalize_keys(k)
 
         if saved_state is not None:
             # cache layout (B', H, S, hd) is the parent's, so its
@@ -256,6 +419,13 @@ class QKNormMultiheadAttention(MultiheadAttention):
         if key_padding_mask is not None and key_padding_mask.dim() == 0:
             key_padding_mask = None
         kv_bsz, src_len = k.size(0), k.size(2)
+        if attn_mask is not None:
+            if tuple(attn_mask.shape) != (tgt_len, src_len):
+                raise ValueError(f"attn_mask must be (tgt_len, src_len) = ({tgt_len}, {src_len}), "
+                                 f"got shape {tuple(attn_mask.shape)}")
+            if not (attn_mask.is_floating_point() or attn_mask.dtype in (torch.bool, torch.uint8)):
+                raise TypeError(f"attn_mask must be float (additive) or bool/uint8 "
+                                f"(True = masked), got {attn_mask.dtype}")
 
         # Beam-shared encoder-attention: fold the beam into the query length so
         # that queries of one sentence's beams share its keys without a copy.
@@ -266,7 +436,7 @@ class QKNormMultiheadAttention(MultiheadAttention):
             q = q.reshape(kv_bsz, beam, self.num_heads, tgt_len, self.head_dim)
             q = q.transpose(1, 2).reshape(kv_bsz, self.num_heads, beam * tgt_len, self.head_dim)
 
-        scale = 1.0 if self.qk_norm else self.scaling  # QKNorm: g is already in q
+        scale = self.logit_scale  # l2 QKNorm: 1, g is already in q
         mask = self._attention_mask(attn_mask, key_padding_mask, q.dtype)
         dropout_p = self.dropout_module.p if (
             self.training or self.dropout_module.apply_during_inference) else 0.0
@@ -329,7 +499,10 @@ class QKNormMultiheadAttention(MultiheadAttention):
 
         ``entropy``: mean over heads and queries that see at least one key of
         ``-sum_j A_ij log A_ij`` (nats); ``max_logit``: max |logit| over unmasked
-        entries. ``logits``/``probs``: ``(B', H, T', S)``; ``dead``: ``(B', H, T', 1)``
+        entries. ``logits`` are the ones that enter the softmax, so the statistics hold
+        for each QK-norm type as it computes them (``g cos`` for l2, ``N_q(q).N_k(k) /
+        sqrt(d_head)`` for layernorm/rmsnorm, ``q.k / sqrt(d_head)`` without QK-norm).
+        ``logits``/``probs``: ``(B', H, T', S)``; ``dead``: ``(B', H, T', 1)``
         True for fully masked queries, or None.
         """
         entropy = -(probs * torch.log(probs.clamp_min(1e-30))).sum(-1)  # (B', H, T')

@@ -35,7 +35,7 @@ def trained(toy_data, tmp_path_factory):
 def test_train_logs_qknorm_health_and_saves(trained):
     _, save, log, _ = trained
     assert (save / "checkpoint_last.pt").exists() and (save / "checkpoint_best.pt").exists()
-    assert "QKNorm: g0 = 7.0444" in log  # log2(12^2 - 12) = log2(132)
+    assert log.count("QKNorm g0 = 7.044394 (qk_norm_length L = 12)") == 1  # log2(12^2 - 12)
     assert re.search(r"qknorm_g_dec1_cross[ =]7\.\d+", log)
     assert re.search(r"attn_entropy_enc0_self[ =]\d", log)
 

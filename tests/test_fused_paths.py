@@ -2,9 +2,10 @@
 
 Complements tests/test_attention.py (which checks each path against a float64 reference and
 fused vs explicit gradients for causal self-attention): here outputs *and gradients* of the
-two paths must agree within 1e-5 in fp32 for self- and encoder-attention, QKNorm on and off,
-with padding, in training and eval mode, in incremental decoding (self-attention cache and
-beam-shared static encoder keys), and for a whole model's training step.
+two paths must agree within 1e-5 in fp32 for self- and encoder-attention, for every member
+of the QK-norm family and with it off (``VARIANTS`` of tests/test_attention.py), with padding,
+in training and eval mode, in incremental decoding (self-attention cache and beam-shared static
+encoder keys), and for a whole model's training step.
 """
 
 import pytest
@@ -12,18 +13,16 @@ import torch
 
 from conftest import build_model
 from fairseq_qknorm.modules import QKNormMultiheadAttention
+from test_attention import E, VARIANTS, make
 
-E, H = 16, 4
 TOL = dict(atol=1e-5, rtol=1e-5)
+ALL = list(VARIANTS)
 
 
-def pair(qk_norm, **kw):
-    """Two identical modules, the second forced onto the explicit path."""
-    torch.manual_seed(0)
-    a = QKNormMultiheadAttention(E, H, qk_norm=qk_norm, qk_norm_scale=5.0 if qk_norm else None,
-                                 **kw)
-    b = QKNormMultiheadAttention(E, H, qk_norm=qk_norm, qk_norm_scale=5.0 if qk_norm else None,
-                                 **kw)
+def pair(variant, **kw):
+    """Two identical modules of ``variant``, the second forced onto the explicit path."""
+    a = make(variant, g0=5.0, **kw)
+    b = make(variant, g0=5.0, **kw)
     b.load_state_dict(a.state_dict())
     b.use_fused = False
     return a, b
@@ -35,6 +34,9 @@ def causal(T):
 
 def assert_grads_close(a, b):
     for (name, pa), (_, pb) in zip(a.named_parameters(), b.named_parameters()):
+        if not pa.requires_grad:  # frozen QKNorm g
+            assert pa.grad is None and pb.grad is None, name
+            continue
         assert pa.grad is not None, name
         # 1e-5 relative to the tensor's scale: FixNorm makes embedding gradients O(100)
         scale = max(1.0, float(pa.grad.abs().max()))
@@ -42,10 +44,10 @@ def assert_grads_close(a, b):
                                    msg=lambda m, name=name: f"{name}: {m}")
 
 
-@pytest.mark.parametrize("qk_norm", [True, False])
+@pytest.mark.parametrize("variant", ALL)
 @pytest.mark.parametrize("training", [True, False])
-def test_encoder_attention_outputs_and_grads_agree(qk_norm, training):
-    a, b = pair(qk_norm, encoder_decoder_attention=True, kdim=E, vdim=E)
+def test_encoder_attention_outputs_and_grads_agree(variant, training):
+    a, b = pair(variant, encoder_decoder_attention=True, kdim=E, vdim=E)
     a.train(training)
     b.train(training)
     g = torch.Generator().manual_seed(3)
@@ -67,10 +69,10 @@ def test_encoder_attention_outputs_and_grads_agree(qk_norm, training):
     assert_grads_close(a, b)
 
 
-@pytest.mark.parametrize("qk_norm", [True, False])
+@pytest.mark.parametrize("variant", ALL)
 @pytest.mark.parametrize("training", [True, False])
-def test_decoder_self_attention_outputs_and_grads_agree(qk_norm, training):
-    a, b = pair(qk_norm, self_attention=True)
+def test_decoder_self_attention_outputs_and_grads_agree(variant, training):
+    a, b = pair(variant, self_attention=True)
     a.train(training)
     b.train(training)
     g = torch.Generator().manual_seed(4)
@@ -90,9 +92,10 @@ def test_decoder_self_attention_outputs_and_grads_agree(qk_norm, training):
     assert_grads_close(a, b)
 
 
-def test_need_weights_path_output_equals_fused():
+@pytest.mark.parametrize("variant", ALL)
+def test_need_weights_path_output_equals_fused(variant):
     """need_weights=True forces the explicit path even with use_fused: same output."""
-    a, _ = pair(True, self_attention=True)
+    a, _ = pair(variant, self_attention=True)
     x = torch.randn(6, 2, E)
     o_fused, w_none = a(x, x, x, attn_mask=causal(6), need_weights=False)
     o_expl, w = a(x, x, x, attn_mask=causal(6), need_weights=True)
@@ -100,9 +103,9 @@ def test_need_weights_path_output_equals_fused():
     torch.testing.assert_close(o_fused, o_expl, **TOL)
 
 
-@pytest.mark.parametrize("qk_norm", [True, False])
-def test_incremental_self_attention_paths_agree(qk_norm):
-    a, b = pair(qk_norm, self_attention=True)
+@pytest.mark.parametrize("variant", ALL)
+def test_incremental_self_attention_paths_agree(variant):
+    a, b = pair(variant, self_attention=True)
     a.eval()
     b.eval()
     x = torch.randn(7, 4, E, generator=torch.Generator().manual_seed(5))
@@ -117,10 +120,10 @@ def test_incremental_self_attention_paths_agree(qk_norm):
         b.reorder_incremental_state(sb, order)
 
 
-@pytest.mark.parametrize("qk_norm", [True, False])
+@pytest.mark.parametrize("variant", ALL)
 @pytest.mark.parametrize("beam_shared", [True, False])
-def test_incremental_encoder_attention_paths_agree(qk_norm, beam_shared):
-    a, b = pair(qk_norm, encoder_decoder_attention=True, kdim=E, vdim=E)
+def test_incremental_encoder_attention_paths_agree(variant, beam_shared):
+    a, b = pair(variant, encoder_decoder_attention=True, kdim=E, vdim=E)
     a.eval()
     b.eval()
     beam, B, S = 2, 3, 6
@@ -147,13 +150,19 @@ def test_incremental_encoder_attention_paths_agree(qk_norm, beam_shared):
         b.reorder_incremental_state(sb, order)
 
 
-@pytest.mark.parametrize("arch", ["transformer_qknorm_paper", "transformer_twt"])
-def test_model_training_step_paths_agree(toy_task, arch):
+@pytest.mark.parametrize("arch, qk_flags", [
+    ("transformer_qknorm_paper", ["--qk-norm-scale", "6"]),
+    ("transformer_qknorm_paper", ["--qk-norm-scale", "6", "--qk-norm-scale-per-head"]),
+    ("transformer_qknorm_paper", ["--qk-norm-type", "layernorm"]),
+    ("transformer_qknorm_paper", ["--qk-norm-type", "rmsnorm"]),
+    ("transformer_twt", []),
+])
+def test_model_training_step_paths_agree(toy_task, arch, qk_flags):
     """A whole model (padded toy batch, dropout 0): loss and every gradient agree."""
     flags = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "32",
              "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
              "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "4",
-             "--decoder-attention-heads", "4", "--dropout", "0", "--qk-norm-scale", "6"]
+             "--decoder-attention-heads", "4", "--dropout", "0", *qk_flags]
     torch.manual_seed(0)
     ma, _ = build_model(toy_task, arch, flags)
     mb, _ = build_model(toy_task, arch, flags)

@@ -1,13 +1,16 @@
-"""Model-level tests: norms, named archs, incremental decoding, registration."""
+"""Model-level tests: norms, named archs, the QK-norm flags, incremental decoding,
+g0 logging, old checkpoints, registration."""
 
 import importlib
+import logging
 import math
+from pathlib import Path
 
 import pytest
 import torch
 from torch.nn import LayerNorm  # what fairseq's LayerNorm() builds on CPU
 
-from conftest import PLUGIN_DIR, build_model
+from conftest import PLUGIN_DIR, build_model, run_cli
 from fairseq_qknorm.models.transformer_qknorm import TransformerQKNormModel
 from fairseq_qknorm.modules import (
     FixNormEmbedding,
@@ -227,12 +230,69 @@ def test_base_arch_is_stock_postnorm(toy_task):
     assert model.encoder.layer_norm is None
 
 
-def test_qknorm_needs_exactly_one_scale(toy_task):
-    with pytest.raises(ValueError, match="exactly one"):
-        build_model(toy_task, "transformer_qknorm_paper_proxy", TINY)
-    with pytest.raises(ValueError, match="exactly one"):
-        build_model(toy_task, "transformer_qknorm_paper_proxy",
-                    TINY + ["--qk-norm-length", "79", "--qk-norm-scale", "3"])
+BAD_QK_FLAGS = [
+    # (arch, flags, message on stderr)
+    ("transformer_qknorm_paper_proxy", [], "QKNorm needs exactly one of --qk-norm-length"),
+    ("transformer_qknorm_paper_proxy", ["--qk-norm-length", "79", "--qk-norm-scale", "3"],
+     "argument --qk-norm-scale: not allowed with argument --qk-norm-length"),
+    ("transformer_qknorm", ["--qk-norm", "--qk-norm-length", "1"],
+     "argument --qk-norm-length: --qk-norm-length must be finite and >= 2"),
+    ("transformer_qknorm", ["--qk-norm", "--qk-norm-scale", "-3"],
+     "argument --qk-norm-scale: --qk-norm-scale must be finite and > 0"),
+    ("transformer_qknorm", ["--qk-norm", "--qk-norm-type", "cosine"],
+     "argument --qk-norm-type: invalid choice: 'cosine'"),
+    ("transformer_twt_proxy", ["--qk-norm-length", "79"],
+     "--qk-norm-length would be ignored: it needs --qk-norm "
+     "(off for --arch transformer_twt_proxy)"),
+    ("transformer_qknorm", ["--qk-norm-scale", "5", "--qk-norm-scale-per-head"],
+     "--qk-norm-scale and --qk-norm-scale-per-head would be ignored: they need --qk-norm"),
+    ("transformer_qknorm", ["--qk-norm-type", "layernorm"],
+     "--qk-norm-type layernorm would be ignored: it needs --qk-norm"),
+    ("transformer_qknorm", ["--qk-norm", "--qk-norm-type", "layernorm", "--qk-norm-length", "79"],
+     "--qk-norm-length only applies to --qk-norm-type l2 (QKNorm's scale g); "
+     "--qk-norm-type layernorm has no g"),
+    ("transformer_qknorm_paper_proxy", ["--qk-norm-type", "rmsnorm", "--qk-norm-freeze-scale"],
+     "--qk-norm-freeze-scale only applies to --qk-norm-type l2"),
+    ("transformer_qknorm", ["--qk-norm", "--qk-norm-type", "rmsnorm", "--qk-norm-scale-per-head"],
+     "--qk-norm-scale-per-head only applies to --qk-norm-type l2"),
+]
+
+
+@pytest.mark.parametrize("arch, flags, message", BAD_QK_FLAGS)
+def test_bad_qk_norm_flags_are_usage_errors(toy_task, capsys, arch, flags, message):
+    """fairseq's parser (parse_args_and_arch) rejects them as argparse does: exit status 2,
+    "PROG: error: MESSAGE" on stderr, before any model is built."""
+    with pytest.raises(SystemExit) as exc:
+        build_model(toy_task, arch, TINY + flags)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert ": error: " + message in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("case", [0, 5, 8])
+def test_bad_qk_norm_flags_through_fairseq_train(toy_data, case):
+    """The real fairseq-train: one error line, exit status 2, no traceback, no training."""
+    arch, flags, message = BAD_QK_FLAGS[case]
+    _, bin_dir = toy_data
+    proc = run_cli(["fairseq-train", bin_dir, "--user-dir", PLUGIN_DIR, "--arch", arch, *TINY,
+                    *flags, "--max-update", "1", "--save-dir", "/nonexistent/never-written"],
+                   check=False)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.rstrip().splitlines()[-1].startswith(f"fairseq-train: error: {message}")
+    assert "Traceback" not in proc.stderr and "num_updates" not in proc.stdout
+
+
+def test_build_model_rejects_bad_qk_norm_args_programmatically(toy_task):
+    """Args that bypass the command line (edited after parsing) raise ValueError at build."""
+    _, args = build_model(toy_task, "transformer_qknorm", TINY + ["--qk-norm", "--qk-norm-type",
+                                                                  "layernorm"])
+    args.qk_norm_scale_per_head = True
+    with pytest.raises(ValueError, match="--qk-norm-scale-per-head only applies to --qk-norm-type"):
+        TransformerQKNormModel.build_model(args, toy_task)
+    args.qk_norm_scale_per_head, args.qk_norm = False, False
+    with pytest.raises(ValueError, match="would be ignored"):
+        TransformerQKNormModel.build_model(args, toy_task)
 
 
 # ------------------------------------------------------- incremental decoding
@@ -268,19 +328,6 @@ def test_incremental_decoding_equals_full(toy_task, arch):
     torch.testing.assert_close(incremental, full, atol=1e-5, rtol=1e-4)
 
 
-def test_full_model_training_step_updates_every_g(toy_task):
-    model, _ = build_model(toy_task, "transformer_qknorm_paper_proxy",
-                           TINY + ["--qk-norm-length", "12"])
-    model.train()
-    d = toy_task.target_dictionary
-    src = torch.randint(d.nspecial, len(d), (4, 7))
-    prev = torch.randint(d.nspecial, len(d), (4, 6))
-    out, _ = model(src, torch.full((4,), 7), prev)
-    out.logsumexp(-1).mean().backward()
-    for name, m in model.attention_modules().items():
-        assert m.qk_norm_g.grad is not None and float(m.qk_norm_g.grad.abs()) > 0, name
-
-
 # ------------------------------------------------------------ registration
 def test_importing_plugin_twice_does_not_reregister():
     from fairseq import utils
@@ -302,7 +349,8 @@ def test_importing_plugin_twice_does_not_reregister():
 def test_low_precision_padded_batch_is_finite(toy_task, arch, dtype):
     """fairseq zeroes pad positions before the first norm: ScaleNorm must not turn them into
     NaN under fp16 (which attention would spread over the whole sentence)."""
-    model, _ = build_model(toy_task, arch, TINY + ["--qk-norm-length", "12"])
+    qk = ["--qk-norm-length", "12"] if "qknorm" in arch else []
+    model, _ = build_model(toy_task, arch, TINY + qk)
     model = model.eval().to(dtype)
     d = toy_task.target_dictionary
     src = torch.randint(d.nspecial, len(d), (2, 6))
@@ -313,3 +361,197 @@ def test_low_precision_padded_batch_is_finite(toy_task, arch, dtype):
         out, _ = model.decoder(torch.full((2, 3), d.eos()), encoder_out=enc)
     assert torch.isfinite(enc["encoder_out"][0].float()).all()
     assert torch.isfinite(out.float()).all()
+
+
+# ------------------------------------------------------------- the QK-norm family
+QK_FLAGS = {
+    "l2": ["--qk-norm", "--qk-norm-scale", "5"],
+    "l2_per_head": ["--qk-norm", "--qk-norm-scale", "5", "--qk-norm-scale-per-head"],
+    "l2_frozen": ["--qk-norm", "--qk-norm-scale", "5", "--qk-norm-freeze-scale"],
+    "layernorm": ["--qk-norm", "--qk-norm-type", "layernorm"],
+    "rmsnorm": ["--qk-norm", "--qk-norm-type", "rmsnorm"],
+}
+
+
+def _tiny_model(toy_task, variant):
+    # PreNorm + FixNorm + LayerNorm (the QKNorm paper's model) at test size, 2 heads of 8
+    return build_model(toy_task, "transformer_qknorm_paper_proxy", TINY + QK_FLAGS[variant])[0]
+
+
+@pytest.mark.parametrize("variant", sorted(QK_FLAGS))
+def test_qk_norm_flags_build_the_documented_modules(toy_task, variant):
+    model = _tiny_model(toy_task, variant)
+    attns = model.attention_modules()
+    assert len(attns) == 6
+    for name, m in attns.items():
+        assert m.qk_norm and m.qk_norm_type == ("l2" if variant.startswith("l2") else variant)
+        if variant.startswith("l2"):
+            assert m.qk_norm_g.shape == ((2,) if variant == "l2_per_head" else ())
+            assert torch.equal(m.qk_norm_g.detach(), torch.full(m.qk_norm_g.shape, 5.0))
+            assert m.qk_norm_g.requires_grad == (variant != "l2_frozen")
+            assert m.q_norm is None and m.k_norm is None
+        else:
+            assert m.qk_norm_g is None
+            norm_cls = torch.nn.LayerNorm if variant == "layernorm" else torch.nn.RMSNorm
+            for norm in (m.q_norm, m.k_norm):
+                assert type(norm) is norm_cls and norm.weight.shape == (8,)  # head_dim
+                assert torch.equal(norm.weight.detach(), torch.ones(8))
+    # frozen g is left out of what fairseq's trainer optimizes (it filters requires_grad)
+    trained = {id(p) for p in model.parameters() if p.requires_grad}
+    assert all((id(m.qk_norm_g) in trained) == (variant != "l2_frozen")
+               for m in attns.values() if m.qk_norm_g is not None)
+
+
+@pytest.mark.parametrize("variant", sorted(QK_FLAGS))
+def test_training_step_updates_g_and_norm_weights_unless_frozen(toy_task, variant):
+    model = _tiny_model(toy_task, variant)
+    model.train()
+    d = toy_task.target_dictionary
+    src = torch.randint(d.nspecial, len(d), (4, 7))
+    prev = torch.randint(d.nspecial, len(d), (4, 6))
+    out, _ = model(src, torch.full((4,), 7), prev)
+    out.logsumexp(-1).mean().backward()
+    for name, m in model.attention_modules().items():
+        if m.qk_norm_g is not None and variant != "l2_frozen":
+            assert m.qk_norm_g.grad is not None and bool((m.qk_norm_g.grad != 0).all()), name
+        elif m.qk_norm_g is not None:
+            assert m.qk_norm_g.grad is None, name
+        else:
+            for norm in (m.q_norm, m.k_norm):
+                assert norm.weight.grad is not None and float(norm.weight.grad.abs().max()) > 0
+
+
+@pytest.mark.parametrize("variant", sorted(QK_FLAGS) + ["off"])
+def test_incremental_decoding_with_beam_reorders_equals_full(toy_task, variant):
+    """Beam-search-like decoding: encoder states expanded per beam and shared by the
+    encoder-decoder attention (set_beam_size, keys cached once per sentence), the cache
+    reordered after every step (beams swapped, and copied over others); each step equals
+    the full forward of the reordered prefixes."""
+    if variant == "off":
+        model = build_model(toy_task, "transformer_twt_proxy", TINY)[0]
+    else:
+        model = _tiny_model(toy_task, variant)
+    model.eval()
+    torch.manual_seed(0)
+    d = toy_task.target_dictionary
+    B, beam, S, T = 2, 2, 6, 5
+    src = torch.randint(d.nspecial, len(d), (B, S))
+    src[1, :2] = d.pad()
+    src[:, -1] = d.eos()
+    prev = torch.randint(d.nspecial, len(d), (B * beam, T))
+    prev[:, 0] = d.eos()
+    orders = [torch.tensor([1, 0, 3, 2]), torch.tensor([0, 0, 3, 3]), torch.tensor([1, 1, 2, 3])]
+    with torch.no_grad():
+        enc = model.encoder(src, src_lengths=(src != d.pad()).sum(1))
+        enc = model.encoder.reorder_encoder_out(enc, torch.arange(B).repeat_interleave(beam))
+        model.decoder.set_beam_size(beam)
+        state = {}
+        for t in range(T):
+            step, _ = model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)
+            full, _ = model.decoder(prev[:, : t + 1], encoder_out=enc)
+            torch.testing.assert_close(step[:, -1], full[:, -1], atol=1e-5, rtol=1e-4)
+            order = orders[t % len(orders)]
+            prev = prev[order]
+            model.decoder.reorder_incremental_state_scripting(state, order)
+        cross = model.decoder.layers[0].encoder_attn
+        assert cross._get_input_buffer(state)["prev_key"].shape[0] == B  # once per sentence
+
+
+@pytest.mark.parametrize("variant", sorted(QK_FLAGS))
+def test_beam_search_scores_equal_full_forward(toy_task, variant):
+    """fairseq's SequenceGenerator (beam 3: incremental decoding, beam-shared encoder keys,
+    reordering): every hypothesis' positional scores equal the full forward's."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    model = _tiny_model(toy_task, variant).eval()
+    d = toy_task.target_dictionary
+    g = torch.Generator().manual_seed(1)
+    src = torch.randint(d.nspecial, len(d), (3, 7), generator=g)
+    src[1, :3] = d.pad()
+    src[:, -1] = d.eos()
+    lengths = (src != d.pad()).sum(1)
+    generator = SequenceGenerator([model], d, beam_size=3, max_len_b=6)
+    with torch.no_grad():
+        hypos = generator.generate([model], {"net_input": {"src_tokens": src,
+                                                           "src_lengths": lengths}})
+        for i, sentence in enumerate(hypos):
+            assert len(sentence) == 3
+            for hypo in sentence:
+                tokens = hypo["tokens"]
+                prev = torch.cat([tokens.new_tensor([d.eos()]), tokens[:-1]])[None]
+                out = model(src[i:i + 1], lengths[i:i + 1], prev)
+                lprobs = model.get_normalized_probs(out, log_probs=True)[0]
+                scores = lprobs.gather(-1, tokens[:, None]).squeeze(-1)
+                torch.testing.assert_close(hypo["positional_scores"], scores, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("variant", ["l2_per_head", "layernorm"])
+def test_attention_health_and_g_are_logged_per_module(toy_task, variant):
+    from fairseq import metrics
+
+    model = _tiny_model(toy_task, variant)
+    model._stats_interval = 1
+    d = toy_task.target_dictionary
+    src = torch.randint(d.nspecial, len(d), (2, 5))
+    with metrics.aggregate(new_root=True) as agg:
+        model.train()
+        model(src, torch.full((2,), 5), torch.randint(d.nspecial, len(d), (2, 4)))
+    logged = agg.get_smoothed_values()
+    for name, m in model.attention_modules().items():
+        assert logged[f"attn_maxlogit_{name}"] == pytest.approx(
+            float(m.last_stats["max_logit"]), abs=1e-3)
+        assert logged[f"attn_entropy_{name}"] > 0
+        if variant == "l2_per_head":
+            g = m.qk_norm_g.detach()
+            assert logged[f"qknorm_g_{name}"] == pytest.approx(float(g.mean()), abs=1e-3)
+            assert [logged[f"qknorm_head_g_{name}_h{h}"] for h in range(2)] == pytest.approx(
+                g.tolist(), abs=1e-3)
+        else:
+            assert not any(k.startswith("qknorm_") for k in logged)
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--qk-norm", "--qk-norm-length", "92"], ["QKNorm g0 = 13.031357 (qk_norm_length L = 92)"]),
+    (["--qk-norm", "--qk-norm-length", "79.5"],
+     [f"QKNorm g0 = {math.log2(79.5 ** 2 - 79.5):.6f} (qk_norm_length L = 79.5)"]),
+    (["--qk-norm", "--qk-norm-scale", "12.5"], ["QKNorm g0 = 12.500000 (qk_norm_scale)"]),
+    (["--qk-norm", "--qk-norm-scale", "12.5", "--qk-norm-scale-per-head"],
+     ["QKNorm g0 = 12.500000 (qk_norm_scale)"]),
+    ([], []),
+    (["--qk-norm", "--qk-norm-type", "layernorm"], []),
+    (["--qk-norm", "--qk-norm-type", "rmsnorm"], []),
+])
+def test_g0_is_logged_once_per_model_build(toy_task, caplog, flags, expected):
+    """One line per build, through the fairseq_qknorm logger, in the format the pipeline's
+    tools parse; nothing without l2 QKNorm. The value is qk_norm_initial_scale's."""
+    caplog.set_level(logging.INFO, logger="fairseq_qknorm")
+    model, args = build_model(toy_task, "transformer_qknorm", TINY + flags)
+    records = [r for r in caplog.records if "g0" in r.getMessage()]
+    assert [r.getMessage() for r in records] == expected
+    assert all(r.name.startswith("fairseq_qknorm") for r in records)
+    if expected:
+        g = model.encoder.layers[0].self_attn.qk_norm_g.detach()
+        g0 = qk_norm_initial_scale(args.qk_norm_length, args.qk_norm_scale)
+        assert torch.equal(g, torch.full(g.shape, g0))
+
+
+def test_existing_l2_checkpoint_loads_and_gives_same_output():
+    """A checkpoint saved before the QK-norm family (tests/data/legacy_l2_checkpoint/README.md)
+    loads strictly through fairseq's loader and computes what it computed then."""
+    from fairseq import checkpoint_utils
+
+    import fairseq_qknorm  # noqa: F401  (registers the model, patches checkpoint loading)
+
+    fixture = Path(__file__).parent / "data" / "legacy_l2_checkpoint"
+    models, cfg, _ = checkpoint_utils.load_model_ensemble_and_task(
+        [str(fixture / "checkpoint.pt")], arg_overrides={"data": str(fixture)})
+    model = models[0].eval()
+    assert not hasattr(cfg.model, "qk_norm_type") or cfg.model.qk_norm_type == "l2"
+    for m in model.attention_modules().values():
+        assert m.qk_norm_type == "l2" and m.qk_norm_g.shape == () and m.qk_norm_g.requires_grad
+        assert float(m.qk_norm_g) != pytest.approx(math.log2(12 ** 2 - 12))  # trained, loaded
+    expected = torch.load(fixture / "expected.pt")
+    src = expected["src_tokens"]
+    with torch.no_grad():
+        out, _ = model(src, (src != 1).sum(1), expected["prev_output_tokens"])
+    torch.testing.assert_close(out, expected["logits"], atol=1e-5, rtol=1e-5)

@@ -6,7 +6,10 @@ Extends fairseq's legacy ``TransformerModel`` through its build hooks
 ``build_encoder_attention``, ``build_output_projection``). New flags:
 
 * ``--qk-norm`` (+ ``--qk-norm-length L`` | ``--qk-norm-scale G``): QKNorm in
-  every attention module (Henry et al., 2020).
+  every attention module (Henry et al., 2020); ``--qk-norm-type
+  {l2,layernorm,rmsnorm}`` picks the member of the QK-norm family (l2 = QKNorm;
+  per-head LayerNorm / RMSNorm of q and k with 1/sqrt(d_head), ViT-22B / Gemma 3),
+  ``--qk-norm-scale-per-head`` and ``--qk-norm-freeze-scale`` shape QKNorm's g.
 * ``--norm-type {layernorm,scalenorm}``: ScaleNorm replaces every LayerNorm of
   the encoder and decoder, layers and final norms (Nguyen & Salazar, 2019).
 * ``--fix-norm``: FixNorm word embeddings and output projection (TWT Sec. 2.3).
@@ -15,7 +18,9 @@ Extends fairseq's legacy ``TransformerModel`` through its build hooks
 PreNorm is fairseq's own ``--encoder-normalize-before --decoder-normalize-before``.
 """
 
+import argparse
 import logging
+from typing import Optional
 
 from fairseq import metrics
 from fairseq.distributed import fsdp_wrap
@@ -35,6 +40,7 @@ from fairseq.modules.transformer_layer import (
 from fairseq.utils import safe_getattr
 
 from ..modules import (
+    QK_NORM_TYPES,
     FixNormEmbedding,
     FixNormLinear,
     QKNormMultiheadAttention,
@@ -83,17 +89,104 @@ def build_attention(cfg, embed_dim: int, num_heads: int, **kwargs) -> QKNormMult
     """A :class:`QKNormMultiheadAttention` configured from ``cfg``.
 
     ``cfg.qk_norm_init`` (set by :meth:`TransformerQKNormModel.build_model`)
-    holds ``g0``. ``kwargs`` are fairseq's ``MultiheadAttention`` arguments.
+    holds ``g0`` of l2 QKNorm. ``kwargs`` are fairseq's ``MultiheadAttention`` arguments.
     """
     qk_norm = bool(safe_getattr(cfg, "qk_norm", False))
+    qk_kwargs = {}
+    if qk_norm:
+        qk_norm_type = safe_getattr(cfg, "qk_norm_type", "l2")
+        qk_kwargs = dict(qk_norm_type=qk_norm_type)
+        if qk_norm_type == "l2":
+            qk_kwargs.update(
+                qk_norm_scale=safe_getattr(cfg, "qk_norm_init", None),
+                qk_norm_scale_per_head=bool(safe_getattr(cfg, "qk_norm_scale_per_head", False)),
+                qk_norm_freeze_scale=bool(safe_getattr(cfg, "qk_norm_freeze_scale", False)),
+            )
     return QKNormMultiheadAttention(
         embed_dim,
         num_heads,
         dropout=cfg.attention_dropout,
         qk_norm=qk_norm,
-        qk_norm_scale=safe_getattr(cfg, "qk_norm_init", None) if qk_norm else None,
+        **qk_kwargs,
         **kwargs,
     )
+
+
+def resolve_qk_norm_args(args) -> Optional[float]:
+    """Check the QK-norm flags of ``args`` (arch defaults filled in) and return ``g0``.
+
+    Returns:
+        ``g0`` of l2 QKNorm (:func:`qk_norm_initial_scale`), or None without
+        ``--qk-norm`` or for ``--qk-norm-type layernorm/rmsnorm``.
+
+    Raises:
+        ValueError: naming the flags: an unknown ``--qk-norm-type``; l2 QKNorm without
+            exactly one valid ``--qk-norm-length`` / ``--qk-norm-scale``; any of
+            ``--qk-norm-length``, ``--qk-norm-scale``, ``--qk-norm-scale-per-head``,
+            ``--qk-norm-freeze-scale``, ``--qk-norm-type`` given while QK-norm is off
+            (they would be ignored); the four g options with layernorm/rmsnorm (no g).
+    """
+    qk_norm_type = args.qk_norm_type
+    if qk_norm_type not in QK_NORM_TYPES:
+        raise ValueError(f"--qk-norm-type must be one of {QK_NORM_TYPES}, got {qk_norm_type!r}")
+    g_flags = [flag for flag, given in (
+        ("--qk-norm-length", args.qk_norm_length is not None),
+        ("--qk-norm-scale", args.qk_norm_scale is not None),
+        ("--qk-norm-scale-per-head", bool(args.qk_norm_scale_per_head)),
+        ("--qk-norm-freeze-scale", bool(args.qk_norm_freeze_scale)),
+    ) if given]
+    if not args.qk_norm:
+        ignored = g_flags + ([f"--qk-norm-type {qk_norm_type}"] if qk_norm_type != "l2" else [])
+        if ignored:
+            raise ValueError(f"{' and '.join(ignored)} would be ignored: "
+                             f"{'it needs' if len(ignored) == 1 else 'they need'} --qk-norm "
+                             f"(off for --arch {safe_getattr(args, 'arch', '?')})")
+        return None
+    if qk_norm_type != "l2":
+        if g_flags:
+            raise ValueError(f"{' and '.join(g_flags)} only "
+                             f"{'applies' if len(g_flags) == 1 else 'apply'} to --qk-norm-type "
+                             f"l2 (QKNorm's scale g); --qk-norm-type {qk_norm_type} has no g "
+                             "and scales logits by 1/sqrt(d_head)")
+        return None
+    return qk_norm_initial_scale(args.qk_norm_length, args.qk_norm_scale)
+
+
+def qk_norm_g0_log_line(g0: float, length: Optional[float]) -> str:
+    """The line the model logs for l2 QKNorm's ``g0`` (parsed by the pipeline's tools):
+    ``QKNorm g0 = 13.031357 (qk_norm_length L = 92)`` or
+    ``QKNorm g0 = 12.500000 (qk_norm_scale)``."""
+    if length is None:
+        return f"QKNorm g0 = {g0:.6f} (qk_norm_scale)"
+    length = float(length)
+    shown = int(length) if length.is_integer() else length  # 92, not 92.0
+    return f"QKNorm g0 = {g0:.6f} (qk_norm_length L = {shown!r})"
+
+
+def _cli_float(check):
+    """argparse ``type=`` for a float checked by ``check(value)``: a ValueError becomes
+    argparse's own error (usage, ``PROG: error: argument --flag: ...``, exit status 2)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+            check(value)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+        return value
+    return parse
+
+
+#: set as a parser default by ``add_args``: marks a namespace fresh from fairseq's argument
+#: parser, which then calls the arch function on it (fairseq/options.py, parse_args_and_arch)
+_FROM_CLI = "_qk_norm_args_from_cli"
+
+
+def _exit_with_usage_error(message: str) -> None:
+    # What argparse.ArgumentParser.error prints after its usage line (Lib/argparse.py):
+    # "PROG: error: MESSAGE", exit status 2. The arch function has no access to fairseq's
+    # parser, so its usage line cannot be printed.
+    parser = argparse.ArgumentParser()
+    parser.exit(2, f"{parser.prog}: error: {message}\n")
 
 
 def _wrap_layer(layer, cfg):
@@ -208,15 +301,35 @@ class TransformerQKNormModel(TransformerModel):
         super().add_args(parser)
         parser.add_argument(
             "--qk-norm", action="store_true",
-            help="QKNorm (Henry et al. 2020): l2-normalize q and k per head; logits = "
-                 "g*cos(q,k) with one learnable scalar g per attention module, no 1/sqrt(d)")
+            help="normalize q and k per head in every attention module; by default QKNorm "
+                 "(Henry et al. 2020): l2-normalized q and k, logits = g*cos(q,k) with one "
+                 "learnable scalar g per attention module, no 1/sqrt(d)")
         parser.add_argument(
-            "--qk-norm-length", type=float, metavar="L",
+            "--qk-norm-type", choices=QK_NORM_TYPES,
+            help="with --qk-norm: l2 (default) = QKNorm (Henry et al. 2020); layernorm = "
+                 "per-head LayerNorm of q and k (learnable weight of size d_head shared by "
+                 "heads, no bias), then q.k/sqrt(d_head) (ViT-22B, Dehghani et al. 2023; "
+                 "qk-layernorm of Wortsman et al. 2023); rmsnorm = the same with RMSNorm "
+                 "(Gemma 3, 2025; OLMo 2 normalizes the full width instead). layernorm and "
+                 "rmsnorm have no g: no --qk-norm-length/--qk-norm-scale")
+        g0 = parser.add_mutually_exclusive_group()
+        g0.add_argument(
+            "--qk-norm-length", type=_cli_float(lambda L: qk_norm_initial_scale(length=L)),
+            metavar="L",
             help="QKNorm g0 = log2(L^2 - L), L = 97.5th-percentile training length "
-                 "in BPE tokens (paper Eq. 4); exclusive with --qk-norm-scale")
+                 "in BPE tokens (paper Eq. 4), L >= 2; exclusive with --qk-norm-scale")
+        g0.add_argument(
+            "--qk-norm-scale", type=_cli_float(lambda G: qk_norm_initial_scale(scale=G)),
+            metavar="G",
+            help="QKNorm g0 set directly (> 0); exclusive with --qk-norm-length")
         parser.add_argument(
-            "--qk-norm-scale", type=float, metavar="G",
-            help="QKNorm g0 set directly; exclusive with --qk-norm-length")
+            "--qk-norm-scale-per-head", action="store_true",
+            help="QKNorm (l2): one learnable g per head instead of one per attention module, "
+                 "as the per-head temperature of Swin V2's scaled cosine attention "
+                 "(Liu et al. 2022); all start at g0")
+        parser.add_argument(
+            "--qk-norm-freeze-scale", action="store_true",
+            help="QKNorm (l2): keep g fixed at g0 (not trained)")
         parser.add_argument(
             "--norm-type", choices=NORM_TYPES,
             help="normalization of every encoder/decoder norm: layernorm (default) or "
@@ -229,25 +342,27 @@ class TransformerQKNormModel(TransformerModel):
             "--attn-stats-interval", type=int, metavar="N",
             help="every N training updates (and on every validation batch) log "
                  "attention entropy, max |logit| and QKNorm g per module; 0 = off")
+        # not a flag: tells the arch function that fairseq's parser made this namespace
+        parser.set_defaults(**{_FROM_CLI: True})
 
     @classmethod
     def build_model(cls, args, task):
-        """Resolve the QKNorm g0, then build as fairseq's TransformerModel does.
+        """Resolve the QKNorm g0 (logged once), then build as fairseq's TransformerModel does.
+
+        Logs ``QKNorm g0 = 13.031357 (qk_norm_length L = 92)`` or ``QKNorm g0 =
+        12.500000 (qk_norm_scale)`` (:func:`qk_norm_g0_log_line`) for l2 QKNorm, nothing
+        otherwise.
 
         Raises:
-            ValueError: ``--qk-norm`` without exactly one of ``--qk-norm-length`` /
-                ``--qk-norm-scale``; unknown ``--norm-type``.
+            ValueError: invalid QK-norm flags (:func:`resolve_qk_norm_args`); unknown
+                ``--norm-type``.
         """
         base_qknorm_architecture(args)  # fills flags missing from older checkpoints
         if args.norm_type not in NORM_TYPES:
             raise ValueError(f"--norm-type must be one of {NORM_TYPES}, got {args.norm_type!r}")
-        if args.qk_norm:
-            args.qk_norm_init = qk_norm_initial_scale(args.qk_norm_length, args.qk_norm_scale)
-            logger.info("QKNorm: g0 = %.4f (%s)", args.qk_norm_init,
-                        f"L = {args.qk_norm_length:g}" if args.qk_norm_length is not None
-                        else "--qk-norm-scale")
-        else:
-            args.qk_norm_init = None
+        args.qk_norm_init = resolve_qk_norm_args(args)
+        if args.qk_norm_init is not None:
+            logger.info(qk_norm_g0_log_line(args.qk_norm_init, args.qk_norm_length))
         model = super().build_model(args, task)
         model._stats_interval = int(args.attn_stats_interval or 0)
         return model
@@ -311,23 +426,41 @@ class TransformerQKNormModel(TransformerModel):
                 # averaged over the recorded batches of the logging interval
                 metrics.log_scalar(f"attn_entropy_{name}", float(stats["entropy"]), round=3)
                 metrics.log_scalar(f"attn_maxlogit_{name}", float(stats["max_logit"]), round=3)
-            if m.qk_norm:
-                # weight 0: the logged value is the latest g, not an average
-                metrics.log_scalar(f"qknorm_g_{name}", m.qk_norm_g.item(), weight=0, round=3)
+            if m.qk_norm_g is not None:
+                # weight 0: the logged value is the latest g, not an average; per-head g:
+                # their mean under the same key, each head under its own
+                g = m.qk_norm_g.detach().float()
+                metrics.log_scalar(f"qknorm_g_{name}", g.mean().item(), weight=0, round=3)
+                for h, g_h in enumerate(g.tolist() if g.dim() else []):
+                    metrics.log_scalar(f"qknorm_head_g_{name}_h{h}", g_h, weight=0, round=3)
         return out
 
 
 # ---------------------------------------------------------------------- archs
 @register_model_architecture("transformer_qknorm", "transformer_qknorm")
 def base_qknorm_architecture(args):
-    """Defaults of the new flags (all off), then fairseq's ``transformer`` base."""
+    """Defaults of the new flags (all off), then fairseq's ``transformer`` base.
+
+    Called by fairseq's argument parser, it then checks the QK-norm flags
+    (:func:`resolve_qk_norm_args`) and reports a bad combination as argparse does:
+    ``fairseq-train: error: ...``, exit status 2 (before any data is read).
+    """
     args.qk_norm = safe_getattr(args, "qk_norm", False)
+    args.qk_norm_type = safe_getattr(args, "qk_norm_type", "l2")
     args.qk_norm_length = safe_getattr(args, "qk_norm_length", None)
     args.qk_norm_scale = safe_getattr(args, "qk_norm_scale", None)
+    args.qk_norm_scale_per_head = safe_getattr(args, "qk_norm_scale_per_head", False)
+    args.qk_norm_freeze_scale = safe_getattr(args, "qk_norm_freeze_scale", False)
     args.norm_type = safe_getattr(args, "norm_type", "layernorm")
     args.fix_norm = safe_getattr(args, "fix_norm", False)
     args.attn_stats_interval = safe_getattr(args, "attn_stats_interval", 0)
     base_architecture(args)
+    if safe_getattr(args, _FROM_CLI, False):
+        delattr(args, _FROM_CLI)  # checked once; the model config does not carry the mark
+        try:
+            resolve_qk_norm_args(args)
+        except ValueError as err:
+            _exit_with_usage_error(str(err))
 
 
 @register_model_architecture("transformer_qknorm", "transformer_twt")

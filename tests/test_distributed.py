@@ -190,15 +190,19 @@ def _train_lines(log):
 
 def _one_vs_two_processes(bin_dir, tmp_path, arch, extra, stop_at=None):
     """Train UPDATES updates with 1 process x --update-freq 2 and with 2 processes (torchrun,
-    gloo), the latter stopped at ``stop_at`` and resumed when given. Returns (log of the
+    gloo), the latter stopped at ``stop_at`` (by fairseq-train itself) and resumed when given.
+    Returns (log of the
     1-process run, log of the 2-process run(s), its checkpoint_last model, each rank's params)."""
     args = [bin_dir, *TRAIN, "--arch", arch, *extra]
     one = run_cli(["fairseq-train", *args, "--max-update", UPDATES, "--update-freq", "2",
                    "--save-dir", tmp_path / "one"])
     ddp = tmp_path / "ddp"
     log = ""
-    for max_update in ([stop_at] if stop_at else []) + [UPDATES]:
-        proc = torchrun(HELPER, *args, "--max-update", max_update, "--distributed-backend", "gloo",
+    # the stopped part runs fairseq-train itself, as a script would; the last run the helper
+    # that also saves rank 1's parameters
+    runs = ([(VENV_BIN / "fairseq-train", stop_at)] if stop_at else []) + [(HELPER, UPDATES)]
+    for script, max_update in runs:
+        proc = torchrun(script, *args, "--max-update", max_update, "--distributed-backend", "gloo",
                         "--save-dir", ddp)
         log += proc.stdout + proc.stderr
     assert "distributed init (rank 1): env://" in log

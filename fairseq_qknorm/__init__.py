@@ -2,7 +2,9 @@
 
 Registers the model ``transformer_qknorm`` and its named architectures
 (``transformer_twt*``, ``transformer_qknorm_paper*``) and makes fairseq
-checkpoints loadable under torch >= 2.6 (see :mod:`.checkpoint_compat`).
+checkpoints loadable under torch >= 2.6 (see :mod:`.checkpoint_compat`),
+multi-process training on CPU possible (:mod:`.distributed_compat`) and a
+resumed run continue exactly (:mod:`.resume_compat`).
 
 Use: ``fairseq-train --user-dir /abs/path/to/fairseq_qknorm --arch ...`` or
 ``import fairseq_qknorm`` before using fairseq's Python API.
@@ -10,9 +12,11 @@ Use: ``fairseq-train --user-dir /abs/path/to/fairseq_qknorm --arch ...`` or
 
 __version__ = "0.1.0"
 
-from . import checkpoint_compat  # noqa: E402
+from . import checkpoint_compat, distributed_compat, resume_compat  # noqa: E402
 
 checkpoint_compat.install()
+distributed_compat.install()
+resume_compat.install()
 
 from .models import transformer_qknorm  # noqa: E402,F401  (registers model + archs)
 from .tasks import translation_word_dropout  # noqa: E402,F401  (registers task translation_word_dropout)

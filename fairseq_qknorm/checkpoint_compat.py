@@ -5,10 +5,17 @@ checkpoints hold pickled Python objects (argparse/OmegaConf configs, meters,
 iterator state), so ``fairseq.checkpoint_utils.load_checkpoint_to_cpu`` then
 fails and neither resume nor ``fairseq-generate --path`` works.
 
+The same happens in multi-process training on resume: rank 0 loads the
+checkpoint and broadcasts it, and the other ranks unpickle it with a bare
+``torch.load`` in ``fairseq/distributed/utils.py`` ``_broadcast_object_slow``
+(called by ``Trainer.load_checkpoint`` through ``broadcast_object``).
+
 The fix is narrow: only the name ``torch`` *inside*
-``fairseq.checkpoint_utils`` is replaced by a proxy whose ``load`` defaults to
-``weights_only=False`` (an explicit ``weights_only=`` from a caller wins).
-Every other ``torch.load`` in the process keeps torch's safe default.
+``fairseq.checkpoint_utils`` and inside ``fairseq.distributed.utils`` is
+replaced by a proxy whose ``load`` defaults to ``weights_only=False`` (an
+explicit ``weights_only=`` from a caller wins); every other attribute is
+torch's own. Every other ``torch.load`` in the process keeps torch's safe
+default.
 
 Security: ``weights_only=False`` runs pickle code from the checkpoint file.
 Load only checkpoints you trust (your own, or from a source you trust).
@@ -43,7 +50,8 @@ def _needs_patch() -> bool:
 
 
 def install() -> bool:
-    """Apply the proxy to ``fairseq.checkpoint_utils`` (idempotent).
+    """Apply the proxy to ``fairseq.checkpoint_utils`` and
+    ``fairseq.distributed.utils`` (idempotent).
 
     Returns:
         True if the proxy is in place (torch >= 2.6), False if not needed.
@@ -51,7 +59,9 @@ def install() -> bool:
     if not _needs_patch():
         return False
     from fairseq import checkpoint_utils
+    from fairseq.distributed import utils as distributed_utils
 
-    if not getattr(checkpoint_utils.torch, _MARK, False):
-        checkpoint_utils.torch = _TorchWithTrustedCheckpointLoad()
+    for module in (checkpoint_utils, distributed_utils):
+        if not getattr(module.torch, _MARK, False):
+            module.torch = _TorchWithTrustedCheckpointLoad()
     return True

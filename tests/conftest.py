@@ -15,6 +15,10 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 VENV_BIN = Path(sys.executable).parent
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: end-to-end test over ~10 s (deselect: -m 'not slow')")
+
+
 def cli_env():
     """Environment for subprocess CLIs: the venv's bin first, the repo importable."""
     env = dict(os.environ)

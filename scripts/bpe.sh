@@ -199,6 +199,22 @@ done
 ) || die "length-percentile failed"
 outputs+=(length_stats.json)
 
+# bpe.json: how to segment new text exactly as here (read by fairseq's --bpe pipeline --bpe-dir, fairseq_qknorm/bpe.py)
+"$QK_PY" - "$TMP/bpe.json" "$PAIR" "$SRC" "$TGT" "$TOOL" "$MERGES" "$BPE_VOCAB_THRESHOLD" "$VOCAB_SIZE" <<'PY' \
+    || die "cannot write $TMP/bpe.json"
+import json, sys
+path, pair, src, tgt, tool, merges, threshold, vocab_size = sys.argv[1:]
+m = {"pair": pair, "src": src, "tgt": tgt, "tool": tool}
+if tool == "subword-nmt":
+    m.update(codes="codes", vocabulary={src: f"vocab.{src}", tgt: f"vocab.{tgt}"},
+             merges=int(merges), vocab_threshold=int(threshold))
+else:
+    m.update(model="spm.model", vocab_size=int(vocab_size))
+with open(path, "w", encoding="utf-8") as f:
+    json.dump(m, f, indent=2)
+PY
+outputs+=(bpe.json)
+
 qk_write_done "$TMP" "$SETTINGS" "${outputs[@]}"
 qk_replace_dir "$TMP" "$OUT"
 echo "segmented $PAIR with $TOOL into $OUT"

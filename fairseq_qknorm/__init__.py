@@ -1,7 +1,8 @@
 """fairseq_qknorm: a fairseq ``--user-dir`` plugin for attention normalization in NMT.
 
 Registers the model ``transformer_qknorm`` and its named architectures
-(``transformer_twt*``, ``transformer_qknorm_paper*``) and makes fairseq
+(``transformer_twt*``, ``transformer_qknorm_paper*``), the BPE ``--bpe pipeline``
+(the segmentation ``scripts/bpe.sh`` recorded, see :mod:`.bpe`) and makes fairseq
 checkpoints loadable under torch >= 2.6 (see :mod:`.checkpoint_compat`),
 multi-process training on CPU possible (:mod:`.distributed_compat`) and a
 resumed run continue exactly (:mod:`.resume_compat`).
@@ -20,3 +21,4 @@ resume_compat.install()
 
 from .models import transformer_qknorm  # noqa: E402,F401  (registers model + archs)
 from .tasks import translation_word_dropout  # noqa: E402,F401  (registers task translation_word_dropout)
+from . import bpe  # noqa: E402,F401  (registers --bpe pipeline)

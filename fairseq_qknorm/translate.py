@@ -1,0 +1,267 @@
+"""Translate raw (pre-BPE) sentences with a trained checkpoint, segmented as in training.
+
+A thin layer over fairseq's hub interface (``from_pretrained(..., bpe="pipeline",
+bpe_dir=...)``, see :mod:`fairseq_qknorm.bpe`): the source is segmented with the tool,
+files and vocabulary threshold that ``scripts/bpe.sh`` recorded, and hypotheses come back
+with the segmentation removed, as ``scripts/evaluate.sh`` writes ``test.hyp``.
+
+Python::
+
+    from fairseq_qknorm.translate import Translator
+    t = Translator.from_pipeline("gl-en", "twt", profile="cpu-proxy", seed=1)
+    t.translate(["Era unha tarde de outono de 2005 ."])
+
+Command line (same arguments as ``scripts/evaluate.sh``; one sentence per line)::
+
+    python -m fairseq_qknorm.translate gl-en twt --profile cpu-proxy < input.gl > output.en
+
+``from_pipeline`` takes the checkpoint, ``data/bin/PAIR``, ``data/bpe/PAIR``, beam, length
+penalty, ``--max-tokens`` and the profile's other generation flags (``GEN_FLAGS``, e.g.
+``--max-len-a 1.5 --max-len-b 10``) from the scripts' own configuration
+(``scripts/lib.sh`` under ``QKNORM_WORK_DIR``), as ``evaluate.sh`` passes them to
+``fairseq-generate``.
+
+Same checkpoint, segmentation and beam search as ``evaluate.sh``, so the output equals its
+``test.hyp`` line for line, with one caveat from fairseq itself: the output length cap
+``max_len_a * S + max_len_b`` uses S = the longest source in the *batch*, so a hypothesis that
+runs into the cap (an undertrained model repeating itself) can depend on which sentences
+share its batch, and ``fairseq-generate`` batches the test split in another order.
+"""
+
+import argparse
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# Prints what scripts/evaluate.sh decodes with, NUL-separated: the data directory, the run
+# directory, BEAM, LENPEN, GEN_MAX_TOKENS, then GEN_FLAGS (mirrors evaluate.sh's lines).
+_PIPELINE_SETTINGS_SH = r"""
+source "$1/scripts/lib.sh"
+load_pair_config "$2"
+load_system_config "$3"
+load_profile_config "$4"
+printf '%s\0' "$QK_DATA" "$(qk_run_dir "$PAIR" "$PROFILE" "$SYSTEM" "$5")" "$BEAM" "$LENPEN" \
+    "$GEN_MAX_TOKENS" ${GEN_FLAGS[@]+"${GEN_FLAGS[@]}"}
+"""
+
+
+def generation_options(flags: Sequence[str]) -> Dict[str, object]:
+    """Parse ``fairseq-generate`` generation flags into hub ``translate`` keyword arguments.
+
+    Uses fairseq's own parser for its ``GenerationConfig`` (the options group
+    ``fairseq-generate`` and ``fairseq-interactive`` share).
+
+    Args:
+        flags: command-line flags, e.g. ``["--max-len-a", "1.5", "--max-len-b", "10"]``.
+
+    Returns:
+        ``{field: value}`` for each option given, e.g. ``{"max_len_a": 1.5, "max_len_b": 10}``
+        (flags of type bool give ``True``).
+
+    Raises:
+        ValueError: a flag that is not a fairseq generation option.
+    """
+    from fairseq.dataclass.configs import GenerationConfig
+    from fairseq.dataclass.utils import gen_parser_from_dataclass
+
+    parser = argparse.ArgumentParser(allow_abbrev=False, add_help=False)
+    gen_parser_from_dataclass(parser, GenerationConfig())
+    # keep what the flags set, also a value equal to fairseq's default (the hub interface starts
+    # from the checkpoint's saved generation config): argparse fills in defaults only for
+    # attributes the namespace does not have yet
+    unset = object()
+    names = [f.name for f in dataclasses.fields(GenerationConfig)]
+    given, unknown = parser.parse_known_args(
+        list(flags), namespace=argparse.Namespace(**{name: unset for name in names}))
+    if unknown:
+        raise ValueError(f"not fairseq generation options: {unknown} (in {list(flags)})")
+    return {k: v for k, v in vars(given).items() if v is not unset}
+
+
+@dataclasses.dataclass
+class PipelineSettings:
+    """What ``scripts/evaluate.sh PAIR SYSTEM --profile P --seed N`` decodes with.
+
+    Attributes:
+        checkpoint: ``runs/PAIR/PROFILE/SYSTEM/seedN/checkpoints/checkpoint_{best,last}.pt``.
+        data_bin: ``data/bin/PAIR``.
+        bpe_dir: ``data/bpe/PAIR``.
+        max_tokens: the profile's ``GEN_MAX_TOKENS`` (``--max-tokens``).
+        generate_flags: ``--beam BEAM --lenpen LENPEN`` and the profile's ``GEN_FLAGS``, as
+            evaluate.sh passes them to ``fairseq-generate`` (and ``fairseq-interactive``
+            accepts them).
+    """
+
+    checkpoint: Path
+    data_bin: Path
+    bpe_dir: Path
+    max_tokens: int
+    generate_flags: List[str]
+
+
+def pipeline_settings(pair: str, system: str, profile: str = "cpu-proxy", seed: int = 1,
+                      checkpoint: str = "best") -> PipelineSettings:
+    """Resolve a pipeline run through the scripts' own configuration (``scripts/lib.sh``).
+
+    Args:
+        pair, system, profile, seed: as for ``scripts/evaluate.sh``.
+        checkpoint: ``best`` or ``last``.
+
+    Returns:
+        :class:`PipelineSettings` (paths under ``QKNORM_WORK_DIR``, default the repository).
+
+    Raises:
+        ValueError: unknown pair/system/profile (the scripts' message) or checkpoint.
+    """
+    if checkpoint not in ("best", "last"):
+        raise ValueError(f"checkpoint must be 'best' or 'last', got {checkpoint!r}")
+    proc = subprocess.run(
+        ["bash", "-c", _PIPELINE_SETTINGS_SH, "translate", str(REPO_ROOT), pair, system,
+         profile, str(seed)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ValueError(proc.stderr.strip().removeprefix("error: ")
+                         or f"cannot read the pipeline settings of {pair} {system} --profile {profile}")
+    data, run, beam, lenpen, max_tokens, *gen_flags = proc.stdout.split("\0")[:-1]
+    return PipelineSettings(
+        checkpoint=Path(run) / "checkpoints" / f"checkpoint_{checkpoint}.pt",
+        data_bin=Path(data) / "bin" / pair, bpe_dir=Path(data) / "bpe" / pair,
+        max_tokens=int(max_tokens), generate_flags=["--beam", beam, "--lenpen", lenpen, *gen_flags])
+
+
+class Translator:
+    """A checkpoint with the pipeline's segmentation and generation settings.
+
+    Args:
+        checkpoint: path of a fairseq checkpoint (``.../checkpoints/checkpoint_best.pt``).
+        data_bin: binarized data directory with the dictionaries (``data/bin/PAIR``).
+        bpe_dir: segmented pair directory with ``bpe.json`` (``data/bpe/PAIR``).
+        max_tokens: tokens per batch (``--max-tokens``); default: the checkpoint's.
+        moses: input is untokenized text: tokenize it with fairseq's ``--tokenizer moses``
+            (sacremoses, source language, HTML escapes, no dash splits: the corpus form) and
+            detokenize the output with the target language. Default: input is already in
+            the corpus' tokenized form (``data/raw/PAIR``) and output stays tokenized.
+        **generation: fairseq generation options (``GenerationConfig`` fields such as
+            ``beam``, ``lenpen``, ``max_len_a``, ``max_len_b``); others come from the
+            checkpoint's saved generation config (fairseq's defaults for runs of
+            ``scripts/train.sh``); ``beam`` defaults to fairseq's 5.
+
+    Raises:
+        ValueError: an unknown generation option.
+        FileNotFoundError: no checkpoint file; see also :func:`fairseq_qknorm.bpe.read_manifest`.
+    """
+
+    def __init__(self, checkpoint, data_bin, bpe_dir, max_tokens: Optional[int] = None,
+                 moses: bool = False, **generation):
+        from fairseq.dataclass.configs import GenerationConfig
+        from fairseq_qknorm.bpe import read_manifest
+        from fairseq_qknorm.models.transformer_qknorm import TransformerQKNormModel
+
+        fields = {f.name: f.default for f in dataclasses.fields(GenerationConfig)}
+        unknown = sorted(set(generation) - set(fields))
+        if unknown:
+            raise ValueError(f"unknown fairseq generation option(s) {unknown}")
+        self.generation = {"beam": fields["beam"], **generation}
+        checkpoint = Path(checkpoint)
+        if not checkpoint.is_file():
+            raise FileNotFoundError(f"checkpoint {checkpoint} not found")
+        overrides = {} if max_tokens is None else {"max_tokens": int(max_tokens)}
+        if moses:
+            manifest = read_manifest(bpe_dir)
+            overrides.update(tokenizer="moses", source_lang=manifest["src"],
+                             target_lang=manifest["tgt"], moses_no_dash_splits=True)
+        # absolute paths: hub_utils.from_pretrained reads a data path starting with "."
+        # relative to the checkpoint's directory
+        checkpoint = checkpoint.resolve()
+        self.hub = TransformerQKNormModel.from_pretrained(
+            str(checkpoint.parent), checkpoint_file=checkpoint.name,
+            data_name_or_path=os.path.abspath(data_bin), bpe="pipeline",
+            bpe_dir=os.path.abspath(bpe_dir), **overrides)
+        self.hub.eval()
+
+    @classmethod
+    def from_pipeline(cls, pair: str, system: str, profile: str = "cpu-proxy", seed: int = 1,
+                      checkpoint: str = "best", moses: bool = False) -> "Translator":
+        """The run ``scripts/evaluate.sh PAIR SYSTEM --profile P --seed N`` evaluates, with
+        its settings (see :func:`pipeline_settings`).
+
+        Raises:
+            ValueError: see :func:`pipeline_settings`.
+            FileNotFoundError: the run has no such checkpoint.
+        """
+        s = pipeline_settings(pair, system, profile, seed, checkpoint)
+        if not s.checkpoint.is_file():
+            raise FileNotFoundError(f"checkpoint {s.checkpoint} not found: run scripts/train.sh "
+                                    f"{pair} {system} --profile {profile} --seed {seed} first")
+        return cls(s.checkpoint, s.data_bin, s.bpe_dir, max_tokens=s.max_tokens, moses=moses,
+                   **generation_options(s.generate_flags))
+
+    def translate(self, sentences: Iterable[str]) -> List[str]:
+        """Translate raw (not yet segmented) sentences.
+
+        Args:
+            sentences: one sentence per item, in the corpus' form (``data/raw/PAIR``) or,
+                with ``moses=True``, untokenized.
+
+        Returns:
+            The best hypothesis of each sentence, in input order, segmentation removed.
+        """
+        sentences = list(sentences)
+        if not sentences:
+            return []
+        return self.hub.translate(sentences, **self.generation)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m fairseq_qknorm.translate PAIR SYSTEM [...] < input > output``."""
+    p = argparse.ArgumentParser(
+        prog="python -m fairseq_qknorm.translate",
+        description="Translate raw sentences (one per line, tokenized like data/raw/PAIR) with "
+                    "a pipeline run, segmented and decoded as scripts/evaluate.sh does.")
+    p.add_argument("pair")
+    p.add_argument("system")
+    p.add_argument("--profile", default="cpu-proxy")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--checkpoint", choices=("best", "last"), default="best")
+    p.add_argument("--moses", action="store_true",
+                   help="input is untokenized: Moses-tokenize it (and detokenize the output)")
+    p.add_argument("--input", help="input file (default: stdin)")
+    p.add_argument("--output", help="output file (default: stdout)")
+    a = p.parse_args(argv)
+    try:
+        translator = Translator.from_pipeline(a.pair, a.system, a.profile, a.seed, a.checkpoint,
+                                              moses=a.moses)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if a.input:
+        with open(a.input, "rb") as f:
+            data = f.read()
+    else:
+        data = sys.stdin.buffer.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        print(f"error: {a.input or 'stdin'} is not UTF-8 (byte {e.start})", file=sys.stderr)
+        return 1
+    # lines end at "\n" only, as for the pipeline's tools (str.splitlines also splits at
+    # U+2028, U+0085, ...)
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    hyps = translator.translate(lines)
+    text = "".join(h + "\n" for h in hyps)
+    if a.output:
+        with open(a.output, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

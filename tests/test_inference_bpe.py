@@ -1,0 +1,322 @@
+"""Raw-text translation with the training segmentation: fairseq ``--bpe pipeline``
+(fairseq_qknorm/bpe.py) and the translate helper (fairseq_qknorm/translate.py).
+
+The pipeline runs through the real scripts (prepare_data -> bpe -> binarize -> train ->
+evaluate) on a tiny learnable corpus; fairseq-interactive, the hub interface and the helper
+must reproduce evaluate.sh's hypotheses for the same checkpoint, for both BPE tools."""
+
+import json
+import random
+import re
+import subprocess
+import sys
+import unicodedata
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+
+from conftest import PLUGIN_DIR, cli_env, run_cli
+from test_data_pipeline import EN_WORDS, GL_WORDS, SHARED, make_env, out, run_script, write_sums
+
+TOOLS = ("subword-nmt", "sentencepiece")
+# subword-nmt: 200 merges make every word of the tiny corpus one subword; a vocabulary
+# threshold of 30 then reverts the merges of the rarer words (their segmentation differs
+# from fairseq's codes-only --bpe subword_nmt). sentencepiece: a small joint model.
+BPE_ARGS = {"subword-nmt": ["--merges", 200, "--vocab-threshold", 30],
+            "sentencepiece": ["--tool", "sentencepiece", "--vocab-size", 60]}
+# train.sh passes these after the profile's flags (fairseq keeps the last value): a tiny
+# model that learns the word mapping in 200 updates (dropout 0, train.sh's fixed seed 1)
+TINY_MODEL = ["--encoder-layers", 1, "--decoder-layers", 1, "--encoder-embed-dim", 32,
+              "--decoder-embed-dim", 32, "--encoder-ffn-embed-dim", 64, "--decoder-ffn-embed-dim", 64,
+              "--encoder-attention-heads", 2, "--decoder-attention-heads", 2, "--dropout", 0,
+              "--lr", 5e-3, "--warmup-updates", 20, "--max-tokens", 500]
+
+
+def make_parallel_ted(data_dir: Path, sizes=(400, 30, 37), seed=0) -> Path:
+    """A tiny gl-en TED pair (layout and SHA256SUMS of <shared>/data/ted-gl-en) that a model
+    can learn: the English side maps the Galician one word by word; words follow a Zipf
+    distribution, so some are frequent and some rare."""
+    rng = random.Random(seed)
+    mapping = dict(zip(GL_WORDS, EN_WORDS))
+    weights = [1.0 / (rank + 1) for rank in range(len(GL_WORDS))]
+    d = data_dir / "ted-gl-en"
+    d.mkdir(parents=True)
+    for split, n in zip(("train", "dev", "test"), sizes):
+        src = [rng.choices(GL_WORDS, weights, k=rng.randint(3, 8)) for _ in range(n)]
+        (d / f"{split}.gl").write_text("".join(" ".join(s) + " .\n" for s in src), encoding="utf-8")
+        (d / f"{split}.en").write_text("".join(" ".join(mapping[w] for w in s) + " .\n" for s in src),
+                                       encoding="utf-8")
+    write_sums(data_dir)
+    return data_dir
+
+
+def translate_cli(*args, work: Path, input_text: str) -> subprocess.CompletedProcess:
+    """``python -m fairseq_qknorm.translate ARGS`` with QKNORM_WORK_DIR=work."""
+    env = {**cli_env(), "QKNORM_WORK_DIR": str(work)}
+    return subprocess.run([sys.executable, "-m", "fairseq_qknorm.translate", *map(str, args)],
+                          env=env, input=input_text, capture_output=True, text=True, timeout=300)
+
+
+def read(path: Path):
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def build_bpe(**kwargs):
+    import fairseq_qknorm  # noqa: F401  (registers --bpe pipeline)
+    from fairseq.data import encoders
+
+    return encoders.build_bpe(Namespace(**kwargs))
+
+
+@pytest.fixture(scope="module", params=TOOLS)
+def segmented(request, tmp_path_factory):
+    """(env, work dir, tool) after prepare_data.sh, bpe.sh and binarize.sh."""
+    tool = request.param
+    if tool == "sentencepiece":
+        pytest.importorskip("sentencepiece")
+    root = tmp_path_factory.mktemp(f"infer-{tool}")
+    env = make_env(root / "work", QKNORM_DATA_DIR=make_parallel_ted(root / "data_in"), OMP_NUM_THREADS=1)
+    for step, args in (("prepare_data.sh", ["gl-en"]), ("bpe.sh", ["gl-en", *BPE_ARGS[tool]]),
+                       ("binarize.sh", ["gl-en"])):
+        p = run_script(step, *args, env=env, timeout=300)
+        assert p.returncode == 0, out(p)
+    return env, root / "work", tool
+
+
+@pytest.fixture(scope="module")
+def evaluated(segmented):
+    """... plus train.sh (tiny model) and evaluate.sh: returns (env, work, tool, run dir)."""
+    env, work, tool = segmented
+    p = run_script("train.sh", "gl-en", "twt", "--max-update", 200, "--threads", 1, "--",
+                   *TINY_MODEL, env=env, timeout=600)
+    assert p.returncode == 0, out(p)
+    p = run_script("evaluate.sh", "gl-en", "twt", "--threads", 1, env=env, timeout=300)
+    assert p.returncode == 0, out(p)
+    return env, work, tool, work / "runs/gl-en/cpu-proxy/twt/seed1"
+
+
+# --------------------------------------------------------------------------------------------
+# the registered BPE against bpe.sh
+
+
+def test_manifest_and_segmentation_equal_bpe_sh(segmented):
+    """bpe.json records the tool, languages and threshold; --bpe pipeline reproduces bpe.sh's
+    output on every split and language, and decode inverts encode."""
+    _, work, tool = segmented
+    bpe_dir, raw = work / "data/bpe/gl-en", work / "data/raw/gl-en"
+    manifest = json.loads((bpe_dir / "bpe.json").read_text())
+    assert (manifest["tool"], manifest["src"], manifest["tgt"]) == (tool, "gl", "en")
+    if tool == "subword-nmt":
+        assert (manifest["merges"], manifest["vocab_threshold"]) == (200, 30)
+    else:
+        assert manifest["vocab_size"] == 60
+    for lang in ("gl", "en"):
+        bpe = build_bpe(bpe="pipeline", bpe_dir=str(bpe_dir), bpe_lang=lang)
+        for split in ("train", "dev", "test"):
+            lines = read(raw / f"{split}.{lang}")
+            encoded = [bpe.encode(line) for line in lines]
+            assert encoded == read(bpe_dir / f"{split}.{lang}"), (split, lang)
+            assert [bpe.decode(e) for e in encoded] == lines
+    # default language: the pair's source
+    assert build_bpe(bpe="pipeline", bpe_dir=str(bpe_dir)).encode(read(raw / "test.gl")[0]) \
+        == read(bpe_dir / "test.gl")[0]
+
+
+def test_vocabulary_threshold_changes_segmentation(segmented):
+    """The case of the issue: fairseq's own --bpe subword_nmt (codes only) segments test lines
+    differently and produces <unk>s; --bpe pipeline (codes + vocabulary + threshold) does not."""
+    _, work, tool = segmented
+    if tool != "subword-nmt":
+        pytest.skip("vocabulary threshold: subword-nmt only")
+    from fairseq.data import Dictionary
+
+    bpe_dir = work / "data/bpe/gl-en"
+    lines = read(work / "data/raw/gl-en/test.gl")
+    ours = [build_bpe(bpe="pipeline", bpe_dir=str(bpe_dir)).encode(x) for x in lines]
+    stock = [build_bpe(bpe="subword_nmt", bpe_codes=str(bpe_dir / "codes")).encode(x) for x in lines]
+    n_diff = sum(a != b for a, b in zip(ours, stock))
+    assert 0 < n_diff < len(lines)
+    vocab = Dictionary.load(str(work / "data/bin/gl-en/dict.gl.txt"))
+
+    def n_unk(segmented_lines):
+        return sum(tok not in vocab.indices for x in segmented_lines for tok in x.split())
+
+    assert n_unk(ours) == 0 and n_unk(stock) > 0
+
+
+def test_bpe_dir_errors(tmp_path):
+    from fairseq_qknorm.bpe import read_manifest
+
+    with pytest.raises(FileNotFoundError, match=r"bpe\.json not found.*scripts/bpe\.sh"):
+        build_bpe(bpe="pipeline", bpe_dir=str(tmp_path))
+    (tmp_path / "bpe.json").write_text('{"tool": "fastbpe", "src": "gl", "tgt": "en"}')
+    with pytest.raises(ValueError, match="'tool' must be one of"):
+        read_manifest(tmp_path)
+    (tmp_path / "bpe.json").write_text('{"tool": "subword-nmt", "src": "gl", "tgt": "en", "codes": "codes",'
+                                       ' "vocabulary": {"gl": "vocab.gl"}, "vocab_threshold": 50}')
+    with pytest.raises(FileNotFoundError, match="codes"):
+        read_manifest(tmp_path)
+    (tmp_path / "codes").write_text("#version: 0.2\na b</w>\n")  # one merge: a + final b
+    (tmp_path / "vocab.gl").write_text("ab 60\nb@@ 90\n")
+    with pytest.raises(ValueError, match="vocabularies for \\['gl'\\] only"):
+        build_bpe(bpe="pipeline", bpe_dir=str(tmp_path), bpe_lang="en")
+    # the threshold as subword-nmt apply-bpe applies it (outputs of its command line): "ab"
+    # seen 60 >= 50 times keeps the merge, 40 times reverts it
+    assert build_bpe(bpe="pipeline", bpe_dir=str(tmp_path)).encode("ab ba") == "ab b@@ a"
+    (tmp_path / "vocab.gl").write_text("ab 40\nb@@ 90\n")
+    assert build_bpe(bpe="pipeline", bpe_dir=str(tmp_path)).encode("ab ba") == "a@@ b b@@ a"
+
+
+def test_generation_options():
+    from fairseq_qknorm.translate import generation_options
+
+    assert generation_options(["--beam", "4", "--lenpen", "1.0", "--max-len-a", "1.5", "--max-len-b",
+                               "10"]) == {"beam": 4, "lenpen": 1.0, "max_len_a": 1.5, "max_len_b": 10}
+    assert generation_options(["--unnormalized"]) == {"unnormalized": True}
+    assert generation_options([]) == {}
+    with pytest.raises(ValueError, match="not fairseq generation options"):
+        generation_options(["--max-tokens", "100"])
+
+
+# --------------------------------------------------------------------------------------------
+# end to end: every inference entry point equals evaluate.sh's hypotheses
+
+
+# the README's commands, run in the work directory (paths relative to it, as in the README)
+README_CHECKPOINT = "runs/gl-en/cpu-proxy/twt/seed1/checkpoints/checkpoint_best.pt"
+README_GENERATION = {"beam": 4, "lenpen": 1.0, "max_len_a": 1.5, "max_len_b": 10}
+
+
+def interactive(work: Path, *bpe_args, input_text: str):
+    """The README's fairseq-interactive command: D- lines = hypotheses with BPE removed."""
+    proc = run_cli(["fairseq-interactive", "data/bin/gl-en", "--user-dir", PLUGIN_DIR,
+                    "--source-lang", "gl", "--target-lang", "en", "--path", README_CHECKPOINT,
+                    *bpe_args, "--beam", 4, "--lenpen", 1.0, "--max-len-a", 1.5, "--max-len-b", 10,
+                    "--max-tokens", 6000, "--buffer-size", 1000], cwd=work, input=input_text)
+    found = re.findall(r"^D-(\d+)\t\S+\t(.*)$", proc.stdout, flags=re.M)
+    assert [int(i) for i, _ in found] == list(range(len(found)))
+    return [h for _, h in found]
+
+
+@pytest.mark.slow
+def test_raw_translation_equals_evaluate_sh(evaluated, monkeypatch):
+    """fairseq-interactive, the hub interface and the translate helper on the raw test sentences
+    give evaluate.sh's test.hyp (fairseq-generate on the binarized BPE test split, BPE removed)."""
+    env, work, tool, run = evaluated
+    from fairseq_qknorm.models.transformer_qknorm import TransformerQKNormModel
+    from fairseq_qknorm.translate import generation_options, pipeline_settings
+
+    monkeypatch.setenv("QKNORM_WORK_DIR", str(work))
+    monkeypatch.chdir(work)
+    settings = pipeline_settings("gl-en", "twt", "cpu-proxy", 1)
+    # the README's flags are the profile's, as evaluate.sh passes them to fairseq-generate
+    assert settings.checkpoint == work / README_CHECKPOINT and settings.max_tokens == 6000
+    assert generation_options(settings.generate_flags) == README_GENERATION
+    raw_test = work / "data/raw/gl-en/test.gl"
+    expected = read(run / "test.hyp")
+    assert len(expected) == 37 and len(set(expected)) > 30  # the output depends on the input
+
+    text = raw_test.read_text(encoding="utf-8")
+    assert interactive(work, "--bpe", "pipeline", "--bpe-dir", "data/bpe/gl-en", input_text=text) == expected
+
+    hub = TransformerQKNormModel.from_pretrained(
+        "runs/gl-en/cpu-proxy/twt/seed1/checkpoints", checkpoint_file="checkpoint_best.pt",
+        data_name_or_path="data/bin/gl-en", bpe="pipeline", bpe_dir="data/bpe/gl-en")
+    assert hub.translate(read(raw_test), **README_GENERATION) == expected
+
+    proc = translate_cli("gl-en", "twt", "--profile", "cpu-proxy", work=work, input_text=text)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == expected
+
+    if tool == "subword-nmt":  # the comparison can fail: fairseq's codes-only BPE changes outputs
+        stock = interactive(work, "--bpe", "subword_nmt", "--bpe-codes", "data/bpe/gl-en/codes",
+                            input_text=text)
+        assert len(stock) == len(expected) and stock != expected
+
+
+@pytest.mark.slow
+def test_translate_helper_moses_input(evaluated, monkeypatch):
+    """--moses: untokenized input (the corpus, Moses-detokenized) gives evaluate.sh's
+    hypotheses, Moses-detokenized."""
+    from sacremoses import MosesDetokenizer
+
+    from fairseq_qknorm.translate import Translator
+
+    env, work, tool, run = evaluated
+    if tool != "subword-nmt":
+        pytest.skip("the tokenizer does not depend on the BPE tool")
+    monkeypatch.setenv("QKNORM_WORK_DIR", str(work))
+    detok_gl, detok_en = MosesDetokenizer("gl"), MosesDetokenizer("en")
+    untokenized = [detok_gl.detokenize(x.split()) for x in read(work / "data/raw/gl-en/test.gl")]
+    assert untokenized[0].endswith(".") and not untokenized[0].endswith(" .")
+    hyps = Translator.from_pipeline("gl-en", "twt", moses=True).translate(untokenized)
+    assert hyps == [detok_en.detokenize(h.split()) for h in read(run / "test.hyp")]
+
+
+def test_translate_errors(tmp_path, monkeypatch):
+    from fairseq_qknorm.translate import pipeline_settings
+
+    monkeypatch.setenv("QKNORM_WORK_DIR", str(tmp_path))
+    with pytest.raises(ValueError, match="unknown system 'no_such_system'"):
+        pipeline_settings("gl-en", "no_such_system")
+    proc = translate_cli("gl-en", "twt", "--seed", 3, work=tmp_path, input_text="")
+    assert proc.returncode == 1 and "seed3/checkpoints/checkpoint_best.pt not found" in proc.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# real data (skipped without ../shared/data)
+
+needs_real_data = pytest.mark.skipif(not (SHARED / "ted-gl-en").is_dir(), reason=f"no shared data at {SHARED}")
+
+
+@needs_real_data
+@pytest.mark.slow
+def test_real_gl_en_bpe_equals_apply_bpe(tmp_path):
+    """Full gl-en, 3000 joint merges, vocabulary threshold 50 (bpe.sh's default): --bpe pipeline
+    reproduces subword-nmt apply-bpe on every test line, fairseq's codes-only BPE does not
+    (877 of 1112 gl lines differ); then the same for a sentencepiece model."""
+    env = make_env(tmp_path / "work", QKNORM_DATA_DIR=SHARED, OMP_NUM_THREADS=1)
+    bpe_dir, raw = tmp_path / "work/data/bpe/gl-en", tmp_path / "work/data/raw/gl-en"
+    for step, args in (("prepare_data.sh", ["gl-en"]), ("bpe.sh", ["gl-en", "--merges", 3000])):
+        p = run_script(step, *args, env=env, timeout=600)
+        assert p.returncode == 0, out(p)
+    assert json.loads((bpe_dir / "bpe.json").read_text())["vocab_threshold"] == 50
+    for lang in ("gl", "en"):
+        lines = read(raw / f"test.{lang}")
+        assert len(lines) == 1112
+        ours = [build_bpe(bpe="pipeline", bpe_dir=str(bpe_dir), bpe_lang=lang).encode(x) for x in lines]
+        assert ours == read(bpe_dir / f"test.{lang}")
+        stock = [build_bpe(bpe="subword_nmt", bpe_codes=str(bpe_dir / "codes")).encode(x) for x in lines]
+        assert sum(a != b for a, b in zip(ours, stock)) > 500
+    p = run_script("bpe.sh", "gl-en", "--tool", "sentencepiece", env=env, timeout=600)
+    assert p.returncode == 0, out(p)
+    bpe = build_bpe(bpe="pipeline", bpe_dir=str(bpe_dir))
+    for lang in ("gl", "en"):
+        lines = read(raw / f"test.{lang}")
+        encoded = [bpe.encode(x) for x in lines]
+        assert encoded == read(bpe_dir / f"test.{lang}")
+        # decode gives the tokens back as sentencepiece normalizes them (bpe.sh keeps its default
+        # rule nmt_nfkc): NFKC ("1º" -> "1o" on one gl line) and single spaces (23 gl lines)
+        assert [bpe.decode(e).split() for e in encoded] == [unicodedata.normalize("NFKC", x).split()
+                                                            for x in lines]
+
+
+@needs_real_data
+def test_real_gl_en_moses_tokenizer_reproduces_corpus_tokens():
+    """What the README says about untokenized text: fairseq's --tokenizer moses with the
+    language and --moses-no-dash-splits (escaping on) turns the Moses-detokenized corpus back
+    into its tokens (the corpus has no @-@ dash splits and keeps &apos; / &quot;)."""
+    from sacremoses import MosesDetokenizer
+    from fairseq.data import encoders
+
+    for lang in ("gl", "en"):
+        tok = encoders.build_tokenizer(Namespace(tokenizer="moses", source_lang=lang, target_lang=lang,
+                                                 moses_no_dash_splits=True, moses_no_escape=False))
+        detok = MosesDetokenizer(lang)
+        lines = read(SHARED / "ted-gl-en" / f"test.{lang}")
+        assert [tok.encode(detok.detokenize(x.split())).split() for x in lines] == [x.split() for x in lines]
+    # fairseq's default (aggressive dash splits) does not
+    tok = encoders.build_tokenizer(Namespace(tokenizer="moses", source_lang="en", target_lang="en",
+                                             moses_no_dash_splits=False, moses_no_escape=False))
+    assert tok.encode("a so-called test") == "a so @-@ called test"

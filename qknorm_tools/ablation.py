@@ -9,14 +9,12 @@ paper's comparison decomposed into them.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 from .aggregate import mean_sd, seed_order
 from .records import RunRecord, as_record
 from .significance import format_p, paired_significance
-from .tables import format_mean_sd
+from .tables import format_mean_sd, write_markdown_and_json
 from .textio import ResultsError, check_same_length, read_lines
 
 __all__ = [
@@ -346,9 +344,4 @@ def write_ablation_report(
     Returns:
         Mapping kind -> path written.
     """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    md, js = out / f"{stem}.md", out / f"{stem}.json"
-    md.write_text("\n".join(_markdown(report)) + "\n", encoding="utf-8")
-    js.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    return {"md": str(md), "json": str(js)}
+    return write_markdown_and_json(out_dir, stem, "\n".join(_markdown(report)) + "\n", report)

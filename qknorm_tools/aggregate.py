@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from .records import RunRecord, as_record
 from .scoring import SCORE_FIELDS
-from .significance import paired_significance
+from .significance import RESULT_KEYS, paired_significance
 from .textio import EvaluationError, ResultsError, check_same_length, read_lines, warn
 
 __all__ = [
@@ -26,19 +26,6 @@ __all__ = [
     "select_for_aggregate",
     "seed_order",
 ]
-
-_CONCAT_KEYS = (
-    "score",
-    "delta",
-    "bs_mean",
-    "ci95",
-    "ci_low",
-    "ci_high",
-    "p_bs",
-    "p_ar",
-    "tie_corrected",
-    "n_diff_lines",
-)
 
 
 def mean_sd(values: Sequence[float]) -> tuple[float, float]:
@@ -160,7 +147,7 @@ def _pair_significance(pair, order, systems, stats, ref_path, metric, lang, **te
         named.append((s, hyps))
     sig = paired_significance(rep_refs, named, metric=metric, tgt_lang=lang, **test_args)
     for rec in sig["systems"]:
-        stats[rec["name"]]["concat"] = {k: rec[k] for k in _CONCAT_KEYS}
+        stats[rec["name"]]["concat"] = {k: rec[k] for k in RESULT_KEYS}
     return {
         "ref": str(ref_path),
         "n_lines_concat": len(rep_refs),

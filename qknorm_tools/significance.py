@@ -18,6 +18,7 @@ from .scoring import detokenize_lines
 from .textio import EvaluationError, check_same_length, read_lines, warn
 
 __all__ = [
+    "RESULT_KEYS",
     "SIG_METRICS",
     "TOKENIZE_TO_METRIC",
     "compare_files",
@@ -30,9 +31,8 @@ __all__ = [
 SIG_METRICS = ("bleu_tok", "bleu", "chrf")
 #: ``compare --tokenize`` value -> metric
 TOKENIZE_TO_METRIC = {"none": "bleu_tok", "13a": "bleu"}
-_SYSTEM_KEYS = (
-    "name",
-    "is_baseline",
+#: the test results of one system (paired_significance's "systems" entries, after its name)
+RESULT_KEYS = (
     "score",
     "delta",
     "bs_mean",
@@ -44,6 +44,7 @@ _SYSTEM_KEYS = (
     "tie_corrected",
     "n_diff_lines",
 )
+_SYSTEM_KEYS = ("name", "is_baseline", *RESULT_KEYS)
 
 
 @contextlib.contextmanager

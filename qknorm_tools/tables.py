@@ -14,7 +14,27 @@ from .records import RunRecord
 from .scoring import SCORE_FIELDS
 from .significance import format_p
 
-__all__ = ["format_mean_sd", "runs_table", "write_aggregate_tables", "write_runs_table"]
+__all__ = [
+    "format_mean_sd",
+    "runs_table",
+    "write_aggregate_tables",
+    "write_markdown_and_json",
+    "write_runs_table",
+]
+
+
+def write_markdown_and_json(out_dir, stem: str, markdown: str, obj) -> dict[str, str]:
+    """Write ``<stem>.md`` (``markdown``) and ``<stem>.json`` (``obj``) in ``out_dir``.
+
+    Returns:
+        ``{"md": path, "json": path}``.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    md, js = out / f"{stem}.md", out / f"{stem}.json"
+    md.write_text(markdown, encoding="utf-8")
+    js.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return {"md": str(md), "json": str(js)}
 
 
 def format_mean_sd(entry: Mapping[str, object] | None) -> str:
@@ -272,11 +292,6 @@ def write_runs_table(
     Returns:
         Mapping kind -> path written.
     """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    md, js = out / f"{stem}.md", out / f"{stem}.json"
-    md.write_text(runs_table(records, baseline), encoding="utf-8")
     base = str(work_dir) if work_dir is not None else None
     doc = {"baseline": baseline, "runs": [r.to_json(base) for r in records]}
-    js.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    return {"md": str(md), "json": str(js)}
+    return write_markdown_and_json(out_dir, stem, runs_table(records, baseline), doc)

@@ -1,6 +1,7 @@
 # fairseq_qknorm: install, test and run the main job.
 #   make demo   - install (if needed), then gl-en from raw text to a BLEU table on CPU
-#   make test   - install (if needed), then the test suite
+#   make test   - install (if needed), then the test suite (TESTS="-m 'not slow'": the quick loop)
+#   make lint   - install (if needed), then ruff (lint + format check, configured in pyproject.toml)
 SHELL := /usr/bin/env bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -9,11 +10,11 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 FAIRSEQ_SPEC ?= ve-fairseq==0.12.3
 
-.PHONY: install test demo grid ablation bench
+.PHONY: install test lint demo grid ablation bench
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: setup.py
+$(VENV)/.installed: setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
@@ -22,8 +23,17 @@ $(VENV)/.installed: setup.py
 	$(PY) -c "import torch, fairseq, fairseq_qknorm; print('torch', torch.__version__, 'fairseq', fairseq.__version__)"
 	touch $@
 
+TESTS ?=
 test: install
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q tests
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q $(TESTS) tests
+
+# the files ruff checks; the rest of the tree joins after its one-time `ruff format` pass
+LINT_PATHS ?= qknorm_tools setup.py benchmarks/common.py tests/conftest.py tests/test_benchmarks.py \
+    tests/test_collect.py tests/test_data_pipeline.py tests/test_evaluate.py tests/test_grid.py \
+    tests/test_pipeline_train.py tests/test_plots.py tests/test_scripts.py
+lint: install
+	$(PY) -m ruff check $(LINT_PATHS)
+	$(PY) -m ruff format --check $(LINT_PATHS)
 
 demo: install
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/demo.sh gl-en

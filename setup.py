@@ -1,4 +1,7 @@
-"""Packaging for fairseq_qknorm, a fairseq ``--user-dir`` plugin.
+"""Packaging for fairseq_qknorm (a fairseq ``--user-dir`` plugin) and qknorm_tools.
+
+qknorm_tools is the experiment tooling (scoring, significance, tables, figures, corpus
+checks); it needs neither torch nor fairseq.
 
 torch is deliberately *not* listed in ``install_requires``: an unpinned torch
 requirement makes pip pull a multi-GB CUDA build on CPU machines. Install torch
@@ -9,6 +12,7 @@ module on Python 3.11 (``ve-fairseq`` wheels, ``fairseq-fixed`` sdist) and the
 official ``fairseq==0.12.2`` cannot be imported there; pick one with the extras
 below (``pip install -e .[fairseq]``) or install your own build first.
 """
+
 from setuptools import find_packages, setup
 
 setup(
@@ -21,7 +25,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.9",
-    packages=find_packages(include=["fairseq_qknorm", "fairseq_qknorm.*"]),
+    packages=find_packages(include=["fairseq_qknorm", "fairseq_qknorm.*", "qknorm_tools"]),
     install_requires=[
         "sacrebleu>=2.3,<3",
         "sacremoses>=0.1",
@@ -34,7 +38,7 @@ setup(
         "fairseq": ["ve-fairseq==0.12.3"],
         "spm": ["sentencepiece>=0.1.99"],
         "tensorboard": ["tensorboard"],
-        "test": ["pytest>=7"],
+        "test": ["pytest>=7", "ruff==0.17.6"],
     },
     license="MIT",
 )

@@ -1,6 +1,6 @@
 """Peak-memory child of ``benchmarks.run``: one system, one fresh process.
 
-``python -m benchmarks.memory_child --system qknorm --size small ...`` builds the model,
+``python -m benchmarks.memory_child --system qknorm_paper --size small ...`` builds the model,
 runs ``--steps`` training steps on the synthetic batch and prints one JSON line with the RSS
 after imports, after building and the peak (VmHWM). The parent adds the kernel's own
 ``ru_maxrss`` from ``os.wait4``.

@@ -1,6 +1,6 @@
 """Where the time of one training step goes: torch.profiler, top ops by self CPU time.
 
-    python -m benchmarks.profile_step [--size small] [--systems qknorm,twt,dotprod,stock]
+    python -m benchmarks.profile_step [--size small] [--systems qknorm_paper,twt,prenorm_fixnorm_layernorm,stock]
                                       [--rows 15] [--threads N] [--smoke] [--json OUT]
 
 For each system: build the model (fairseq argument parsing, as ``benchmarks.run``), run

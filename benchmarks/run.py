@@ -211,8 +211,8 @@ def section_model(a, task, out: Dict) -> None:
 
 def speed_ratios(times: Dict[str, float]) -> Dict[str, float]:
     """Throughput ratios ``A/B = time_B / time_A`` (> 1: A is faster) for the pairs of interest."""
-    pairs = [("qknorm", "stock"), ("twt", "stock"), ("dotprod", "stock"), ("qknorm", "dotprod"),
-             ("twt", "dotprod"), ("qknorm", "twt")]
+    qk, dot = "qknorm_paper", "prenorm_fixnorm_layernorm"  # system names as in configs/systems
+    pairs = [(qk, "stock"), ("twt", "stock"), (dot, "stock"), (qk, dot), ("twt", dot), (qk, "twt")]
     return {f"{x}/{y}": times[y] / times[x] for x, y in pairs
             if x in times and y in times and times[x] > 0}
 
@@ -277,13 +277,13 @@ def section_decode(a, task, out: Dict) -> None:
             gen_tokens[system] = sum(len(h[0]["tokens"]) for h in hyps)
 
         entries[f"{system}:generator"] = run_gen
-    if "qknorm" in a.systems:
+    if "qknorm_paper" in a.systems:
         # beam-shared encoder-decoder attention (keys stored once per sentence); fairseq's
         # TransformerModel has no set_beam_size, so fairseq-generate never enables it
-        model, _ = c.build_model(task, "qknorm", size, a.qk_length)
+        model, _ = c.build_model(task, "qknorm_paper", size, a.qk_length)
         model.eval()
         model.decoder.set_beam_size(beam)
-        entries["qknorm_beamshared:incremental"] = _incremental_loop(
+        entries["qknorm_paper_beamshared:incremental"] = _incremental_loop(
             model, src_tokens, src_lengths, beam, steps, dictionary.eos())
     times = c.interleaved(entries, a.decode_reps, a.warmup)
     res = {}
@@ -675,14 +675,14 @@ def targets(res: Dict) -> List[Dict]:
     small = model.get("small") or next((v for k, v in model.items() if isinstance(v, dict)
                                         and "systems" in v), None)
     if small:
-        r = small["ratios"].get("qknorm/stock")
+        r = small["ratios"].get("qknorm_paper/stock")
         t.append({"target": "QKNorm training step >= 1.00x stock (model-only)", "value": r,
                   "met": r is not None and r >= 1.0})
-        r = small["ratios"].get("twt/dotprod")
-        t.append({"target": "ScaleNorm >= 1.03x LayerNorm (model-only twt/dotprod)",
+        r = small["ratios"].get("twt/prenorm_fixnorm_layernorm")
+        t.append({"target": "ScaleNorm >= 1.03x LayerNorm (model-only twt/prenorm_fixnorm_layernorm)",
                   "value": r, "met": r is not None and r >= 1.03})
-        fr = small["systems"].get("qknorm", {}).get("fraction_of_matmul_peak")
-        t.append({"target": "model-only >= 60% of fp32 matmul peak (qknorm, paper size)",
+        fr = small["systems"].get("qknorm_paper", {}).get("fraction_of_matmul_peak")
+        t.append({"target": "model-only >= 60% of fp32 matmul peak (qknorm_paper, paper size)",
                   "value": fr, "met": fr is not None and fr >= 0.60})
     norms = res.get("norms", {}).get("rows")
     if norms:
@@ -691,15 +691,15 @@ def targets(res: Dict) -> List[Dict]:
                             "rows)", "value": r, "met": r >= 1.03})
     dec = res.get("decode", {})
     if dec.get("systems"):
-        r = dec.get("ratios_incremental", {}).get("qknorm/stock")
+        r = dec.get("ratios_incremental", {}).get("qknorm_paper/stock")
         t.append({"target": "QKNorm decoding >= 1.00x stock (in-process incremental)",
                   "value": r, "met": r is not None and r >= 1.0})
-        r = dec.get("ratios_generator", {}).get("qknorm/stock")
+        r = dec.get("ratios_generator", {}).get("qknorm_paper/stock")
         t.append({"target": "QKNorm decoding >= 1.00x stock (SequenceGenerator)",
                   "value": r, "met": r is not None and r >= 1.0})
     gen = res.get("generate", {})
     if gen.get("ratios_tokens_per_s"):
-        r = gen["ratios_tokens_per_s"].get("qknorm/stock")
+        r = gen["ratios_tokens_per_s"].get("qknorm_paper/stock")
         t.append({"target": "QKNorm decoding >= 1.00x stock (fairseq-generate tokens/s)",
                   "value": r, "met": r is not None and r >= 1.0})
     e2e = res.get("e2e", {})
@@ -712,8 +712,8 @@ def targets(res: Dict) -> List[Dict]:
                 t.append({"target": f"end-to-end within 15% of model-only ({system}, {size}: "
                                     "fairseq wps / model-only target tokens/s)",
                           "value": frac, "met": frac >= 0.85})
-        r = e2e.get("ratios", {}).get("twt/dotprod")
-        t.append({"target": "ScaleNorm >= 1.03x LayerNorm end to end (twt/dotprod wps)",
+        r = e2e.get("ratios", {}).get("twt/prenorm_fixnorm_layernorm")
+        t.append({"target": "ScaleNorm >= 1.03x LayerNorm end to end (twt/prenorm_fixnorm_layernorm wps)",
                   "value": r, "met": r is not None and r >= 1.03})
     return t
 

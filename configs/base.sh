@@ -5,7 +5,7 @@
 # environment (mirrors, tests).
 
 # ---------------------------------------------------------------------------------------------
-# Raw-data sanity limits (scripts/prepare_data.sh -> `python -m fairseq_qknorm.corpus check`)
+# Raw-data sanity limits (scripts/prepare_data.sh -> `python -m qknorm_tools.corpus check`)
 
 # Max whitespace tokens per raw line before a line is rejected as broken (bad sentence split,
 # concatenated file). Our own sanity limit, not from the papers; raw TED/IWSLT lines are far
@@ -38,7 +38,7 @@ BPE_DROPOUT=0
 BPE_DROPOUT_SEED=1
 
 # Percentile q of BPE-level training sentence lengths that defines L for QKNorm's
-# g0 = log2(L^2 - L) (Henry et al. 2020: 97.5th percentile).
+# g0 = log2(L^2 - L) (Henry et al. 2020: 97.5th percentile); the model computes g0 from L.
 LENGTH_PERCENTILE=97.5
 
 # ---------------------------------------------------------------------------------------------
@@ -47,10 +47,9 @@ LENGTH_PERCENTILE=97.5
 # fairseq-preprocess --workers: worker processes (the development machine has 2 CPU cores).
 PREPROCESS_WORKERS=2
 
-# ---------------------------------------------------------------------------------------------
-# Model sizes shared by all pairs (TWT Sec. 3 / reference table: model width 512, FFN 2048).
-PAPER_EMBED_DIM=512
-PAPER_FFN_DIM=2048
+# Model sizes are the named archs' (fairseq_qknorm/models/transformer_qknorm.py): a system
+# picks an arch family (configs/systems), a profile its size (configs/profiles), and
+# scripts/train.sh passes no size flag.
 
 # ---------------------------------------------------------------------------------------------
 # Canonical download sources (from the project data README, /work/shared/data/README.md).

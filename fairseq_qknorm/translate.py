@@ -45,7 +45,8 @@ source "$1/scripts/lib.sh"
 load_pair_config "$2"
 load_system_config "$3"
 load_profile_config "$4"
-printf '%s\0' "$QK_DATA" "$(qk_run_dir "$PAIR" "$PROFILE" "$SYSTEM" "$5")" "$BEAM" "$LENPEN" \
+[[ -z "$6" ]] || MAX_UPDATE="$6"
+printf '%s\0' "$QK_DATA" "$(qk_run_dir "$PAIR" "$(qk_run_label)" "$SYSTEM" "$5")" "$BEAM" "$LENPEN" \
     "$GEN_MAX_TOKENS" ${GEN_FLAGS[@]+"${GEN_FLAGS[@]}"}
 """
 
@@ -105,12 +106,15 @@ class PipelineSettings:
 
 
 def pipeline_settings(pair: str, system: str, profile: str = "cpu-proxy", seed: int = 1,
-                      checkpoint: str = "best") -> PipelineSettings:
+                      checkpoint: str = "best",
+                      max_update: Optional[int] = None) -> PipelineSettings:
     """Resolve a pipeline run through the scripts' own configuration (``scripts/lib.sh``).
 
     Args:
         pair, system, profile, seed: as for ``scripts/evaluate.sh``.
         checkpoint: ``best`` or ``last``.
+        max_update: the run's budget when it is not the profile's (``--max-update`` of
+            ``scripts/train.sh``; such runs live under ``runs/PAIR/PROFILE-max-update-N/``).
 
     Returns:
         :class:`PipelineSettings` (paths under ``QKNORM_WORK_DIR``, default the repository).
@@ -122,7 +126,8 @@ def pipeline_settings(pair: str, system: str, profile: str = "cpu-proxy", seed: 
         raise ValueError(f"checkpoint must be 'best' or 'last', got {checkpoint!r}")
     proc = subprocess.run(
         ["bash", "-c", _PIPELINE_SETTINGS_SH, "translate", str(REPO_ROOT), pair, system,
-         profile, str(seed)], capture_output=True, text=True)
+         profile, str(seed), "" if max_update is None else str(max_update)],
+        capture_output=True, text=True)
     if proc.returncode != 0:
         raise ValueError(proc.stderr.strip().removeprefix("error: ")
                          or f"cannot read the pipeline settings of {pair} {system} --profile {profile}")
@@ -185,7 +190,8 @@ class Translator:
 
     @classmethod
     def from_pipeline(cls, pair: str, system: str, profile: str = "cpu-proxy", seed: int = 1,
-                      checkpoint: str = "best", moses: bool = False) -> "Translator":
+                      checkpoint: str = "best", moses: bool = False,
+                      max_update: Optional[int] = None) -> "Translator":
         """The run ``scripts/evaluate.sh PAIR SYSTEM --profile P --seed N`` evaluates, with
         its settings (see :func:`pipeline_settings`).
 
@@ -193,10 +199,11 @@ class Translator:
             ValueError: see :func:`pipeline_settings`.
             FileNotFoundError: the run has no such checkpoint.
         """
-        s = pipeline_settings(pair, system, profile, seed, checkpoint)
+        s = pipeline_settings(pair, system, profile, seed, checkpoint, max_update)
         if not s.checkpoint.is_file():
+            budget = "" if max_update is None else f" --max-update {max_update}"
             raise FileNotFoundError(f"checkpoint {s.checkpoint} not found: run scripts/train.sh "
-                                    f"{pair} {system} --profile {profile} --seed {seed} first")
+                                    f"{pair} {system} --profile {profile} --seed {seed}{budget} first")
         return cls(s.checkpoint, s.data_bin, s.bpe_dir, max_tokens=s.max_tokens, moses=moses,
                    **generation_options(s.generate_flags))
 
@@ -227,6 +234,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--profile", default="cpu-proxy")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--checkpoint", choices=("best", "last"), default="best")
+    p.add_argument("--max-update", type=int,
+                   help="the run's budget, if not the profile's (as given to scripts/train.sh)")
     p.add_argument("--moses", action="store_true",
                    help="input is untokenized: Moses-tokenize it (and detokenize the output)")
     p.add_argument("--input", help="input file (default: stdin)")
@@ -234,7 +243,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     a = p.parse_args(argv)
     try:
         translator = Translator.from_pipeline(a.pair, a.system, a.profile, a.seed, a.checkpoint,
-                                              moses=a.moses)
+                                              moses=a.moses, max_update=a.max_update)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

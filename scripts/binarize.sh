@@ -23,19 +23,8 @@ needs data/bpe/PAIR from scripts/bpe.sh; environment: QKNORM_WORK_DIR
 EOF2
 }
 
-PAIR_ARG=""
 FORCE=0
-while (($#)); do
-    case "$1" in
-        -h | --help) usage; exit 0 ;;
-        --force) FORCE=1; shift ;;
-        -*) qk_usage_error "unknown option '$1'" ;;
-        *)
-            [[ -z "$PAIR_ARG" ]] || qk_usage_error "only one PAIR allowed (got '$PAIR_ARG' and '$1')"
-            PAIR_ARG="$1"; shift ;;
-    esac
-done
-[[ -n "$PAIR_ARG" ]] || qk_usage_error "missing PAIR"
+qk_parse_args "@PAIR_ARG" "--force FORCE=1" -- "$@"
 load_pair_config "$PAIR_ARG"
 
 BPE="$QK_DATA/bpe/$PAIR"
@@ -61,7 +50,7 @@ fi
 PREPROCESS="$(qk_tool fairseq-preprocess)"
 qk_mktemp_dir TMP "$QK_DATA/bin" "$PAIR"
 qk_log "binarizing $BPE with fairseq-preprocess ($SRC->$TGT, joined dictionary)"
-"$PREPROCESS" --source-lang "$SRC" --target-lang "$TGT" --joined-dictionary \
+qk_run "$PREPROCESS" --source-lang "$SRC" --target-lang "$TGT" --joined-dictionary \
     --trainpref "$BPE/train" --validpref "$BPE/dev" --testpref "$BPE/test" \
     --destdir "$TMP" --workers "$PREPROCESS_WORKERS" >"$TMP/fairseq-preprocess.out" 2>&1 \
     || { tail -n 30 "$TMP/fairseq-preprocess.out" >&2; die "fairseq-preprocess failed for $PAIR"; }

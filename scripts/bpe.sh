@@ -11,8 +11,9 @@
 # sentencepiece (--tool sentencepiece): one joint BPE model (spm.model/spm.vocab) trained on
 # both training sides, vocabulary size SPM_VOCAB_SIZE; BPE-dropout = sampling with alpha=P.
 #
-# Then L = ceil(97.5th percentile of BPE tokens per training line, both sides) and
-# g0 = log2(L^2 - L) are printed and stored in data/bpe/PAIR/length_stats.json.
+# Then L = ceil(97.5th percentile of BPE tokens per training line, both sides), QKNorm's L (the
+# model computes its g0 = log2(L^2 - L) from it), is printed and stored in
+# data/bpe/PAIR/length_stats.json.
 # Outputs are built in a temporary directory and replace data/bpe/PAIR only when complete;
 # data/bpe/PAIR/.done + .settings make a rerun with the same settings and inputs a no-op.
 set -euo pipefail
@@ -35,34 +36,9 @@ needs data/raw/PAIR from scripts/prepare_data.sh; environment: QKNORM_WORK_DIR
 EOF
 }
 
-PAIR_ARG=""
-MERGES_ARG=""
-TOOL_ARG=""
-VOCAB_ARG=""
-THRESHOLD_ARG=""
-DROPOUT_ARG=""
-FORCE=0
-while (($#)); do
-    case "$1" in
-        -h | --help) usage; exit 0 ;;
-        --merges) need_value "$@"; MERGES_ARG="$2"; shift 2 ;;
-        --merges=*) MERGES_ARG="${1#*=}"; shift ;;
-        --tool) need_value "$@"; TOOL_ARG="$2"; shift 2 ;;
-        --tool=*) TOOL_ARG="${1#*=}"; shift ;;
-        --vocab-size) need_value "$@"; VOCAB_ARG="$2"; shift 2 ;;
-        --vocab-size=*) VOCAB_ARG="${1#*=}"; shift ;;
-        --vocab-threshold) need_value "$@"; THRESHOLD_ARG="$2"; shift 2 ;;
-        --vocab-threshold=*) THRESHOLD_ARG="${1#*=}"; shift ;;
-        --bpe-dropout | --dropout) need_value "$@"; DROPOUT_ARG="$2"; shift 2 ;;
-        --bpe-dropout=* | --dropout=*) DROPOUT_ARG="${1#*=}"; shift ;;
-        --force) FORCE=1; shift ;;
-        -*) qk_usage_error "unknown option '$1'" ;;
-        *)
-            [[ -z "$PAIR_ARG" ]] || qk_usage_error "only one PAIR allowed (got '$PAIR_ARG' and '$1')"
-            PAIR_ARG="$1"; shift ;;
-    esac
-done
-[[ -n "$PAIR_ARG" ]] || qk_usage_error "missing PAIR"
+MERGES_ARG="" TOOL_ARG="" VOCAB_ARG="" THRESHOLD_ARG="" DROPOUT_ARG="" FORCE=0
+qk_parse_args "@PAIR_ARG" "--merges MERGES_ARG" "--tool TOOL_ARG" "--vocab-size VOCAB_ARG" \
+    "--vocab-threshold THRESHOLD_ARG" "--bpe-dropout|--dropout DROPOUT_ARG" "--force FORCE=1" -- "$@"
 load_pair_config "$PAIR_ARG"
 
 TOOL="${TOOL_ARG:-$BPE_TOOL}"
@@ -108,12 +84,7 @@ length_percentile=$LENGTH_PERCENTILE
 raw=$(qk_fingerprint "$RAW/.done")"
 
 show_length_stats() {
-    "$QK_PY" - "$1" "$PAPER_L" <<'PY'
-import json, sys
-s = json.load(open(sys.argv[1], encoding="utf-8"))
-print(f"L = {s['L']} (q = {s['q']} percentile of {s['n_lines']} training lines = {s['percentile']:.2f}, "
-      f"rounded up; authors' L = {sys.argv[2]}), g0 = log2(L^2 - L) = {s['g0']:.4f}")
-PY
+    corpus_py length-stats --stats "$1" --paper-l "$PAPER_L"
 }
 
 if ((FORCE == 0)); then
@@ -135,7 +106,7 @@ done
 if [[ "$TOOL" == subword-nmt ]]; then
     SUBWORD_NMT="$(qk_tool subword-nmt)"
     qk_log "learning $MERGES joint BPE merges on $RAW/train.{$SRC,$TGT}"
-    "$SUBWORD_NMT" learn-joint-bpe-and-vocab --input "$RAW/train.$SRC" "$RAW/train.$TGT" \
+    qk_run "$SUBWORD_NMT" learn-joint-bpe-and-vocab --input "$RAW/train.$SRC" "$RAW/train.$TGT" \
         --symbols "$MERGES" --output "$TMP/codes" \
         --write-vocabulary "$TMP/vocab.$SRC" "$TMP/vocab.$TGT" 2>"$TMP/learn_bpe.log" \
         || { tail -n 20 "$TMP/learn_bpe.log" >&2; die "subword-nmt learn-joint-bpe-and-vocab failed"; }
@@ -153,32 +124,9 @@ if [[ "$TOOL" == subword-nmt ]]; then
     outputs+=(codes "vocab.$SRC" "vocab.$TGT")
 else
     qk_log "training a joint sentencepiece BPE model (vocab size $VOCAB_SIZE) on $RAW/train.{$SRC,$TGT}"
-    "$QK_PY" - "$RAW" "$TMP" "$SRC" "$TGT" "$VOCAB_SIZE" "$DROPOUT" "$BPE_DROPOUT_SEED" <<'PY' \
+    corpus_py spm --raw "$RAW" --out "$TMP" --src "$SRC" --tgt "$TGT" --vocab-size "$VOCAB_SIZE" \
+        --dropout "$DROPOUT" --seed "$BPE_DROPOUT_SEED" \
         || die "sentencepiece failed (is the python package sentencepiece installed? pip install -e .[spm])"
-import os, sys
-import sentencepiece as spm
-raw, out, src, tgt, vocab_size, dropout, seed = sys.argv[1:8]
-dropout = float(dropout)
-spm.SentencePieceTrainer.train(
-    input=",".join(os.path.join(raw, f"train.{l}") for l in (src, tgt)),
-    model_prefix=os.path.join(out, "spm"), vocab_size=int(vocab_size), model_type="bpe",
-    character_coverage=1.0, hard_vocab_limit=False, bos_id=-1, eos_id=-1, pad_id=-1, unk_id=0,
-    num_threads=2, minloglevel=2)
-if hasattr(spm, "set_random_generator_seed"):
-    spm.set_random_generator_seed(int(seed))
-sp = spm.SentencePieceProcessor(model_file=os.path.join(out, "spm.model"))
-for split in ("train", "dev", "test"):
-    for lang in (src, tgt):
-        sample = split == "train" and dropout > 0
-        with open(os.path.join(raw, f"{split}.{lang}"), encoding="utf-8") as fin, \
-                open(os.path.join(out, f"{split}.{lang}"), "w", encoding="utf-8") as fout:
-            for line in fin:
-                if sample:
-                    pieces = sp.encode(line.strip(), out_type=str, enable_sampling=True, alpha=dropout, nbest_size=-1)
-                else:
-                    pieces = sp.encode(line.strip(), out_type=str)
-                fout.write(" ".join(pieces) + "\n")
-PY
     outputs+=(spm.model spm.vocab)
 fi
 

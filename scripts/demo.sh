@@ -2,8 +2,15 @@
 # scripts/demo.sh: the main job. One pair from raw text to a BLEU table on CPU:
 #   prepare_data -> bpe -> binarize -> train the TWT baseline (transformer_twt_proxy) and the
 #   QKNorm paper model (transformer_qknorm_paper_proxy) with the same budget and seed, side by
-#   side (one thread each) -> decode test (beam 4) -> score -> results/PAIR/demo.{md,json}.
-# Every step skips finished outputs, so a rerun after an interruption continues where it stopped.
+#   side (one thread each) -> decode test (beam 4) -> score -> results/LABEL/PAIR/:
+#     demo.md, demo.json    one row per system (python -m qknorm_tools.collect runs --runs-table)
+#     runs.json             the run records
+#     demo_compare.json     paired bootstrap + approximate randomization, QKNorm vs TWT
+#     demo_curves.png       train/dev loss; demo_g.png: QKNorm g per module;
+#     demo_health.png       attention entropy / max logit per module; demo_bleu.png: BLEU bars
+# LABEL is cpu-proxy, or cpu-proxy-max-update-N for another budget (never over the default's).
+# Every step skips finished outputs, so a rerun after an interruption continues where it
+# stopped; Ctrl-C stops both trainings.
 set -euo pipefail
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
 # shellcheck source=scripts/lib.sh
@@ -14,54 +21,63 @@ usage() {
 usage: scripts/demo.sh [PAIR] [--seed N] [--max-update N] [--data-dir DIR]
   PAIR          default gl-en (the pair whose data ships in ../shared/data)
   --seed N      seed for both systems (default 1)
-  --max-update N  update budget per system (default: the cpu-proxy profile's, 1200)
+  --max-update N  update budget per system (default: the cpu-proxy profile's, 1200); runs and
+                results of another budget go to runs/PAIR/cpu-proxy-max-update-N/ and
+                results/cpu-proxy-max-update-N/PAIR/
   --data-dir D  local corpus directory (default: \$QKNORM_DATA_DIR or ../shared/data)
+environment: QKNORM_WORK_DIR, QKNORM_MAX_UPDATE, QKNORM_DATA_DIR
 EOF
 }
 
-PAIR_ARG=gl-en SEED=1 MAX_UPDATE_OPT=() DATA_OPT=()
-while (($#)); do
-    case "$1" in
-        -h | --help) usage; exit 0 ;;
-        --seed) need_value "$@"; SEED="$2"; shift 2 ;;
-        --max-update) need_value "$@"; MAX_UPDATE_OPT=(--max-update "$2"); shift 2 ;;
-        --data-dir) need_value "$@"; DATA_OPT=(--data-dir "$2"); shift 2 ;;
-        -*) qk_usage_error "unknown option '$1'" ;;
-        *) PAIR_ARG="$1"; shift ;;
-    esac
-done
+PAIR_ARG=gl-en SEED=1 MAX_UPDATE_ARG="" DATA_DIR_ARG=""
+qk_parse_args "@PAIR_ARG?" "--seed SEED" "--max-update MAX_UPDATE_ARG" "--data-dir DATA_DIR_ARG" -- "$@"
+qk_check_uint --seed "$SEED"
+[[ -z "$MAX_UPDATE_ARG" ]] || qk_check_uint --max-update "$MAX_UPDATE_ARG"
 load_pair_config "$PAIR_ARG"
-
+load_profile_config cpu-proxy
+[[ -z "$MAX_UPDATE_ARG" ]] || MAX_UPDATE="$MAX_UPDATE_ARG"
+LABEL="$(qk_run_label)"
+BASELINE=twt
 SYSTEMS=(twt qknorm_paper)
+OUT="$QK_WORK_DIR/results/$LABEL/$PAIR"
+REF="$QK_DATA/raw/$PAIR/test.$TGT"
+CELL_OPTS=(--profile cpu-proxy --seed "$SEED" --max-update "$MAX_UPDATE" --threads 1)
+
 T0="$(date +%s)"
-bash "$SCRIPT_DIR/prepare_data.sh" "$PAIR" "${DATA_OPT[@]+"${DATA_OPT[@]}"}"
-bash "$SCRIPT_DIR/bpe.sh" "$PAIR"
-bash "$SCRIPT_DIR/binarize.sh" "$PAIR"
+qk_run bash "$SCRIPT_DIR/prepare_data.sh" "$PAIR" ${DATA_DIR_ARG:+--data-dir "$DATA_DIR_ARG"}
+qk_run bash "$SCRIPT_DIR/bpe.sh" "$PAIR"
+qk_run bash "$SCRIPT_DIR/binarize.sh" "$PAIR"
 
-# run_both STEP ARGS...: run scripts/STEP.sh for both systems at once, one thread each (same
-# machine conditions for both; more total throughput on 2 cores than two 2-thread runs in a row).
-run_both() {
-    local step="$1" i failed=0 pids=()
-    shift
-    for system in "${SYSTEMS[@]}"; do
-        bash "$SCRIPT_DIR/$step.sh" "$PAIR" "$system" --profile cpu-proxy --seed "$SEED" \
-            --threads 1 "$@" &
-        pids+=("$!")
-    done
-    for i in "${!pids[@]}"; do
-        wait "${pids[$i]}" || { qk_warn "$step ${SYSTEMS[$i]} failed"; failed=1; }
-    done
-    ((failed == 0)) || die "$step failed (logs in $QK_WORK_DIR/runs/$PAIR/cpu-proxy/*/seed$SEED/); rerun to resume"
-}
-
-run_both train "${MAX_UPDATE_OPT[@]+"${MAX_UPDATE_OPT[@]}"}"
-run_both evaluate >/dev/null
-
-RUN_ARGS=()
+# both systems at once, one thread each (same machine conditions for both; more total
+# throughput on 2 cores than two 2-thread runs in a row); output lines prefixed by the system
+qk_pool_init "${#SYSTEMS[@]}"
 for system in "${SYSTEMS[@]}"; do
-    RUN_ARGS+=(--run "$(qk_run_dir "$PAIR" cpu-proxy "$system" "$SEED")")
+    qk_pool_submit "$system" "" qk_cell "$PAIR" "$system" "${CELL_OPTS[@]}"
 done
-OUT="$QK_WORK_DIR/results/$PAIR"
-"$QK_PY" -m fairseq_qknorm.summarize "${RUN_ARGS[@]}" --out-dir "$OUT" --name demo --baseline twt
-qk_log "wrote $OUT/demo.md and $OUT/demo.json; total wall time $((($(date +%s) - T0) / 60)) min"
+qk_pool_wait
+((${#QK_POOL_FAILED[@]} == 0)) \
+    || die "failed: ${QK_POOL_FAILED[*]} (logs in $QK_WORK_DIR/runs/$PAIR/$LABEL/*/seed$SEED/); rerun to resume"
+
+RUN_ARGS=() LOGS=() QK_LOGS=()
+for system in "${SYSTEMS[@]}"; do
+    run="$(qk_run_dir "$PAIR" "$LABEL" "$system" "$SEED")"
+    RUN_ARGS+=(--run "$run")
+    LOGS+=("$system=$run/train.log")
+    [[ "$(load_system_config "$system" && echo "$SYSTEM_QKNORM")" == 0 ]] || QK_LOGS+=("$system=$run/train.log")
+done
+"$QK_PY" -m qknorm_tools.collect runs "${RUN_ARGS[@]}" --work-dir "$QK_WORK_DIR" --out-dir "$OUT" \
+    --ref "$PAIR=$REF" --require-all --runs-table demo --baseline "$BASELINE"
+# run from the work dir, so that the JSON holds paths relative to it
+HYPS=()
+for system in "${SYSTEMS[@]}"; do
+    HYPS+=("$system=$(rel="$(qk_run_dir "$PAIR" "$LABEL" "$system" "$SEED")"; echo "${rel#"$QK_WORK_DIR"/}")/test.hyp")
+done
+(cd "$QK_WORK_DIR" && "$QK_PY" -m qknorm_tools.evaluate compare --ref "${REF#"$QK_WORK_DIR"/}" \
+    --baseline "${HYPS[0]}" --system "${HYPS[@]:1}" --json --out "$OUT/demo_compare.json")
+"$QK_PY" -m qknorm_tools.plots curves --log "${LOGS[@]}" --out "$OUT/demo_curves.png"
+"$QK_PY" -m qknorm_tools.plots g --log "${QK_LOGS[@]}" --out "$OUT/demo_g.png"
+"$QK_PY" -m qknorm_tools.plots health --log "${LOGS[@]}" --out "$OUT/demo_health.png"
+"$QK_PY" -m qknorm_tools.plots bleu-bars --json "$OUT/demo_compare.json" --out "$OUT/demo_bleu.png" \
+    --title "$PAIR ($LABEL, seed $SEED): tokenized BLEU, 95% bootstrap CI"
+qk_log "wrote $OUT/{demo.md,demo.json,runs.json,demo_compare.json,demo_curves.png,demo_g.png,demo_health.png,demo_bleu.png}; total wall time $((($(date +%s) - T0) / 60)) min"
 qk_log "CPU proxy (3+3 layers, d 256, short budget): not comparable to the papers' full-size numbers"

@@ -11,7 +11,7 @@
 #   3. a download from the canonical URL (configs/base.sh), checked for size and sha256.
 # Local copies are verified against DIR/SHA256SUMS when it lists them (IWSLT'15 files without
 # an entry: against the published checksums); every split goes through
-# `python -m fairseq_qknorm.corpus check`. Everything is written to a temporary directory that
+# `python -m qknorm_tools.corpus check`. Everything is written to a temporary directory that
 # replaces data/raw/PAIR only when complete; data/raw/PAIR/.done holds the checksums and a
 # finished pair is skipped unless --force.
 set -euo pipefail
@@ -31,24 +31,8 @@ environment: QKNORM_WORK_DIR (output root, default repo root), QKNORM_DATA_DIR,
 EOF
 }
 
-PAIR_ARG=""
-DATA_DIR_ARG=""
-FORCE=0
-while (($#)); do
-    case "$1" in
-        -h | --help) usage; exit 0 ;;
-        --data-dir)
-            [[ $# -ge 2 && -n "$2" ]] || qk_usage_error "--data-dir needs a directory"
-            DATA_DIR_ARG="$2"; shift 2 ;;
-        --data-dir=*) DATA_DIR_ARG="${1#--data-dir=}"; shift ;;
-        --force) FORCE=1; shift ;;
-        -*) qk_usage_error "unknown option '$1'" ;;
-        *)
-            [[ -z "$PAIR_ARG" ]] || qk_usage_error "only one PAIR allowed (got '$PAIR_ARG' and '$1')"
-            PAIR_ARG="$1"; shift ;;
-    esac
-done
-[[ -n "$PAIR_ARG" ]] || qk_usage_error "missing PAIR"
+DATA_DIR_ARG="" FORCE=0
+qk_parse_args "@PAIR_ARG" "--data-dir DATA_DIR_ARG" "--force FORCE=1" -- "$@"
 load_pair_config "$PAIR_ARG"
 
 RAW="$QK_DATA/raw/$PAIR"

@@ -1,5 +1,18 @@
-"""Shared fixtures: tiny generated corpora, binarized with the real fairseq-preprocess."""
+"""Shared test helpers and fixtures.
 
+* tiny generated corpora, binarized with the real fairseq-preprocess (``toy_data``, ``toy_task``);
+* running the pipeline's scripts and tools as subprocesses (``make_env``, ``run_script``,
+  ``run_cli``, ``run_without_torch``);
+* a tiny TED-like pair laid out like the shared data (``make_tiny_ted``);
+* a fake ``fairseq-train`` for the scripts' process handling (``fake_fairseq_train``).
+
+Tests marked ``slow`` run the scripts end to end (seconds to minutes); ``pytest -m "not slow"``
+is the quick loop.
+"""
+
+from __future__ import annotations
+
+import hashlib
 import os
 import random
 import shutil
@@ -11,14 +24,14 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN_DIR = REPO / "fairseq_qknorm"
-SHARED_DATA = REPO.parent / "shared" / "data"
+SCRIPTS = REPO / "scripts"
+FIXTURES = Path(__file__).parent / "fixtures"
+SHARED = (REPO.parent / "shared" / "data").resolve()
 VENV_BIN = Path(sys.executable).parent
+SPLITS = ("train", "dev", "test")
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: end-to-end test over ~10 s (deselect: -m 'not slow')")
-
-
+# ------------------------------------------------------------------------------ subprocesses
 def cli_env():
     """Environment for subprocess CLIs: the venv's bin first, the repo importable."""
     env = dict(os.environ)
@@ -30,26 +43,158 @@ def cli_env():
 
 def run_cli(args, cwd=None, check=True, input=None):
     """Run a command; on failure show its output in the assertion message."""
-    proc = subprocess.run([str(a) for a in args], cwd=cwd, env=cli_env(), input=input,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [str(a) for a in args], cwd=cwd, env=cli_env(), input=input, capture_output=True, text=True
+    )
     if check and proc.returncode != 0:
-        raise AssertionError(f"{args[0]} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
-                             f"{proc.stderr[-3000:]}")
+        raise AssertionError(
+            f"{args[0]} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
     return proc
 
 
-def write_toy_corpus(directory: Path, sizes=(("train", 300), ("valid", 30), ("test", 21)),
-                     seed=0, src="src", tgt="tgt"):
+def make_env(work: Path, **extra) -> dict:
+    """Environment of a pipeline script: QKNORM_WORK_DIR=work, offline, no overrides.
+
+    ``extra`` sets variables (``None`` removes one).
+    """
+    env = cli_env()
+    env["QKNORM_WORK_DIR"] = str(work)
+    env["QKNORM_OFFLINE"] = "1"  # never touch the network unless a test says so
+    for key in (
+        "QKNORM_DATA_DIR",
+        "QKNORM_QI18_URL",
+        "QKNORM_TED_TALKS_URL",
+        "QKNORM_IWSLT15_URL",
+        "QKNORM_MAX_UPDATE",
+        "QKNORM_THREADS",
+    ):
+        env.pop(key, None)
+    for k, v in extra.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = str(v)
+    return env
+
+
+def run_script(name: str, *args, env: dict, timeout: int = 120) -> subprocess.CompletedProcess:
+    """``bash scripts/NAME ARGS`` from the repository root."""
+    return subprocess.run(
+        ["bash", str(SCRIPTS / name), *map(str, args)],
+        env=env,
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def out(p: subprocess.CompletedProcess) -> str:
+    """stdout + stderr of a finished process."""
+    return p.stdout + p.stderr
+
+
+_BLOCKER = r"""
+import runpy, sys
+class _NoTorchFairseq:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "fairseq", "fairseq_qknorm"):
+            raise ImportError(f"blocked import of {name}: the tools must run without torch/fairseq")
+        return None
+sys.meta_path.insert(0, _NoTorchFairseq())
+sys.argv = sys.argv[1:]
+runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+"""
+
+
+def run_without_torch(module: str, *args, cwd=None) -> subprocess.CompletedProcess:
+    """``python -m MODULE ARGS`` in a subprocess where importing torch, fairseq or
+    fairseq_qknorm raises ImportError."""
+    return subprocess.run(
+        [sys.executable, "-c", _BLOCKER, module, *map(str, args)],
+        cwd=str(cwd or REPO),
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+# ------------------------------------------------------------------------------ small files
+def count_lines(path: Path) -> int:
+    """Lines of a file (``\\n``-terminated, as ``wc -l``)."""
+    with open(path, "rb") as f:
+        return sum(1 for _ in f)
+
+
+def sha256(path: Path) -> str:
+    """sha256 hex digest of a file."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def write_sums(data_dir: Path) -> None:
+    """SHA256SUMS over every file below data_dir (like the shared data dir's)."""
+    lines = []
+    for p in sorted(data_dir.rglob("*")):
+        if p.is_file() and p.name != "SHA256SUMS":
+            lines.append(f"{sha256(p)}  {p.relative_to(data_dir).as_posix()}")
+    (data_dir / "SHA256SUMS").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+GL_WORDS = (
+    "o a os as de que en un unha para con por non se como máis pero isto iso cando "
+    "casa mundo tempo vida xente cousa día ano traballo historia cidade auga "
+).split()
+EN_WORDS = (
+    "the a of to and in that is it for with on not as but this was what when people "
+    "house world time life thing day year work story city water we they"
+).split()
+
+
+def tiny_sentences(n: int, seed: int, words) -> list:
+    """``n`` random sentences of 3-18 words and a final period."""
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(words) for _ in range(rng.randint(3, 18))) + " ." for _ in range(n)]
+
+
+def make_tiny_ted(
+    data_dir: Path, src: str = "gl", tgt: str = "en", folder: str = "ted-gl-en", sizes=(300, 30, 40)
+) -> dict:
+    """A tiny pre-extracted TED pair laid out like <shared>/data/ted-gl-en, with SHA256SUMS."""
+    d = data_dir / folder
+    d.mkdir(parents=True, exist_ok=True)
+    for i, (split, n) in enumerate(zip(SPLITS, sizes)):
+        (d / f"{split}.{src}").write_text(
+            "\n".join(tiny_sentences(n, 10 + i, GL_WORDS)) + "\n", encoding="utf-8"
+        )
+        (d / f"{split}.{tgt}").write_text(
+            "\n".join(tiny_sentences(n, 20 + i, EN_WORDS)) + "\n", encoding="utf-8"
+        )
+    write_sums(data_dir)
+    return dict(zip(SPLITS, sizes))
+
+
+def write_toy_corpus(
+    directory: Path,
+    sizes=(("train", 300), ("valid", 30), ("test", 21)),
+    seed=0,
+    src="src",
+    tgt="tgt",
+):
     """A learnable toy translation task: target = reversed source, upper-cased.
 
-    The test split size (21) is deliberately not a multiple of 8, to catch
-    fairseq dropping the last partial batch (see scripts/lib.sh).
+    The test split size (21) is deliberately not a multiple of 8, to catch fairseq dropping
+    the last partial batch (see scripts/lib.sh).
     """
     rng = random.Random(seed)
     words = [f"w{i}" for i in range(24)]
     directory.mkdir(parents=True, exist_ok=True)
     for split, n in sizes:
-        with open(directory / f"{split}.{src}", "w") as fs, open(directory / f"{split}.{tgt}", "w") as ft:
+        with (
+            open(directory / f"{split}.{src}", "w") as fs,
+            open(directory / f"{split}.{tgt}", "w") as ft,
+        ):
             for _ in range(n):
                 sent = [rng.choice(words) for _ in range(rng.randint(3, 10))]
                 fs.write(" ".join(sent) + "\n")
@@ -57,29 +202,95 @@ def write_toy_corpus(directory: Path, sizes=(("train", 300), ("valid", 30), ("te
     return directory
 
 
+def fresh_copy(src: Path, dst: Path) -> Path:
+    """A copy of the directory ``src`` at ``dst``."""
+    shutil.copytree(src, dst)
+    return dst
+
+
+# ------------------------------------------------------------------------------ fake trainer
+FAKE_TRAIN = r"""#!/usr/bin/env bash
+# A stand-in for fairseq-train: logs num_updates, writes checkpoint_last.pt, records its pid,
+# runs for $FAKE_TRAIN_SECONDS (default 300) unless stopped.
+save=""
+prev=""
+for a in "$@"; do
+    [[ "$prev" == --save-dir ]] && save="$a"
+    prev="$a"
+done
+mkdir -p "$save"
+echo $$ >>"${FAKE_TRAIN_PIDS:?}"
+echo "2026-01-01 00:00:00 | INFO | train_inner | epoch 001:      1 / 10 loss=9.0, num_updates=1"
+echo "2026-01-01 00:00:00 | INFO | fairseq_qknorm | QKNorm g0 = 12.5 (qk_norm_scale)"
+: >"$save/checkpoint_last.pt"
+sleep "${FAKE_TRAIN_SECONDS:-300}" &
+wait $!
+echo "2026-01-01 00:00:01 | INFO | train_inner | epoch 001:      2 / 10 loss=8.0, num_updates=2"
+"""
+
+
+@pytest.fixture
+def fake_fairseq_train(tmp_path):
+    """``(bin_dir, pid_file)``: a directory holding a fake ``fairseq-train`` to put first on
+    PATH, and the file where each fake training appends its pid."""
+    bin_dir = tmp_path / "fake_bin"
+    bin_dir.mkdir()
+    exe = bin_dir / "fairseq-train"
+    exe.write_text(FAKE_TRAIN)
+    exe.chmod(0o755)
+    return bin_dir, tmp_path / "fake_train.pids"
+
+
+def alive(pid: int) -> bool:
+    """Whether a process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except OSError:
+        return False
+
+
+# ------------------------------------------------------------------------------ toy data
 @pytest.fixture(scope="session")
 def toy_data(tmp_path_factory):
     """Binarized toy corpus (joined dictionary): returns (raw_dir, bin_dir)."""
     root = tmp_path_factory.mktemp("toy")
     raw = write_toy_corpus(root / "raw")
     bin_dir = root / "bin"
-    run_cli(["fairseq-preprocess", "--source-lang", "src", "--target-lang", "tgt",
-             "--trainpref", raw / "train", "--validpref", raw / "valid", "--testpref", raw / "test",
-             "--destdir", bin_dir, "--joined-dictionary", "--workers", "1"])
+    run_cli(
+        [
+            "fairseq-preprocess",
+            "--source-lang",
+            "src",
+            "--target-lang",
+            "tgt",
+            "--trainpref",
+            raw / "train",
+            "--validpref",
+            raw / "valid",
+            "--testpref",
+            raw / "test",
+            "--destdir",
+            bin_dir,
+            "--joined-dictionary",
+            "--workers",
+            "1",
+        ]
+    )
     return raw, bin_dir
 
 
 @pytest.fixture(scope="session")
 def toy_task(toy_data):
     """A fairseq TranslationTask on the toy data (for building models in-process)."""
-    import fairseq_qknorm  # noqa: F401
     from fairseq import options, tasks
+
+    import fairseq_qknorm  # noqa: F401
 
     _, bin_dir = toy_data
     parser = options.get_training_parser()
     args = options.parse_args_and_arch(parser, [str(bin_dir), "--arch", "transformer_qknorm"])
-    task = tasks.setup_task(args)
-    return task
+    return tasks.setup_task(args)
 
 
 def build_model(task, arch, extra=()):
@@ -94,8 +305,3 @@ def build_model(task, arch, extra=()):
     args = options.parse_args_and_arch(parser, [str(data), "--arch", arch, *extra])
     model = task.build_model(args)
     return model, args
-
-
-def fresh_copy(src: Path, dst: Path) -> Path:
-    shutil.copytree(src, dst)
-    return dst

@@ -1,4 +1,6 @@
-"""Tests of fairseq_qknorm.evaluate (sacreBLEU scoring, paired tests, tables)."""
+"""Tests of the evaluation tools (qknorm_tools: textio, scoring, significance, aggregate,
+ablation and the evaluate command line)."""
+
 import json
 import math
 import os
@@ -11,7 +13,7 @@ import numpy as np
 import pytest
 import sacrebleu
 
-from fairseq_qknorm import evaluate as ev
+from qknorm_tools import ablation, aggregate, evaluate, scoring, significance, textio
 
 FIX = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parents[1]
@@ -20,11 +22,13 @@ REPO = Path(__file__).resolve().parents[1]
 # helpers: synthetic (not real-corpus) tokenized text
 # ---------------------------------------------------------------------------
 
-WORDS = ("the a of and to in is that it we this for you was on are with as they be at one have "
-         "from or had by but not what all were when there can an your which their said if do will "
-         "each about how up out them then she many some so these would other into has more her two "
-         "like him see time could no make than first been its who now people my made over did down "
-         "only way find use may water long little very after words called just where most know").split()
+WORDS = (
+    "the a of and to in is that it we this for you was on are with as they be at one have "
+    "from or had by but not what all were when there can an your which their said if do will "
+    "each about how up out them then she many some so these would other into has more her two "
+    "like him see time could no make than first been its who now people my made over did down "
+    "only way find use may water long little very after words called just where most know"
+).split()
 
 
 def make_refs(n=120, seed=0):
@@ -48,8 +52,7 @@ def write(path, lines):
 
 
 # ---------------------------------------------------------------------------
-# CLI error handling: run `python -m fairseq_qknorm.evaluate` as subprocesses,
-# launched concurrently once (package import costs a few seconds each)
+# CLI error handling: `python -m qknorm_tools.evaluate` as subprocesses
 # ---------------------------------------------------------------------------
 
 
@@ -68,9 +71,17 @@ def cli_errors(tmp_path_factory):
         "utf8": ["score", "--hyp", str(bad), "--ref", str(ref), "--json"],
     }
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    procs = {k: subprocess.Popen([sys.executable, "-m", "fairseq_qknorm.evaluate", *args], cwd=REPO, env=env,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for k, args in cases.items()}
+    procs = {
+        k: subprocess.Popen(
+            [sys.executable, "-m", "qknorm_tools.evaluate", *args],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for k, args in cases.items()
+    }
     out = {}
     for k, p in procs.items():
         so, se = p.communicate(timeout=300)
@@ -99,13 +110,28 @@ def test_cli_rejects_invalid_utf8_naming_line(cli_errors):
 
 
 def test_cli_compare_validates_inputs(cli_errors, capsys):
-    rc = ev.main(["compare", "--ref", str(cli_errors["ref"]), "--baseline", str(cli_errors["ref"]),
-                  "--system", str(cli_errors["short"]), "--n-bootstrap", "10", "--n-ar", "10"])
+    rc = evaluate.main(
+        [
+            "compare",
+            "--ref",
+            str(cli_errors["ref"]),
+            "--baseline",
+            str(cli_errors["ref"]),
+            "--system",
+            str(cli_errors["short"]),
+            "--n-bootstrap",
+            "10",
+            "--n-ar",
+            "10",
+        ]
+    )
     assert rc == 2 and str(cli_errors["short"]) in capsys.readouterr().err
 
 
 def test_cli_score_json_schema(cli_errors, capsys):
-    rc = ev.main(["score", "--hyp", str(cli_errors["ref"]), "--ref", str(cli_errors["ref"]), "--json"])
+    rc = evaluate.main(
+        ["score", "--hyp", str(cli_errors["ref"]), "--ref", str(cli_errors["ref"]), "--json"]
+    )
     assert rc == 0
     d = json.loads(capsys.readouterr().out)
     assert set(d) == {"bleu_tok", "bleu", "chrf", "signatures", "n_lines"}
@@ -133,7 +159,7 @@ def test_bleu_tok_equals_hand_computed_multibleu():
     bp = math.exp(1 - 16 / 14)
     expected = 100 * bp * math.exp(sum(math.log(x) for x in p) / 4)
     assert round(expected, 2) == 47.09
-    res = ev.score_files(FIX / "hyp_small.tok.en", FIX / "ref_small.tok.en")
+    res = scoring.score_files(FIX / "hyp_small.tok.en", FIX / "ref_small.tok.en")
     assert round(res["bleu_tok"], 2) == round(expected, 2)
     assert res["bleu_tok"] == pytest.approx(expected, abs=1e-9)
     assert res["n_lines"] == 2
@@ -143,16 +169,20 @@ def test_scores_match_independent_sacrebleu():
     refs = make_refs(60, seed=1)
     hyps = corrupt(refs, 0.3, seed=2)
     hyps[3] = hyps[3].replace("the", "it &apos;s", 1) + " &quot;"
-    res = ev.score_lines(hyps, refs, src_lang="gl", tgt_lang="en", warn=lambda m: None)
+    res = scoring.score_lines(hyps, refs, src_lang="gl", tgt_lang="en", warn=lambda m: None)
     assert res["bleu_tok"] == pytest.approx(
-        sacrebleu.corpus_bleu(hyps, [refs], tokenize="none").score, abs=1e-9)
+        sacrebleu.corpus_bleu(hyps, [refs], tokenize="none").score, abs=1e-9
+    )
     assert res["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hyps, [refs]).score, abs=1e-9)
     from sacremoses import MosesDetokenizer
+
     md = MosesDetokenizer(lang="en")
     dh = [md.detokenize(h.split()) for h in hyps]
     dr = [md.detokenize(r.split()) for r in refs]
     assert "it's" in dh[3] and '"' in dh[3]
-    assert res["bleu"] == pytest.approx(sacrebleu.corpus_bleu(dh, [dr], tokenize="13a").score, abs=1e-9)
+    assert res["bleu"] == pytest.approx(
+        sacrebleu.corpus_bleu(dh, [dr], tokenize="13a").score, abs=1e-9
+    )
     sig = res["signatures"]
     assert "tok:none" in sig["bleu_tok"] and "tokenized" in sig["bleu_tok"]
     assert "tok:13a" in sig["bleu"] and "detokenized" in sig["bleu"]
@@ -162,26 +192,26 @@ def test_scores_match_independent_sacrebleu():
 
 def test_html_escape_warning(tmp_path):
     msgs = []
-    ev.score_lines(["it &apos;s ok ."], ["it &apos;s ok ."], warn=msgs.append)
+    scoring.score_lines(["it &apos;s ok ."], ["it &apos;s ok ."], warn=msgs.append)
     assert msgs and "&apos;" in msgs[0] and "unescaped" in msgs[0]
 
 
 def test_validation_errors_in_api(tmp_path):
     ref = write(tmp_path / "r.txt", ["a", "b"])
     hyp = write(tmp_path / "h.txt", ["a"])
-    with pytest.raises(ev.LineCountError, match="h.txt"):
-        ev.load_hyp_ref(hyp, ref)
+    with pytest.raises(textio.LineCountError, match="h.txt"):
+        textio.load_hyp_ref(hyp, ref)
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"ok\n\xc3\x28\n")
-    with pytest.raises(ev.EncodingError, match="line 2"):
-        ev.read_lines(bad)
-    assert issubclass(ev.EncodingError, ValueError)
+    with pytest.raises(textio.EncodingError, match="line 2"):
+        textio.read_lines(bad)
+    assert issubclass(textio.EncodingError, ValueError)
 
 
 def test_read_lines_keeps_unicode_separators(tmp_path):
     p = tmp_path / "u.txt"
     p.write_bytes("a\u2028b\nc\n".encode("utf-8"))
-    assert ev.read_lines(p) == ["a\u2028b", "c"]
+    assert textio.read_lines(p) == ["a\u2028b", "c"]
 
 
 # ---------------------------------------------------------------------------
@@ -191,36 +221,59 @@ def test_read_lines_keeps_unicode_separators(tmp_path):
 
 def test_extract_restores_order_and_removes_bpe(tmp_path):
     out = tmp_path / "hyp.txt"
-    hyps = ev.extract_hypotheses(FIX / "generate_bpe.out", out, "subword_nmt", n_expected=4)
-    expected = ["thank you .", "thank you very much .", "the cat is on the carpet .", "and that &apos;s it"]
+    hyps = textio.extract_hypotheses(FIX / "generate_bpe.out", out, "subword_nmt", n_expected=4)
+    expected = [
+        "thank you .",
+        "thank you very much .",
+        "the cat is on the carpet .",
+        "and that &apos;s it",
+    ]
     assert hyps == expected
     assert out.read_text(encoding="utf-8") == "".join(h + "\n" for h in expected)
 
 
 def test_extract_cli_and_none_mode(tmp_path):
     out = tmp_path / "raw.txt"
-    assert ev.main(["extract", "--generate-output", str(FIX / "generate_bpe.out"), "--output", str(out),
-                    "--remove-bpe", "none"]) == 0
-    assert ev.read_lines(out)[1] == "thank you very mu@@ ch ."
+    assert (
+        evaluate.main(
+            [
+                "extract",
+                "--generate-output",
+                str(FIX / "generate_bpe.out"),
+                "--output",
+                str(out),
+                "--remove-bpe",
+                "none",
+            ]
+        )
+        == 0
+    )
+    assert textio.read_lines(out)[1] == "thank you very mu@@ ch ."
 
 
 def test_extract_errors(tmp_path):
-    with pytest.raises(ev.GenerateOutputError, match="expected 5"):
-        ev.extract_hypotheses(FIX / "generate_bpe.out", None, n_expected=5)
+    with pytest.raises(textio.GenerateOutputError, match="expected 5"):
+        textio.extract_hypotheses(FIX / "generate_bpe.out", None, n_expected=5)
     gap = write(tmp_path / "gap.out", ["H-0\t-1\ta", "H-2\t-1\tb"])
-    with pytest.raises(ev.GenerateOutputError, match=r"missing ids.*\[1\]"):
-        ev.extract_hypotheses(gap)
+    with pytest.raises(textio.GenerateOutputError, match=r"missing ids.*\[1\]"):
+        textio.extract_hypotheses(gap)
     dup = write(tmp_path / "dup.out", ["H-0\t-1\ta", "H-1\t-1\tb", "H-1\t-2\tc"])
-    with pytest.raises(ev.GenerateOutputError, match="duplicate.*id 1.*line 3"):
-        ev.extract_hypotheses(dup)
-    assert ev.main(["extract", "--generate-output", str(dup), "--output", str(tmp_path / "x")]) == 2
+    with pytest.raises(textio.GenerateOutputError, match="duplicate.*id 1.*line 3"):
+        textio.extract_hypotheses(dup)
+    assert (
+        evaluate.main(["extract", "--generate-output", str(dup), "--output", str(tmp_path / "x")])
+        == 2
+    )
 
 
 def test_remove_bpe_modes():
-    assert ev.remove_bpe("new@@ s@@ paper is gre@@ at", "subword_nmt") == "newspaper is great"
-    assert ev.remove_bpe("the end@@", "subword_nmt") == "the end"
-    assert ev.remove_bpe("\u2581the \u2581news pa per \u2581.", "sentencepiece") == "the newspaper ."
-    assert ev.remove_bpe("a@@ b", "none") == "a@@ b"
+    assert textio.remove_bpe("new@@ s@@ paper is gre@@ at", "subword_nmt") == "newspaper is great"
+    assert textio.remove_bpe("the end@@", "subword_nmt") == "the end"
+    assert (
+        textio.remove_bpe("\u2581the \u2581news pa per \u2581.", "sentencepiece")
+        == "the newspaper ."
+    )
+    assert textio.remove_bpe("a@@ b", "none") == "a@@ b"
 
 
 # ---------------------------------------------------------------------------
@@ -234,15 +287,27 @@ def systems(tmp_path_factory):
     refs = make_refs(120, seed=0)
     base = corrupt(refs, 0.45, seed=10)
     better = corrupt(refs, 0.10, seed=11)
-    return {"dir": d, "refs": refs, "base": base, "better": better,
-            "ref_path": write(d / "ref.txt", refs), "base_path": write(d / "base.txt", base),
-            "better_path": write(d / "better.txt", better), "same_path": write(d / "same.txt", base)}
+    return {
+        "dir": d,
+        "refs": refs,
+        "base": base,
+        "better": better,
+        "ref_path": write(d / "ref.txt", refs),
+        "base_path": write(d / "base.txt", base),
+        "better_path": write(d / "better.txt", better),
+        "same_path": write(d / "same.txt", base),
+    }
 
 
 def test_compare_identical_and_better(systems):
-    res = ev.compare_files(systems["ref_path"], f"base={systems['base_path']}",
-                           [f"same={systems['same_path']}", f"better={systems['better_path']}"],
-                           n_bootstrap=200, n_ar=500, seed=7)
+    res = significance.compare_files(
+        systems["ref_path"],
+        f"base={systems['base_path']}",
+        [f"same={systems['same_path']}", f"better={systems['better_path']}"],
+        n_bootstrap=200,
+        n_ar=500,
+        seed=7,
+    )
     by = {s["name"]: s for s in res["systems"]}
     assert res["baseline"] == "base" and by["base"]["p_ar"] is None
     assert by["same"]["p_ar"] > 0.9 and by["same"]["p_bs"] > 0.9
@@ -257,14 +322,31 @@ def test_compare_identical_and_better(systems):
 
 
 def test_compare_cli_json(systems, capsys):
-    rc = ev.main(["compare", "--ref", str(systems["ref_path"]), "--baseline", str(systems["base_path"]),
-                  "--system", str(systems["better_path"]), "--json", "--n-bootstrap", "50", "--n-ar", "50",
-                  "--tokenize", "13a"])
+    rc = evaluate.main(
+        [
+            "compare",
+            "--ref",
+            str(systems["ref_path"]),
+            "--baseline",
+            str(systems["base_path"]),
+            "--system",
+            str(systems["better_path"]),
+            "--json",
+            "--n-bootstrap",
+            "50",
+            "--n-ar",
+            "50",
+            "--tokenize",
+            "13a",
+        ]
+    )
     assert rc == 0
     d = json.loads(capsys.readouterr().out)
     assert d["tokenize"] == "13a" and d["metric"] == "bleu"
     assert [s["name"] for s in d["systems"]] == ["base.txt", "better.txt"]
-    assert {"score", "ci95", "ci_low", "ci_high", "p_bs", "p_ar", "delta", "path"} <= set(d["systems"][1])
+    assert {"score", "ci95", "ci_low", "ci_high", "p_bs", "p_ar", "delta", "path"} <= set(
+        d["systems"][1]
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -274,19 +356,31 @@ def test_compare_cli_json(systems, capsys):
 
 def _fake_runs(d, refs):
     recs = []
-    for system, p, scores in (("baseline", 0.45, (20.0, 21.0, 22.5)), ("qknorm", 0.10, (24.0, 24.5, 26.0))):
+    for system, p, scores in (
+        ("baseline", 0.45, (20.0, 21.0, 22.5)),
+        ("qknorm", 0.10, (24.0, 24.5, 26.0)),
+    ):
         for k, (seed, s) in enumerate(zip((1, 2, 3), scores)):
             hyp = write(d / f"{system}.s{seed}.txt", corrupt(refs, p, seed=100 * k + len(system)))
-            recs.append({"pair": "gl-en", "system": system, "seed": seed, "bleu_tok": s, "bleu": s - 1.0,
-                         "chrf": s + 20.0, "hyp_path": str(hyp)})
+            recs.append(
+                {
+                    "pair": "gl-en",
+                    "system": system,
+                    "seed": seed,
+                    "bleu_tok": s,
+                    "bleu": s - 1.0,
+                    "chrf": s + 20.0,
+                    "hyp_path": str(hyp),
+                }
+            )
     return recs
 
 
 def test_mean_sd():
-    m, sd = ev.mean_sd([20.0, 21.0, 22.5])
+    m, sd = aggregate.mean_sd([20.0, 21.0, 22.5])
     assert m == pytest.approx(statistics.mean([20.0, 21.0, 22.5]))
     assert sd == pytest.approx(statistics.stdev([20.0, 21.0, 22.5]))
-    assert math.isnan(ev.mean_sd([3.0])[1])
+    assert math.isnan(aggregate.mean_sd([3.0])[1])
 
 
 def test_aggregate_three_seeds(systems, tmp_path):
@@ -295,9 +389,23 @@ def test_aggregate_three_seeds(systems, tmp_path):
     (tmp_path / "runs").mkdir()
     for r in recs:
         (tmp_path / "runs" / f"{r['system']}_{r['seed']}.json").write_text(json.dumps(r))
-    rc = ev.main(["aggregate", "--results", str(tmp_path / "runs"), "--baseline", "baseline",
-                  "--ref", f"gl-en={systems['ref_path']}", "--out-dir", str(tmp_path / "out"),
-                  "--n-bootstrap", "100", "--n-ar", "200"])
+    rc = evaluate.main(
+        [
+            "aggregate",
+            "--results",
+            str(tmp_path / "runs"),
+            "--baseline",
+            "baseline",
+            "--ref",
+            f"gl-en={systems['ref_path']}",
+            "--out-dir",
+            str(tmp_path / "out"),
+            "--n-bootstrap",
+            "100",
+            "--n-ar",
+            "200",
+        ]
+    )
     assert rc == 0
     agg = json.loads((tmp_path / "out" / "aggregate.json").read_text())
     q = agg["pairs"]["gl-en"]["systems"]["qknorm"]
@@ -309,9 +417,10 @@ def test_aggregate_three_seeds(systems, tmp_path):
     assert q["chrf"]["mean"] == pytest.approx(44.8333333333)
     assert agg["avg_delta"]["qknorm"]["bleu_tok"] == pytest.approx(3.6666666667)
     # paired test on seed-concatenated outputs, checked independently
-    cat = [line for s in (1, 2, 3) for line in ev.read_lines(tmp_path / f"qknorm.s{s}.txt")]
+    cat = [line for s in (1, 2, 3) for line in textio.read_lines(tmp_path / f"qknorm.s{s}.txt")]
     assert q["concat"]["score"] == pytest.approx(
-        sacrebleu.corpus_bleu(cat, [refs * 3], tokenize="none").score)
+        sacrebleu.corpus_bleu(cat, [refs * 3], tokenize="none").score
+    )
     assert q["concat"]["p_ar"] < 0.05 and q["concat"]["p_bs"] < 0.05
     assert agg["pairs"]["gl-en"]["n_lines_concat"] == 3 * len(refs)
     md = (tmp_path / "out" / "aggregate.md").read_text()
@@ -324,13 +433,15 @@ def test_aggregate_three_seeds(systems, tmp_path):
 
 
 def test_aggregate_single_seed_sd_is_null():
-    recs = [{"pair": "p", "system": "a", "seed": 1, "bleu_tok": 10.0},
-            {"pair": "p", "system": "b", "seed": 1, "bleu_tok": 12.0}]
-    agg = ev.aggregate_results(recs, "a", significance=False)
+    recs = [
+        {"pair": "p", "system": "a", "seed": 1, "bleu_tok": 10.0},
+        {"pair": "p", "system": "b", "seed": 1, "bleu_tok": 12.0},
+    ]
+    agg = aggregate.aggregate_results(recs, "a", significance=False)
     assert agg["pairs"]["p"]["systems"]["b"]["bleu_tok"]["sd"] is None
     assert agg["avg_delta"]["b"]["bleu_tok"] == pytest.approx(2.0)
-    with pytest.raises(ev.ResultsError, match="baseline"):
-        ev.aggregate_results(recs, "zzz", significance=False)
+    with pytest.raises(textio.ResultsError, match="baseline"):
+        aggregate.aggregate_results(recs, "zzz", significance=False)
 
 
 # ---------------------------------------------------------------------------
@@ -339,8 +450,13 @@ def test_aggregate_single_seed_sd_is_null():
 
 
 def test_ablation_effects_constructed():
-    means = {"layernorm_dot": 20.0, "layernorm_qknorm": 22.0, "scalenorm_dot": 21.5, "scalenorm_qknorm": 22.0}
-    e = ev.ablation_effects(means)
+    means = {
+        "layernorm_dot": 20.0,
+        "layernorm_qknorm": 22.0,
+        "scalenorm_dot": 21.5,
+        "scalenorm_qknorm": 22.0,
+    }
+    e = ablation.ablation_effects(means)
     assert e["qknorm_effect_at_layernorm"] == pytest.approx(2.0)
     assert e["qknorm_effect_at_scalenorm"] == pytest.approx(0.5)
     assert e["norm_effect_at_dot"] == pytest.approx(1.5)
@@ -353,15 +469,24 @@ def test_ablation_effects_constructed():
     dec = e["decomposition"]
     assert sum(dec["via_layernorm"].values()) == pytest.approx(0.5)
     assert sum(dec["via_scalenorm"].values()) == pytest.approx(0.5)
-    with pytest.raises(ev.ResultsError):
-        ev.ablation_effects({"layernorm_dot": 1.0})
+    with pytest.raises(textio.ResultsError):
+        ablation.ablation_effects({"layernorm_dot": 1.0})
 
 
 def test_ablation_report_cli(systems, tmp_path):
     refs = systems["refs"]
-    quality = {"layernorm_dot": 0.45, "layernorm_qknorm": 0.10, "scalenorm_dot": 0.40, "scalenorm_qknorm": 0.12}
-    scores = {"layernorm_dot": (20.0, 22.0), "layernorm_qknorm": (25.0, 25.0),
-              "scalenorm_dot": (21.0, 21.0), "scalenorm_qknorm": (24.0, 25.0)}
+    quality = {
+        "layernorm_dot": 0.45,
+        "layernorm_qknorm": 0.10,
+        "scalenorm_dot": 0.40,
+        "scalenorm_qknorm": 0.12,
+    }
+    scores = {
+        "layernorm_dot": (20.0, 22.0),
+        "layernorm_qknorm": (25.0, 25.0),
+        "scalenorm_dot": (21.0, 21.0),
+        "scalenorm_qknorm": (24.0, 25.0),
+    }
     cells = {}
     for k, (cell, p) in enumerate(quality.items()):
         cells[cell] = []
@@ -370,7 +495,9 @@ def test_ablation_report_cli(systems, tmp_path):
             cells[cell].append({"system": cell, "seed": seed, "bleu_tok": s, "hyp_path": h.name})
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"ref": str(systems["ref_path"]), "pair": "gl-en", "cells": cells}))
-    rc = ev.main(["ablation", "--spec", str(spec), "--out-dir", str(tmp_path / "abl"), "--n-ar", "200"])
+    rc = evaluate.main(
+        ["ablation", "--spec", str(spec), "--out-dir", str(tmp_path / "abl"), "--n-ar", "200"]
+    )
     assert rc == 0
     rep = json.loads((tmp_path / "abl" / "ablation.json").read_text())
     e = rep["effects"]

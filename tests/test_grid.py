@@ -9,7 +9,6 @@ the authors' L, and nothing may be written there by a dry run.
 
 import json
 import math
-import os
 import re
 import shlex
 import subprocess
@@ -18,34 +17,51 @@ from pathlib import Path
 
 import pytest
 
+from qknorm_tools.scoring import score_lines
+
 from conftest import REPO, cli_env
 
 SCRIPTS = REPO / "scripts"
 
 # TWT Table 1 (layers = encoder and decoder layers) and the QKNorm authors' L per pair
 PAPER = {
-    "gl-en": dict(src="gl", tgt="en", layers=4, heads=4, dropout=0.4, merges=3000, L=79, max_epoch=1000),
-    "sk-en": dict(src="sk", tgt="en", layers=6, heads=8, dropout=0.3, merges=8000, L=75, max_epoch=200),
-    "en-vi": dict(src="en", tgt="vi", layers=6, heads=8, dropout=0.3, merges=8000, L=72, max_epoch=200),
-    "he-en": dict(src="en", tgt="he", layers=6, heads=8, dropout=0.3, merges=8000, L=72, max_epoch=200),
-    "ar-en": dict(src="ar", tgt="en", layers=6, heads=8, dropout=0.3, merges=8000, L=75, max_epoch=200),
+    "gl-en": dict(
+        src="gl", tgt="en", layers=4, heads=4, dropout=0.4, merges=3000, L=79, max_epoch=1000
+    ),
+    "sk-en": dict(
+        src="sk", tgt="en", layers=6, heads=8, dropout=0.3, merges=8000, L=75, max_epoch=200
+    ),
+    "en-vi": dict(
+        src="en", tgt="vi", layers=6, heads=8, dropout=0.3, merges=8000, L=72, max_epoch=200
+    ),
+    "he-en": dict(
+        src="en", tgt="he", layers=6, heads=8, dropout=0.3, merges=8000, L=72, max_epoch=200
+    ),
+    "ar-en": dict(
+        src="ar", tgt="en", layers=6, heads=8, dropout=0.3, merges=8000, L=75, max_epoch=200
+    ),
 }
 PROFILES = ("cpu-proxy", "paper")
 
 # system -> (PreNorm, norm type, FixNorm, QKNorm): TWT Table 3 rows, the QKNorm paper's model and
 # the missing ablation cell
 SYSTEMS = {
-    "postnorm_layernorm": (False, "layernorm", False, False),         # TWT Table 3 (1)
-    "prenorm_layernorm": (True, "layernorm", False, False),           # TWT Table 3 (2)
-    "prenorm_fixnorm_layernorm": (True, "layernorm", True, False),    # TWT Table 3 (3)
-    "twt": (True, "scalenorm", True, False),                          # TWT Table 3 (4)
-    "qknorm_paper": (True, "layernorm", True, True),                  # Henry et al. 2020
-    "scalenorm_qknorm": (True, "scalenorm", True, True),              # ablation cell
+    "postnorm_layernorm": (False, "layernorm", False, False),  # TWT Table 3 (1)
+    "prenorm_layernorm": (True, "layernorm", False, False),  # TWT Table 3 (2)
+    "prenorm_fixnorm_layernorm": (True, "layernorm", True, False),  # TWT Table 3 (3)
+    "twt": (True, "scalenorm", True, False),  # TWT Table 3 (4)
+    "qknorm_paper": (True, "layernorm", True, True),  # Henry et al. 2020
+    "scalenorm_qknorm": (True, "scalenorm", True, True),  # ablation cell
 }
-PAPER_ARCH = {"twt": "transformer_twt", "scalenorm_qknorm": "transformer_twt",
-              "qknorm_paper": "transformer_qknorm_paper"}
-ABLATION = {"layernorm_dot": "prenorm_fixnorm_layernorm", "layernorm_qknorm": "qknorm_paper",
-            "scalenorm_dot": "twt", "scalenorm_qknorm": "scalenorm_qknorm"}
+# every system has a named arch family (fairseq_qknorm/models/transformer_qknorm.py), whose
+# sizes the profiles pick: *_proxy (CPU), the paper size (gl-en: *_small, others: the base arch)
+FAMILY = {s: f"transformer_{s}" for s in SYSTEMS}
+ABLATION = {
+    "layernorm_dot": "prenorm_fixnorm_layernorm",
+    "layernorm_qknorm": "qknorm_paper",
+    "scalenorm_dot": "twt",
+    "scalenorm_qknorm": "scalenorm_qknorm",
+}
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -61,18 +77,24 @@ def script(name, *args, work_dir, check=True):
     env["QKNORM_WORK_DIR"] = str(work_dir)
     for var in ("QKNORM_MAX_UPDATE", "QKNORM_THREADS", "QKNORM_DATA_DIR"):
         env.pop(var, None)
-    proc = subprocess.run(["bash", str(SCRIPTS / name), *map(str, args)], env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["bash", str(SCRIPTS / name), *map(str, args)], env=env, capture_output=True, text=True
+    )
     if check and proc.returncode != 0:
-        raise AssertionError(f"{name} {args} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
-                             f"{proc.stderr[-3000:]}")
+        raise AssertionError(
+            f"{name} {args} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
+            f"{proc.stderr[-3000:]}"
+        )
     return proc
 
 
 def train_commands(stdout):
     """The fairseq-train command lines printed by train.sh --dry-run, as token lists."""
-    return [shlex.split(line) for line in stdout.splitlines()
-            if line.startswith("env ") and " fairseq-train " in line]
+    return [
+        shlex.split(line)
+        for line in stdout.splitlines()
+        if line.startswith("env ") and " fairseq-train " in line
+    ]
 
 
 def flags(tokens):
@@ -86,8 +108,17 @@ def flags(tokens):
 
 
 def dry_run_cmd(pair, system, profile, work_dir, seed=1):
-    proc = script("train.sh", pair, system, "--profile", profile, "--seed", seed, "--dry-run",
-                  work_dir=work_dir)
+    proc = script(
+        "train.sh",
+        pair,
+        system,
+        "--profile",
+        profile,
+        "--seed",
+        seed,
+        "--dry-run",
+        work_dir=work_dir,
+    )
     cmds = train_commands(proc.stdout)
     assert len(cmds) == 1, proc.stdout
     return cmds[0]
@@ -96,12 +127,43 @@ def dry_run_cmd(pair, system, profile, work_dir, seed=1):
 def pair_config(pair):
     """BPE_MERGES and PAPER_L as the scripts see them (scripts/lib.sh:load_pair_config)."""
     out = subprocess.run(
-        ["bash", "-c", f'source "{SCRIPTS}/lib.sh"; load_pair_config {pair}; echo "$BPE_MERGES $PAPER_L"'],
-        env=cli_env(), capture_output=True, text=True, check=True).stdout.split()
+        [
+            "bash",
+            "-c",
+            f'source "{SCRIPTS}/lib.sh"; load_pair_config {pair}; echo "$BPE_MERGES $PAPER_L"',
+        ],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     return int(out[0]), int(out[1])
 
 
+def resolved_args(cmd):
+    """The hyperparameters fairseq resolves from a dry-run command (its real argument parsing,
+    the named arch's defaults applied)."""
+    from fairseq import options
+
+    import fairseq_qknorm  # noqa: F401
+
+    argv = cmd[cmd.index("fairseq-train") + 1 :]
+    return options.parse_args_and_arch(options.get_training_parser(), argv)
+
+
 # --------------------------------------------------------- (a) every cell resolves correctly
+SIZE_FLAGS = (
+    "--encoder-layers",
+    "--decoder-layers",
+    "--encoder-attention-heads",
+    "--decoder-attention-heads",
+    "--encoder-embed-dim",
+    "--decoder-embed-dim",
+    "--encoder-ffn-embed-dim",
+    "--decoder-ffn-embed-dim",
+)
+
+
 @pytest.mark.parametrize("profile", PROFILES)
 @pytest.mark.parametrize("pair", list(PAPER))
 def test_every_cell_resolves_to_the_papers_settings(pair, profile, work):
@@ -114,17 +176,27 @@ def test_every_cell_resolves_to_the_papers_settings(pair, profile, work):
         assert f["--source-lang"] == exp["src"] and f["--target-lang"] == exp["tgt"]
         assert f["--user-dir"] == str(REPO / "fairseq_qknorm")
         assert f["--seed"] == "3"
-        assert f["--save-dir"] == str(work / "runs" / pair / profile / system / "seed3" / "checkpoints")
+        assert f["--save-dir"] == str(
+            work / "runs" / pair / profile / system / "seed3" / "checkpoints"
+        )
         # TWT Sec. 4 (both profiles): clip 1.0, label smoothing 0.1, 4096-token batches
         assert f["--clip-norm"] == "1.0" and f["--label-smoothing"] == "0.1"
         assert f["--criterion"] == "label_smoothed_cross_entropy"
         assert f["--max-tokens"] == "4096" and f["--optimizer"] == "adam"
+        # sizes come from the named arch only: no size flag on the command line
+        assert not set(SIZE_FLAGS) & set(f), (system, f)
+        a = resolved_args(cmd)
+        assert (a.encoder_normalize_before, a.decoder_normalize_before) == (prenorm, prenorm)
+        assert (a.norm_type, bool(a.fix_norm), bool(a.qk_norm)) == (norm, fix, qk)
+        assert a.share_all_embeddings is True  # TWT: tied source/target/output embeddings
         if profile == "paper":
-            assert f["--encoder-layers"] == f["--decoder-layers"] == str(exp["layers"])
-            assert f["--encoder-attention-heads"] == f["--decoder-attention-heads"] == str(exp["heads"])
-            assert float(f["--dropout"]) == exp["dropout"]
-            assert f["--encoder-embed-dim"] == f["--decoder-embed-dim"] == "512"
-            assert f["--encoder-ffn-embed-dim"] == f["--decoder-ffn-embed-dim"] == "2048"
+            size = "_small" if exp["layers"] == 4 else ""
+            assert f["--arch"] == FAMILY[system] + size
+            assert a.encoder_layers == a.decoder_layers == exp["layers"]
+            assert a.encoder_attention_heads == a.decoder_attention_heads == exp["heads"]
+            assert a.dropout == exp["dropout"] and "--dropout" not in f
+            assert a.encoder_embed_dim == a.decoder_embed_dim == 512
+            assert a.encoder_ffn_embed_dim == a.decoder_ffn_embed_dim == 2048
             assert f["--adam-betas"] == "(0.9,0.999)" and f["--adam-eps"] == "1e-8"
             assert f["--warmup-updates"] == "8000"
             assert f["--lr-scheduler"] == "reduce_lr_on_plateau"
@@ -135,19 +207,17 @@ def test_every_cell_resolves_to_the_papers_settings(pair, profile, work):
             assert f["--best-checkpoint-metric"] == "bleu"
             assert f["--maximize-best-checkpoint-metric"] is True
             assert f["--max-epoch"] == str(exp["max_epoch"]) and f["--max-update"] == "0"
-            assert f["--arch"] == PAPER_ARCH.get(system, "transformer_qknorm")
         else:
-            assert f["--encoder-layers"] == f["--decoder-layers"] == "3"
-            assert f["--encoder-attention-heads"] == f["--decoder-attention-heads"] == "4"
-            assert f["--encoder-embed-dim"] == f["--decoder-embed-dim"] == "256"
-            assert f["--encoder-ffn-embed-dim"] == f["--decoder-ffn-embed-dim"] == "1024"
+            assert f["--arch"] == FAMILY[system] + "_proxy"
+            assert a.encoder_layers == a.decoder_layers == 3
+            assert a.encoder_attention_heads == a.decoder_attention_heads == 4
+            assert a.encoder_embed_dim == a.decoder_embed_dim == 256
+            assert a.encoder_ffn_embed_dim == a.decoder_ffn_embed_dim == 1024
+            assert a.dropout == 0.3
             assert f["--max-update"] == "1200"
-            assert f["--arch"] == {"twt": "transformer_twt_proxy",
-                                   "scalenorm_qknorm": "transformer_twt_proxy",
-                                   "qknorm_paper": "transformer_qknorm_paper_proxy"}.get(
-                                       system, "transformer_qknorm")
         if qk:  # no data/bpe in the work dir: the authors' L
             assert f["--qk-norm-length"] == str(exp["L"]), (system, f)
+            assert a.qk_norm_length == exp["L"]
         else:
             assert "--qk-norm-length" not in f and "--qk-norm" not in f, (system, f)
 
@@ -156,7 +226,7 @@ def test_every_cell_resolves_to_the_papers_settings(pair, profile, work):
 def test_pair_configs_match_the_papers(pair):
     merges, L = pair_config(pair)
     assert merges == PAPER[pair]["merges"]  # TWT Table 1: joint BPE 3k (gl-en) / 8k
-    assert L == PAPER[pair]["L"]            # QKNorm authors' 97.5th-percentile length
+    assert L == PAPER[pair]["L"]  # QKNorm authors' 97.5th-percentile length
     # g0 = log2(L^2 - L): 12.59 (gl), 12.44 (sk, ar), 12.32 (vi, he)
     assert round(math.log2(L * L - L), 2) == {79: 12.59, 75: 12.44, 72: 12.32}[L]
 
@@ -165,7 +235,7 @@ def test_pair_configs_match_the_papers(pair):
 def _toy_argv(cmd, bin_dir):
     """A dry-run command as fairseq-train argv on the toy data: data path and languages replaced,
     --tensorboard-logdir dropped; sizes untouched."""
-    argv = cmd[cmd.index("fairseq-train") + 1:]
+    argv = cmd[cmd.index("fairseq-train") + 1 :]
     argv[0] = str(bin_dir)
     out, i = [], 0
     while i < len(argv):
@@ -186,8 +256,9 @@ def _toy_argv(cmd, bin_dir):
 def system_models(toy_data, work):
     """system -> (args, model) built from the cpu-proxy gl-en dry-run command, and the paper
     profile's parsed args per system."""
-    import fairseq_qknorm  # noqa: F401
     from fairseq import options, tasks
+
+    import fairseq_qknorm  # noqa: F401
 
     _, bin_dir = toy_data
     built, paper_args = {}, {}
@@ -216,8 +287,11 @@ def test_system_builds_the_described_model(system, system_models):
     assert (enc.layer_norm is not None) is prenorm and (dec.layer_norm is not None) is prenorm
     # LayerNorm vs ScaleNorm in every norm of every layer (and the final norms)
     assert args.norm_type == norm
-    norms = [m for layer in list(enc.layers) + list(dec.layers)
-             for m in (layer.self_attn_layer_norm, layer.final_layer_norm)]
+    norms = [
+        m
+        for layer in list(enc.layers) + list(dec.layers)
+        for m in (layer.self_attn_layer_norm, layer.final_layer_norm)
+    ]
     norms += [layer.encoder_attn_layer_norm for layer in dec.layers]
     norms += [m for m in (enc.layer_norm, dec.layer_norm) if m is not None]
     want = ScaleNorm if norm == "scalenorm" else nn.LayerNorm
@@ -248,10 +322,25 @@ def test_system_builds_the_described_model(system, system_models):
 def test_paper_profile_args_parse_with_the_described_flags(system, system_models):
     prenorm, norm, fix, qk = SYSTEMS[system]
     a = system_models[1][system]
-    assert (a.encoder_normalize_before, a.norm_type, bool(a.fix_norm), bool(a.qk_norm)) == (prenorm, norm, fix, qk)
+    assert (a.encoder_normalize_before, a.norm_type, bool(a.fix_norm), bool(a.qk_norm)) == (
+        prenorm,
+        norm,
+        fix,
+        qk,
+    )
     assert a.share_all_embeddings is True
-    assert (a.encoder_layers, a.encoder_attention_heads, a.encoder_embed_dim, a.encoder_ffn_embed_dim) == (4, 4, 512, 2048)
-    assert a.dropout == 0.4 and a.adam_betas == "(0.9,0.999)" and a.lr_shrink == 0.8 and a.lr_patience == 3
+    assert (
+        a.encoder_layers,
+        a.encoder_attention_heads,
+        a.encoder_embed_dim,
+        a.encoder_ffn_embed_dim,
+    ) == (4, 4, 512, 2048)
+    assert (
+        a.dropout == 0.4
+        and a.adam_betas == "(0.9,0.999)"
+        and a.lr_shrink == 0.8
+        and a.lr_patience == 3
+    )
     assert a.eval_bleu and a.best_checkpoint_metric == "bleu" and a.maximize_best_checkpoint_metric
 
 
@@ -268,55 +357,112 @@ def test_paper_profile_word_dropout(work):
 @pytest.mark.parametrize("profile", PROFILES)
 def test_reproduce_dry_run_prints_the_whole_grid(profile, work):
     t0 = time.time()
-    proc = script("reproduce.sh", "--pairs", "all", "--systems", "all", "--seeds", "1,2",
-                  "--profile", profile, "--dry-run", work_dir=work)
+    proc = script(
+        "reproduce.sh",
+        "--pairs",
+        "all",
+        "--systems",
+        "all",
+        "--seeds",
+        "1,2",
+        "--profile",
+        profile,
+        "--dry-run",
+        work_dir=work,
+    )
     assert time.time() - t0 < 45
     cmds = train_commands(proc.stdout)
     assert len(cmds) == 5 * 6 * 2
     cells = {tuple(Path(flags(c)["--save-dir"]).parts[-5:-1]) for c in cmds}
     assert cells == {(p, profile, s, f"seed{n}") for p in PAPER for s in SYSTEMS for n in (1, 2)}
-    assert all(flags(c)["--seed"] == c_dir[-1][4:] for c, c_dir in
-               ((c, Path(flags(c)["--save-dir"]).parts[-5:-1]) for c in cmds))
+    assert all(
+        flags(c)["--seed"] == c_dir[-1][4:]
+        for c, c_dir in ((c, Path(flags(c)["--save-dir"]).parts[-5:-1]) for c in cmds)
+    )
     assert len(re.findall(r"^bash \S+/evaluate\.sh ", proc.stdout, flags=re.M)) == 60
     for p in PAPER:
         assert re.search(rf"^bash \S+/prepare_data\.sh {p}$", proc.stdout, flags=re.M)
         assert re.search(rf"^bash \S+/binarize\.sh {p}$", proc.stdout, flags=re.M)
-    agg = [shlex.split(line) for line in proc.stdout.splitlines() if "fairseq_qknorm.evaluate aggregate" in line]
+    agg = [
+        shlex.split(line)
+        for line in proc.stdout.splitlines()
+        if "qknorm_tools.collect runs" in line
+    ]
     assert len(agg) == 1
     af = flags(agg[0])
-    assert af["--baseline"] == "twt" and af["--results"] == str(work / "results" / profile / "runs.json")
+    # results/PROFILE/PAIRS: the pairs of the grid joined by "+"
+    assert af["--baseline"] == "twt" and af["--aggregate"] is True
+    assert af["--out-dir"] == str(work / "results" / profile / "+".join(sorted(PAPER)))
     refs = [agg[0][i + 1] for i, t in enumerate(agg[0]) if t == "--ref"]
     assert sorted(refs) == sorted(f"{p}={work}/data/raw/{p}/test.{PAPER[p]['tgt']}" for p in PAPER)
+    run_dirs = {agg[0][i + 1] for i, t in enumerate(agg[0]) if t == "--run"}
+    assert run_dirs == {str(Path(flags(c)["--save-dir"]).parent) for c in cmds}
     assert not any(work.iterdir()), "a dry run must not write anything"
 
 
 def test_reproduce_jobs_2_gives_each_cell_one_thread(work):
-    proc = script("reproduce.sh", "--pairs", "gl-en", "--systems", "twt,qknorm_paper", "--seeds", "1",
-                  "--jobs", "2", "--max-update", "77", "--dry-run", work_dir=work)
+    proc = script(
+        "reproduce.sh",
+        "--pairs",
+        "gl-en",
+        "--systems",
+        "twt,qknorm_paper",
+        "--seeds",
+        "1",
+        "--jobs",
+        "2",
+        "--max-update",
+        "77",
+        "--dry-run",
+        work_dir=work,
+    )
     cmds = train_commands(proc.stdout)
     assert len(cmds) == 2 and all(c[1] == "OMP_NUM_THREADS=1" for c in cmds)
     assert all(flags(c)["--max-update"] == "77" for c in cmds)
+    # another budget than the profile's: its own runs and results, never the profile's
+    assert all(Path(flags(c)["--save-dir"]).parts[-4] == "cpu-proxy-max-update-77" for c in cmds)
+    assert f"--out-dir {work}/results/cpu-proxy-max-update-77/gl-en " in proc.stdout
 
 
-@pytest.mark.parametrize("args, rc, message", [
-    (["--pairs", "xx-en", "--systems", "twt"], 1,
-     "unknown pair 'xx-en' (known pairs: ar-en en-vi gl-en he-en sk-en"),
-    (["--pairs", "gl-en", "--systems", "twt,bogus"], 1,
-     "unknown system 'bogus' (known systems: postnorm_layernorm prenorm_fixnorm_layernorm "
-     "prenorm_layernorm qknorm_paper scalenorm_qknorm twt"),
-    (["--pairs", "gl-en", "--systems", "twt", "--profile", "gpu"], 1,
-     "unknown profile 'gpu' (known profiles: cpu-proxy-fast cpu-proxy paper)"),
-    (["--pairs", "gl-en", "--systems", "twt", "--seeds", "1,x"], 2, "bad --seeds list '1,x'"),
-    (["--pairs", "gl-en", "--systems", "twt", "--seeds", "1,,2"], 2, "bad --seeds list '1,,2'"),
-    (["--pairs", "gl-en", "--systems", "twt", "--seeds", "1,"], 2, "bad --seeds list '1,'"),
-    # seed01 and seed1 would be the same fairseq seed counted twice
-    (["--pairs", "gl-en", "--systems", "twt", "--seeds", "01,1"], 2, "bad --seeds list '01,1'"),
-    # "00" is the budget 0 (never stops) in disguise; an option is not a value
-    (["--pairs", "gl-en", "--systems", "twt", "--max-update", "00"], 2, "--max-update must be"),
-    (["--pairs", "gl-en", "--systems", "twt", "--results-dir", "--dry-run"], 2, "--results-dir needs a value"),
-    (["--pairs", "gl-en"], 2, "--systems is required"),
-    (["--pairs", "gl-en", "--systems", "twt", "--jobs", "0"], 2, "--jobs must be a positive integer"),
-])
+@pytest.mark.parametrize(
+    "args, rc, message",
+    [
+        (
+            ["--pairs", "xx-en", "--systems", "twt"],
+            1,
+            "unknown pair 'xx-en' (known pairs: ar-en en-vi gl-en he-en sk-en",
+        ),
+        (
+            ["--pairs", "gl-en", "--systems", "twt,bogus"],
+            1,
+            "unknown system 'bogus' (known systems: postnorm_layernorm prenorm_fixnorm_layernorm "
+            "prenorm_layernorm qknorm_paper scalenorm_qknorm twt",
+        ),
+        (
+            ["--pairs", "gl-en", "--systems", "twt", "--profile", "gpu"],
+            1,
+            "unknown profile 'gpu' (known profiles: cpu-proxy-fast cpu-proxy paper)",
+        ),
+        (["--pairs", "gl-en", "--systems", "twt", "--seeds", "1,x"], 2, "bad --seeds list '1,x'"),
+        (["--pairs", "gl-en", "--systems", "twt", "--seeds", "1,,2"], 2, "bad --seeds list '1,,2'"),
+        (["--pairs", "gl-en", "--systems", "twt", "--seeds", "1,"], 2, "bad --seeds list '1,'"),
+        # seed01 and seed1 would be the same fairseq seed counted twice
+        (["--pairs", "gl-en", "--systems", "twt", "--seeds", "01,1"], 2, "bad --seeds list '01,1'"),
+        # "00" is the budget 0 (never stops) in disguise; an option is not a value
+        (["--pairs", "gl-en", "--systems", "twt", "--max-update", "00"], 2, "--max-update must be"),
+        (
+            ["--pairs", "gl-en", "--systems", "twt", "--results-dir", "--dry-run"],
+            2,
+            "--results-dir needs a value",
+        ),
+        (["--pairs", "gl-en"], 2, "--systems is required"),
+        (
+            ["--pairs", "gl-en", "--systems", "twt", "--jobs", "0"],
+            2,
+            "--jobs must be a positive integer",
+        ),
+    ],
+)
 def test_reproduce_rejects_bad_arguments(args, rc, message, work):
     proc = script("reproduce.sh", *args, "--dry-run", work_dir=work, check=False)
     assert proc.returncode == rc, proc.stderr
@@ -326,23 +472,45 @@ def test_reproduce_rejects_bad_arguments(args, rc, message, work):
 
 def test_reproduce_list_shows_pairs_systems_rows_and_profiles(work):
     out = script("reproduce.sh", "--list", work_dir=work).stdout
-    assert re.search(r"gl-en\s+gl->en.*BPE\s+3000 merges\s+layers 4\s+heads 4\s+dropout 0.4\s+QKNorm L 79", out)
-    assert re.search(r"he-en\s+en->he.*BPE\s+8000 merges\s+layers 6\s+heads 8\s+dropout 0.3\s+QKNorm L 72", out)
-    assert re.search(r"postnorm_layernorm\s+PostNorm \+ LayerNorm\s+TWT Table 3 \(1\)", out)
-    assert re.search(r"twt\s+PreNorm \+ FixNorm \+ ScaleNorm\s+TWT Table 3 \(4\)", out)
-    assert re.search(r"paper\s+sk-en\s+layers 6\s+heads 8\s+d 512\s+FFN 2048", out)
-    assert re.search(r"cpu-proxy\s+sk-en\s+layers 3\s+heads 4\s+d 256\s+FFN 1024", out)
+    # the paper sizes (layers, heads, dropout) are the archs' (test_every_cell_resolves...)
+    assert re.search(r"gl-en\s+gl->en.*BPE\s+3000 merges\s+paper size small\s+QKNorm L 79", out)
+    assert re.search(r"he-en\s+en->he.*BPE\s+8000 merges\s+paper size base\s+QKNorm L 72", out)
+    assert re.search(
+        r"postnorm_layernorm\s+PostNorm \+ LayerNorm\s+TWT Table 3 \(1\)\s+"
+        r"transformer_postnorm_layernorm\n",
+        out,
+    )
+    assert re.search(
+        r"twt\s+PreNorm \+ FixNorm \+ ScaleNorm\s+TWT Table 3 \(4\).*transformer_twt\n", out
+    )
+    assert re.search(
+        r"paper\s+sk-en\s+arch transformer_twt\s+dropout arch\s+max-update 0\s+max-epoch 200", out
+    )
+    assert re.search(r"paper\s+gl-en\s+arch transformer_twt_small\s", out)
+    assert re.search(
+        r"cpu-proxy\s+sk-en\s+arch transformer_twt_proxy\s+dropout arch\s+max-update 1200", out
+    )
+    assert re.search(
+        r"cpu-proxy-fast\s+sk-en\s+arch transformer_twt_proxy\s+dropout 0.1\s+max-update 1000", out
+    )
 
 
 def _fake_cell(work, pair, system, seed, hyps, refs):
     """A finished cell as train.sh + evaluate.sh leave it (scores from the real scorer)."""
-    from fairseq_qknorm.evaluate import score_lines
-
     run = work / "runs" / pair / "cpu-proxy" / system / f"seed{seed}"
     run.mkdir(parents=True)
     (run / "test.hyp").write_text("\n".join(hyps) + "\n", encoding="utf-8")
     (run / "test.score.json").write_text(json.dumps(score_lines(hyps, refs)), encoding="utf-8")
-    (run / "train.json").write_text(json.dumps({"updates": 10 + seed, "wall_seconds": 5}), encoding="utf-8")
+    train = {
+        "pair": pair,
+        "profile": "cpu-proxy",
+        "system": system,
+        "seed": seed,
+        "arch": f"transformer_{system}_proxy",
+        "updates": 10 + seed,
+        "wall_seconds": 5,
+    }
+    (run / "train.json").write_text(json.dumps(train), encoding="utf-8")
     return run
 
 
@@ -359,26 +527,47 @@ def test_reproduce_aggregates_finished_cells(tmp_path):
     # unfinished cell (no test.hyp) and a pair without the baseline: left out of the tables
     (tmp_path / "runs" / "gl-en" / "cpu-proxy" / "prenorm_layernorm" / "seed1").mkdir(parents=True)
     _fake_cell(tmp_path, "sk-en", "qknorm_paper", 1, good, refs)
-    proc = script("reproduce.sh", "--pairs", "gl-en,sk-en", "--systems", "twt,qknorm_paper,prenorm_layernorm",
-                  "--seeds", "1,2", "--aggregate-only", work_dir=tmp_path)
+    proc = script(
+        "reproduce.sh",
+        "--pairs",
+        "gl-en,sk-en",
+        "--systems",
+        "twt,qknorm_paper,prenorm_layernorm",
+        "--seeds",
+        "1,2",
+        "--aggregate-only",
+        work_dir=tmp_path,
+    )
     assert "sk-en: no finished cell of the baseline 'twt'" in proc.stderr
-    res = tmp_path / "results" / "cpu-proxy"
-    runs = json.loads((res / "runs.json").read_text())
+    res = tmp_path / "results" / "cpu-proxy" / "gl-en+sk-en"
+    doc = json.loads((res / "runs.json").read_text())
+    assert doc["work_dir"] == "../../.."  # paths below are relative to the work dir
+    runs = doc["runs"]
     assert sorted((r["pair"], r["system"], r["seed"]) for r in runs) == [
-        ("gl-en", "qknorm_paper", 1), ("gl-en", "qknorm_paper", 2), ("gl-en", "twt", 1), ("gl-en", "twt", 2),
-        ("sk-en", "qknorm_paper", 1)]
+        ("gl-en", "qknorm_paper", 1),
+        ("gl-en", "qknorm_paper", 2),
+        ("gl-en", "twt", 1),
+        ("gl-en", "twt", 2),
+        ("sk-en", "qknorm_paper", 1),
+    ]
     r = next(r for r in runs if r["system"] == "twt" and r["seed"] == 2)
     score = json.loads((tmp_path / "runs/gl-en/cpu-proxy/twt/seed2/test.score.json").read_text())
-    assert (r["bleu_tok"], r["bleu"], r["chrf"]) == (score["bleu_tok"], score["bleu"], score["chrf"])
-    assert r["hyp_path"] == str(tmp_path / "runs/gl-en/cpu-proxy/twt/seed2/test.hyp")
-    assert r["ref_path"] == str(raw / "test.en") and r["updates"] == 12
+    assert (r["bleu_tok"], r["bleu"], r["chrf"]) == (
+        score["bleu_tok"],
+        score["bleu"],
+        score["chrf"],
+    )
+    assert r["hyp_path"] == "runs/gl-en/cpu-proxy/twt/seed2/test.hyp"
+    assert r["ref_path"] == "data/raw/gl-en/test.en" and r["updates"] == 12
+    assert r["run_dir"] == "runs/gl-en/cpu-proxy/twt/seed2" and r["profile"] == "cpu-proxy"
+    assert str(tmp_path) not in (res / "runs.json").read_text()  # no absolute path
     agg = json.loads((res / "aggregate.json").read_text())
     assert list(agg["pairs"]) == ["gl-en"] and agg["baseline"] == "twt"
     qk = agg["pairs"]["gl-en"]["systems"]["qknorm_paper"]
     assert qk["n_seeds"] == 2 and qk["delta"]["bleu_tok"] > 10
     assert qk["concat"]["p_ar"] < 0.05  # paired test ran on the 2x12 concatenated lines
     assert agg["pairs"]["gl-en"]["n_lines_concat"] == 24
-    assert (res / "aggregate.md").exists() and not list(res.glob(".aggregate.tmp.*"))
+    assert (res / "aggregate.md").exists() and not list(res.glob("*.tmp"))
 
 
 # ------------------------------------------------------------------------ (d) ablation.sh
@@ -389,19 +578,25 @@ def test_ablation_dry_run_names_the_four_cells(work):
     cmds = train_commands(proc.stdout)
     assert len(cmds) == 4 * 2
     assert {Path(flags(c)["--save-dir"]).parts[-3] for c in cmds} == set(ABLATION.values())
-    abl = [shlex.split(line) for line in proc.stdout.splitlines() if "fairseq_qknorm.evaluate ablation" in line]
+    abl = [
+        shlex.split(line)
+        for line in proc.stdout.splitlines()
+        if "qknorm_tools.evaluate ablation" in line
+    ]
     assert len(abl) == 1
     cells = [abl[0][i + 1] for i, t in enumerate(abl[0]) if t == "--cell"]
     assert cells == [f"{c}={s}" for c, s in ABLATION.items()]
     # default profile cpu-proxy-fast: the cpu-proxy model with the one-hour grid's budget
     for c in cmds:
-        f = flags(c)
-        assert f["--encoder-layers"] == f["--decoder-layers"] == "3"
-        assert f["--encoder-embed-dim"] == "256" and f["--dropout"] == "0.1"
+        f, a = flags(c), resolved_args(c)
+        assert a.encoder_layers == a.decoder_layers == 3
+        assert a.encoder_embed_dim == 256 and a.dropout == 0.1 and f["--dropout"] == "0.1"
         assert (f["--max-tokens"], f["--max-update"], f["--lr"]) == ("1024", "1000", "1e-3")
         assert Path(f["--save-dir"]).parts[-4] == "cpu-proxy-fast"
     out = work / "results" / "cpu-proxy-fast" / "gl-en"
-    assert flags(abl[0])["--out-dir"] == str(out) and flags(abl[0])["--ref"] == str(work / "data/raw/gl-en/test.en")
+    # run from the work dir: the reference is stored relative to it
+    assert flags(abl[0])["--out-dir"] == str(out)
+    assert flags(abl[0])["--ref"] == "data/raw/gl-en/test.en"
     assert "plots bleu-bars --json " + str(out / "aggregate.json") in proc.stdout
     assert "plots curves" in proc.stdout
     assert not any(work.iterdir())

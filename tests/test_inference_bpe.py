@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PLUGIN_DIR, cli_env, run_cli
-from test_data_pipeline import EN_WORDS, GL_WORDS, SHARED, make_env, out, run_script, write_sums
+from conftest import (EN_WORDS, GL_WORDS, PLUGIN_DIR, SHARED, cli_env, make_env, out, run_cli,
+                      run_script, write_sums)
 
 TOOLS = ("subword-nmt", "sentencepiece")
 # subword-nmt: 200 merges make every word of the tiny corpus one subword; a vocabulary
@@ -91,9 +91,10 @@ def evaluated(segmented):
     p = run_script("train.sh", "gl-en", "twt", "--max-update", 200, "--threads", 1, "--",
                    *TINY_MODEL, env=env, timeout=600)
     assert p.returncode == 0, out(p)
-    p = run_script("evaluate.sh", "gl-en", "twt", "--threads", 1, env=env, timeout=300)
+    p = run_script("evaluate.sh", "gl-en", "twt", "--max-update", 200, "--threads", 1, env=env,
+                   timeout=300)
     assert p.returncode == 0, out(p)
-    return env, work, tool, work / "runs/gl-en/cpu-proxy/twt/seed1"
+    return env, work, tool, work / RUN
 
 
 # --------------------------------------------------------------------------------------------
@@ -184,7 +185,9 @@ def test_generation_options():
 
 
 # the README's commands, run in the work directory (paths relative to it, as in the README)
-README_CHECKPOINT = "runs/gl-en/cpu-proxy/twt/seed1/checkpoints/checkpoint_best.pt"
+# a 200-update run: filed under the profile's name plus its budget (scripts/lib.sh qk_run_label)
+RUN = "runs/gl-en/cpu-proxy-max-update-200/twt/seed1"
+README_CHECKPOINT = f"{RUN}/checkpoints/checkpoint_best.pt"
 README_GENERATION = {"beam": 4, "lenpen": 1.0, "max_len_a": 1.5, "max_len_b": 10}
 
 
@@ -209,7 +212,7 @@ def test_raw_translation_equals_evaluate_sh(evaluated, monkeypatch):
 
     monkeypatch.setenv("QKNORM_WORK_DIR", str(work))
     monkeypatch.chdir(work)
-    settings = pipeline_settings("gl-en", "twt", "cpu-proxy", 1)
+    settings = pipeline_settings("gl-en", "twt", "cpu-proxy", 1, max_update=200)
     # the README's flags are the profile's, as evaluate.sh passes them to fairseq-generate
     assert settings.checkpoint == work / README_CHECKPOINT and settings.max_tokens == 6000
     assert generation_options(settings.generate_flags) == README_GENERATION
@@ -221,11 +224,12 @@ def test_raw_translation_equals_evaluate_sh(evaluated, monkeypatch):
     assert interactive(work, "--bpe", "pipeline", "--bpe-dir", "data/bpe/gl-en", input_text=text) == expected
 
     hub = TransformerQKNormModel.from_pretrained(
-        "runs/gl-en/cpu-proxy/twt/seed1/checkpoints", checkpoint_file="checkpoint_best.pt",
+        f"{RUN}/checkpoints", checkpoint_file="checkpoint_best.pt",
         data_name_or_path="data/bin/gl-en", bpe="pipeline", bpe_dir="data/bpe/gl-en")
     assert hub.translate(read(raw_test), **README_GENERATION) == expected
 
-    proc = translate_cli("gl-en", "twt", "--profile", "cpu-proxy", work=work, input_text=text)
+    proc = translate_cli("gl-en", "twt", "--profile", "cpu-proxy", "--max-update", 200, work=work,
+                         input_text=text)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.splitlines() == expected
 
@@ -250,7 +254,7 @@ def test_translate_helper_moses_input(evaluated, monkeypatch):
     detok_gl, detok_en = MosesDetokenizer("gl"), MosesDetokenizer("en")
     untokenized = [detok_gl.detokenize(x.split()) for x in read(work / "data/raw/gl-en/test.gl")]
     assert untokenized[0].endswith(".") and not untokenized[0].endswith(" .")
-    hyps = Translator.from_pipeline("gl-en", "twt", moses=True).translate(untokenized)
+    hyps = Translator.from_pipeline("gl-en", "twt", moses=True, max_update=200).translate(untokenized)
     assert hyps == [detok_en.detokenize(h.split()) for h in read(run / "test.hyp")]
 
 

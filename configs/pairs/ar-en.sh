@@ -13,10 +13,9 @@ BPE_MERGES=8000         # joint BPE merges (TWT Table 1: 8k)
 SPM_VOCAB_SIZE=8000     # sentencepiece BPE vocab size for --tool sentencepiece (ours: ~ merges)
 
 PAPER_L=75              # QKNorm authors' 97.5th-percentile BPE length L (g0 ~ 12.44)
-PAPER_LAYERS=6          # encoder and decoder layers (TWT Table 1)
-PAPER_HEADS=8           # attention heads (TWT Table 1)
-PAPER_DROPOUT=0.3       # dropout (TWT Table 1)
-PAPER_MAX_EPOCH=200      # max training epochs (TWT Table 1)
+PAPER_ARCH_SIZE=base    # the papers' model size: 6+6 layers, 8 heads, dropout 0.3 (TWT Table 1) =
+                        # the named archs' base size (d 512 / FFN 2048 everywhere)
+PAPER_MAX_EPOCH=200     # max training epochs (TWT Table 1)
 PAPER_TRAIN_PAIRS=214k  # training pairs as stated in TWT Table 1
 
 # Exact line counts of our TSV extraction are not known yet (no local copy): empty = unchecked.

@@ -13,10 +13,9 @@ BPE_MERGES=3000         # joint BPE merges (TWT Table 1: 3k for gl->en)
 SPM_VOCAB_SIZE=3000     # sentencepiece BPE vocab size for --tool sentencepiece (ours: ~ merges)
 
 PAPER_L=79              # QKNorm authors' 97.5th-percentile BPE length L (g0 = log2(79^2-79) ~ 12.59)
-PAPER_LAYERS=4          # encoder and decoder layers (TWT Table 1)
-PAPER_HEADS=4           # attention heads (TWT Table 1)
-PAPER_DROPOUT=0.4       # dropout (TWT Table 1)
-PAPER_MAX_EPOCH=1000      # max training epochs (TWT Table 1)
+PAPER_ARCH_SIZE=small   # the papers' model size: 4+4 layers, 4 heads, dropout 0.4 (TWT Table 1) =
+                        # the named archs' *_small size (d 512 / FFN 2048 everywhere)
+PAPER_MAX_EPOCH=1000    # max training epochs (TWT Table 1)
 PAPER_TRAIN_PAIRS=10k   # training pairs as stated in TWT Table 1
 
 # Expected line counts after preparation. LINES_*: local copy / extraction from the all-talks

@@ -5,14 +5,9 @@
 # sizes and optimizer: about 1 update/s with 2 threads; 1,500 updates -> about 8.5 tokenized BLEU).
 # NOT the papers' setting: numbers from this profile are a proxy, never comparable to the papers.
 
-# Model size (3+3 layers, d 256, FFN 1024, 4 heads): the *_proxy archs' values, passed explicitly
-# so that every system of the grid (named arch or not) gets the same size.
-PROFILE_ARCH=proxy          # train.sh picks the systems' *_proxy named archs
-MODEL_LAYERS=3
-MODEL_HEADS=4
-MODEL_EMBED_DIM=256
-MODEL_FFN_DIM=1024
-MODEL_DROPOUT=0.3          # calibration run's value (papers: 0.3-0.4 at full size)
+# Model size: the systems' *_proxy named archs (3+3 layers, d 256, FFN 1024, 4 heads, dropout
+# 0.3 = the calibration run's value); train.sh passes no size flag.
+PROFILE_ARCH=proxy
 
 # Optimizer: Adam (0.9, 0.98) with inverse-sqrt schedule, peak lr 2e-3 after 300 warmup updates
 # (calibration run; a short warmup suits a short budget). Clip 1.0 as in TWT.
@@ -21,8 +16,9 @@ OPTIM_FLAGS=(--optimizer adam --adam-betas "(0.9,0.98)" --adam-eps 1e-8 --clip-n
 LABEL_SMOOTHING=0.1        # TWT / QKNorm papers
 MAX_TOKENS=4096            # tokens per batch (TWT: 4096)
 
-# Budget in updates (reproducible, unlike wall time). QKNORM_MAX_UPDATE overrides.
-MAX_UPDATE="${QKNORM_MAX_UPDATE:-1200}"
+# Budget in updates (reproducible, unlike wall time). --max-update N or QKNORM_MAX_UPDATE
+# overrides it; runs and results of another budget go to cpu-proxy-max-update-N/.
+PROFILE_MAX_UPDATE=1200
 MAX_EPOCH=0                # 0 = no epoch limit: the update budget decides
 
 # Validation on dev by loss every 400 updates (cheap); best checkpoint by dev loss.

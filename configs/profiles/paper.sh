@@ -4,13 +4,10 @@
 # Sources: TWT = Nguyen & Salazar 2019 (Sec. 3-4, Table 1, code); QKNorm = Henry et al. 2020
 # (same training setup as TWT). Deviations are marked "DEVIATION".
 
-# Model size per pair (configs/pairs/<PAIR>.sh): width 512, FFN 2048 for every pair.
-PROFILE_ARCH=paper          # train.sh picks the systems' paper-size named archs
-MODEL_LAYERS="$PAPER_LAYERS"
-MODEL_HEADS="$PAPER_HEADS"
-MODEL_EMBED_DIM="$PAPER_EMBED_DIM"
-MODEL_FFN_DIM="$PAPER_FFN_DIM"
-MODEL_DROPOUT="$PAPER_DROPOUT"
+# Model size: the pair's paper size (PAPER_ARCH_SIZE in configs/pairs/<PAIR>.sh): the systems'
+# *_small named archs for gl-en (4+4 layers, 4 heads, dropout 0.4), their base archs for the
+# other pairs (6+6 layers, 8 heads, dropout 0.3); width 512, FFN 2048 everywhere (TWT Table 1).
+PROFILE_ARCH=paper
 
 # Adam (0.9, 0.999, 1e-8), clip 1.0 (TWT Sec. 4). Linear warmup over 8k updates, then
 # validation-based decay x0.8 with patience 3 on dev BLEU (fairseq's reduce_lr_on_plateau,
@@ -26,7 +23,7 @@ MAX_TOKENS=4096            # TWT: batches of 4096 tokens
 TRAIN_TASK=translation_word_dropout
 TASK_FLAGS=(--word-dropout 0.1)
 
-MAX_UPDATE="${QKNORM_MAX_UPDATE:-0}"   # 0 = no update limit
+PROFILE_MAX_UPDATE=0                   # 0 = no update limit (--max-update N overrides)
 MAX_EPOCH="$PAPER_MAX_EPOCH"           # per pair: gl-en 1000, others 200 (TWT Table 1)
 
 # Validate every epoch with dev BLEU (beam 4, tokenized, BPE removed); keep the best checkpoint

@@ -1,9 +1,7 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034  # sourced by scripts/lib.sh:load_system_config
 # The QKNorm paper's model: PreNorm + FixNorm + LayerNorm + QKNorm (ablation cell
-# "LayerNorm x QKNorm"). Named archs transformer_qknorm_paper / transformer_qknorm_paper_proxy.
+# "LayerNorm x QKNorm").
 SYSTEM_DESC="PreNorm + FixNorm + LayerNorm + QKNorm"
 PAPER_ROW="QKNorm paper (Henry et al. 2020)"
-SYSTEM_ARCH_PAPER=transformer_qknorm_paper
-SYSTEM_ARCH_PROXY=transformer_qknorm_paper_proxy
-SYSTEM_FLAGS=()
-SYSTEM_QKNORM=1
+SYSTEM_ARCH=transformer_qknorm_paper  # named arch family: base, _small, _proxy sizes
+SYSTEM_QKNORM=1                       # train.sh passes the data's L (--qk-norm-length)

@@ -1,9 +1,7 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034  # sourced by scripts/lib.sh:load_system_config
 # TWT Table 3 row (4): PreNorm + FixNorm + ScaleNorm, the baseline of the QKNorm paper
-# (ablation cell "ScaleNorm x dot-product"). Named archs transformer_twt / transformer_twt_proxy.
+# (ablation cell "ScaleNorm x dot-product").
 SYSTEM_DESC="PreNorm + FixNorm + ScaleNorm"
 PAPER_ROW="TWT Table 3 (4); QKNorm paper baseline"
-SYSTEM_ARCH_PAPER=transformer_twt
-SYSTEM_ARCH_PROXY=transformer_twt_proxy
-SYSTEM_FLAGS=()
-SYSTEM_QKNORM=0
+SYSTEM_ARCH=transformer_twt  # named arch family: base, _small, _proxy sizes
+SYSTEM_QKNORM=0              # 1: train.sh passes the data's L (--qk-norm-length)

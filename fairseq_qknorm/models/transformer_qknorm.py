@@ -463,15 +463,11 @@ def base_qknorm_architecture(args):
             _exit_with_usage_error(str(err))
 
 
-@register_model_architecture("transformer_qknorm", "transformer_twt")
-def transformer_twt(args):
-    """TWT Table 3 row (4): PreNorm + FixNorm + ScaleNorm, dot-product attention;
-    6+6 layers, 8 heads, d 512, FFN 2048, dropout 0.3, all embeddings shared."""
-    args.encoder_normalize_before = safe_getattr(args, "encoder_normalize_before", True)
-    args.decoder_normalize_before = safe_getattr(args, "decoder_normalize_before", True)
-    args.fix_norm = safe_getattr(args, "fix_norm", True)
-    args.norm_type = safe_getattr(args, "norm_type", "scalenorm")
-    args.qk_norm = safe_getattr(args, "qk_norm", False)
+# Every model size of the pipeline is set here, once: a system (configs/systems) names an arch
+# family, a profile (configs/profiles) one of its sizes, and scripts/train.sh passes no size flag.
+def _base_size(args):
+    # the papers' size (TWT Table 1: sk-en, en-vi, en-he, ar-en): 6+6 layers, 8 heads, d 512,
+    # FFN 2048, dropout 0.3; all embeddings shared (joint vocabulary, TWT Sec. 3)
     args.encoder_layers = safe_getattr(args, "encoder_layers", 6)
     args.decoder_layers = safe_getattr(args, "decoder_layers", 6)
     args.encoder_attention_heads = safe_getattr(args, "encoder_attention_heads", 8)
@@ -482,19 +478,10 @@ def transformer_twt(args):
     args.decoder_ffn_embed_dim = safe_getattr(args, "decoder_ffn_embed_dim", 2048)
     args.dropout = safe_getattr(args, "dropout", 0.3)
     args.share_all_embeddings = safe_getattr(args, "share_all_embeddings", True)
-    base_qknorm_architecture(args)
-
-
-@register_model_architecture("transformer_qknorm", "transformer_qknorm_paper")
-def transformer_qknorm_paper(args):
-    """QKNorm paper model: PreNorm + FixNorm + **LayerNorm** + QKNorm, TWT sizes."""
-    args.norm_type = safe_getattr(args, "norm_type", "layernorm")
-    args.qk_norm = safe_getattr(args, "qk_norm", True)
-    transformer_twt(args)
 
 
 def _small(args):
-    # the papers' gl->en size (reference: TWT Table 1 / QKNorm configs)
+    # the papers' gl->en size (TWT Table 1 / QKNorm configs): 4+4 layers, 4 heads, dropout 0.4
     args.encoder_layers = safe_getattr(args, "encoder_layers", 4)
     args.decoder_layers = safe_getattr(args, "decoder_layers", 4)
     args.encoder_attention_heads = safe_getattr(args, "encoder_attention_heads", 4)
@@ -503,7 +490,7 @@ def _small(args):
 
 
 def _proxy(args):
-    # CPU-sized: 3+3 layers, d 256, FFN 1024, 4 heads (calibrated on 2 cores)
+    # CPU-sized: 3+3 layers, d 256, FFN 1024, 4 heads, dropout 0.3 (calibrated on 2 cores)
     args.encoder_layers = safe_getattr(args, "encoder_layers", 3)
     args.decoder_layers = safe_getattr(args, "decoder_layers", 3)
     args.encoder_embed_dim = safe_getattr(args, "encoder_embed_dim", 256)
@@ -514,29 +501,72 @@ def _proxy(args):
     args.decoder_attention_heads = safe_getattr(args, "decoder_attention_heads", 4)
 
 
-@register_model_architecture("transformer_qknorm", "transformer_twt_small")
-def transformer_twt_small(args):
-    """TWT baseline at the papers' gl->en size: 4+4 layers, 4 heads, dropout 0.4."""
-    _small(args)
-    transformer_twt(args)
+def _register_family(name, system):
+    """Register the archs ``name`` (base size), ``name_small`` and ``name_proxy``.
+
+    ``system(args)`` sets the system's own flags (norms, FixNorm, QKNorm) with
+    ``safe_getattr`` defaults; each arch sets its size first, then the system, then the base
+    size for what is left, then :func:`base_qknorm_architecture`. Returns the base arch.
+    """
+    def make(size):
+        def arch(args):
+            if size is not None:
+                size(args)
+            system(args)
+            _base_size(args)
+            base_qknorm_architecture(args)
+        arch.__doc__ = system.__doc__
+        return arch
+
+    archs = {suffix: make(size) for suffix, size in (("", None), ("_small", _small),
+                                                     ("_proxy", _proxy))}
+    for suffix, arch in archs.items():
+        register_model_architecture("transformer_qknorm", name + suffix)(arch)
+    return archs[""]
 
 
-@register_model_architecture("transformer_qknorm", "transformer_qknorm_paper_small")
-def transformer_qknorm_paper_small(args):
-    """QKNorm paper model at the papers' gl->en size: 4+4 layers, 4 heads, dropout 0.4."""
-    _small(args)
-    transformer_qknorm_paper(args)
+def _norms(args, prenorm: bool, norm_type: str, fix_norm: bool, qk_norm: bool):
+    args.encoder_normalize_before = safe_getattr(args, "encoder_normalize_before", prenorm)
+    args.decoder_normalize_before = safe_getattr(args, "decoder_normalize_before", prenorm)
+    args.norm_type = safe_getattr(args, "norm_type", norm_type)
+    args.fix_norm = safe_getattr(args, "fix_norm", fix_norm)
+    args.qk_norm = safe_getattr(args, "qk_norm", qk_norm)
 
 
-@register_model_architecture("transformer_qknorm", "transformer_twt_proxy")
-def transformer_twt_proxy(args):
-    """TWT baseline, CPU proxy: 3+3 layers, d 256, FFN 1024, 4 heads, dropout 0.3."""
-    _proxy(args)
-    transformer_twt(args)
+def _postnorm_layernorm(args):
+    """TWT Table 3 row (1): PostNorm + LayerNorm, dot-product attention."""
+    _norms(args, prenorm=False, norm_type="layernorm", fix_norm=False, qk_norm=False)
 
 
-@register_model_architecture("transformer_qknorm", "transformer_qknorm_paper_proxy")
-def transformer_qknorm_paper_proxy(args):
-    """QKNorm paper model, CPU proxy: 3+3 layers, d 256, FFN 1024, 4 heads, dropout 0.3."""
-    _proxy(args)
-    transformer_qknorm_paper(args)
+def _prenorm_layernorm(args):
+    """TWT Table 3 row (2): PreNorm + LayerNorm, dot-product attention."""
+    _norms(args, prenorm=True, norm_type="layernorm", fix_norm=False, qk_norm=False)
+
+
+def _prenorm_fixnorm_layernorm(args):
+    """TWT Table 3 row (3): PreNorm + FixNorm + LayerNorm, dot-product attention."""
+    _norms(args, prenorm=True, norm_type="layernorm", fix_norm=True, qk_norm=False)
+
+
+def _twt(args):
+    """TWT Table 3 row (4): PreNorm + FixNorm + ScaleNorm, dot-product attention."""
+    _norms(args, prenorm=True, norm_type="scalenorm", fix_norm=True, qk_norm=False)
+
+
+def _qknorm_paper(args):
+    """QKNorm paper model: PreNorm + FixNorm + **LayerNorm** + QKNorm."""
+    _norms(args, prenorm=True, norm_type="layernorm", fix_norm=True, qk_norm=True)
+
+
+def _scalenorm_qknorm(args):
+    """Ablation cell in neither paper: PreNorm + FixNorm + ScaleNorm + QKNorm."""
+    _norms(args, prenorm=True, norm_type="scalenorm", fix_norm=True, qk_norm=True)
+
+
+transformer_postnorm_layernorm = _register_family("transformer_postnorm_layernorm", _postnorm_layernorm)
+transformer_prenorm_layernorm = _register_family("transformer_prenorm_layernorm", _prenorm_layernorm)
+transformer_prenorm_fixnorm_layernorm = _register_family(
+    "transformer_prenorm_fixnorm_layernorm", _prenorm_fixnorm_layernorm)
+transformer_twt = _register_family("transformer_twt", _twt)
+transformer_qknorm_paper = _register_family("transformer_qknorm_paper", _qknorm_paper)
+transformer_scalenorm_qknorm = _register_family("transformer_scalenorm_qknorm", _scalenorm_qknorm)

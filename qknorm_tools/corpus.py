@@ -1,8 +1,7 @@
-"""Corpus helpers for the fairseq_qknorm data pipeline (standard library + optional numpy).
+"""Corpus helpers of the data pipeline (standard library; numpy and sentencepiece when used).
 
-Run as ``python -m fairseq_qknorm.corpus <command>`` from the repository root, or as
-``python fairseq_qknorm/corpus.py <command>`` (what the shell scripts do: it does not import
-the package ``__init__``, which imports fairseq and takes seconds).
+``python -m qknorm_tools.corpus <command>`` (what the shell scripts run; nothing here imports
+torch or fairseq).
 
 Commands (``<command> -h`` for details):
 
@@ -21,7 +20,12 @@ extract-tsv
 extract-pair-folder
     Extract a language pair from a ``qi18naacl-dataset.tar.gz``-style pair folder.
 length-percentile
-    q-th percentile L of tokens per line and QKNorm's g0 = log2(L^2 - L), printed as JSON.
+    q-th percentile L of tokens per line (QKNorm's L; the model computes its g0 from it).
+length-stats
+    Show a ``length_stats.json`` written by ``length-percentile``, or one of its fields.
+spm
+    Train a joint sentencepiece BPE model on the training data of both sides and segment every
+    split (optionally with BPE-dropout sampling on the training split).
 
 Every error is printed as ``error: <file>:<line>: <problem>`` (or ``error: <file>: <problem>``
 when no line applies) on stderr, with exit status 2.
@@ -40,8 +44,8 @@ import sys
 import tarfile
 import tempfile
 import zlib
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 
 # --------------------------------------------------------------------------------------------
 # constants
@@ -73,7 +77,7 @@ MAX_REPORTED_ERRORS = 20
 class CorpusError(Exception):
     """A problem with an input file; ``str()`` is the full ``<file>:<line>: <problem>``."""
 
-    def __init__(self, path: str, problem: str, line: Optional[int] = None):
+    def __init__(self, path: str, problem: str, line: int | None = None):
         self.path = str(path)
         self.line = line
         self.problem = problem
@@ -84,7 +88,7 @@ class CorpusError(Exception):
 class CorpusErrors(Exception):
     """Several problems, reported together."""
 
-    def __init__(self, errors: List[CorpusError]):
+    def __init__(self, errors: list[CorpusError]):
         self.errors = errors
         super().__init__("\n".join(str(e) for e in errors))
 
@@ -97,8 +101,8 @@ def _info(msg: str) -> None:
 # check
 
 
-def _check_file_lines(path: str, name: str, max_len: int, errors: List[CorpusError]) -> int:
-    """Check one file line by line; append problems to ``errors``; return the line count.
+def _check_file_lines(path: str, name: str, max_len: int, errors: list[CorpusError]) -> int:
+    r"""Check one file line by line; append problems to ``errors``; return the line count.
 
     Lines are split on ``\\n`` only (the file is read as bytes), so a stray ``\\r`` is reported
     instead of silently splitting a line the way Python's universal-newline text mode (used by
@@ -110,27 +114,51 @@ def _check_file_lines(path: str, name: str, max_len: int, errors: List[CorpusErr
             if raw.endswith(b"\n"):
                 raw = raw[:-1]
             else:  # only the last line can lack it; `wc -l` and fairseq would count one line less
-                errors.append(CorpusError(name, "last line has no final newline; add one with "
-                                                "`echo >> FILE`", n))
+                errors.append(
+                    CorpusError(
+                        name, "last line has no final newline; add one with `echo >> FILE`", n
+                    )
+                )
             if n == 1 and raw.startswith(b"\xef\xbb\xbf"):
                 errors.append(CorpusError(name, "UTF-8 byte order mark (BOM) at start of file", n))
                 raw = raw[3:]
             if raw.endswith(b"\r"):
-                errors.append(CorpusError(name, "CRLF line ending (carriage return before newline); "
-                                                "convert with `sed -i 's/\\r$//'`", n))
+                errors.append(
+                    CorpusError(
+                        name,
+                        "CRLF line ending (carriage return before newline); "
+                        "convert with `sed -i 's/\\r$//'`",
+                        n,
+                    )
+                )
                 raw = raw[:-1]
             if b"\r" in raw:
-                errors.append(CorpusError(name, "stray carriage return (\\r) inside the line; "
-                                                "text-mode readers would split the line here", n))
+                errors.append(
+                    CorpusError(
+                        name,
+                        "stray carriage return (\\r) inside the line; "
+                        "text-mode readers would split the line here",
+                        n,
+                    )
+                )
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                errors.append(CorpusError(
-                    name, f"invalid UTF-8 (byte 0x{raw[e.start]:02x} at byte offset {e.start})", n))
+                errors.append(
+                    CorpusError(
+                        name,
+                        f"invalid UTF-8 (byte 0x{raw[e.start]:02x} at byte offset {e.start})",
+                        n,
+                    )
+                )
                 continue
             ntok = len(text.split())
             if ntok == 0:
-                errors.append(CorpusError(name, "empty line" if not text else "blank line (whitespace only)", n))
+                errors.append(
+                    CorpusError(
+                        name, "empty line" if not text else "blank line (whitespace only)", n
+                    )
+                )
             elif ntok > max_len:
                 errors.append(CorpusError(name, f"line too long: {ntok} tokens > max {max_len}", n))
     if n == 0:
@@ -138,12 +166,17 @@ def _check_file_lines(path: str, name: str, max_len: int, errors: List[CorpusErr
     return n
 
 
-def check_pair(src: str, tgt: str, max_len: int = DEFAULT_MAX_LEN,
-               src_name: Optional[str] = None, tgt_name: Optional[str] = None) -> int:
+def check_pair(
+    src: str,
+    tgt: str,
+    max_len: int = DEFAULT_MAX_LEN,
+    src_name: str | None = None,
+    tgt_name: str | None = None,
+) -> int:
     """Verify a parallel pair; return the number of lines; raise :class:`CorpusErrors`."""
     src_name = src_name or src
     tgt_name = tgt_name or tgt
-    errors: List[CorpusError] = []
+    errors: list[CorpusError] = []
     counts = []
     for path, name in ((src, src_name), (tgt, tgt_name)):
         if not os.path.isfile(path):
@@ -154,10 +187,15 @@ def check_pair(src: str, tgt: str, max_len: int = DEFAULT_MAX_LEN,
     n_src, n_tgt = counts
     if n_src is not None and n_tgt is not None and n_src != n_tgt:
         longer = src_name if n_src > n_tgt else tgt_name
-        errors.insert(0, CorpusError(
-            longer,
-            f"misaligned parallel files: {src_name} has {n_src} lines, {tgt_name} has {n_tgt} lines",
-            min(n_src, n_tgt) + 1))
+        errors.insert(
+            0,
+            CorpusError(
+                longer,
+                f"misaligned parallel files: {src_name} has {n_src} lines, "
+                f"{tgt_name} has {n_tgt} lines",
+                min(n_src, n_tgt) + 1,
+            ),
+        )
     if errors:
         raise CorpusErrors(errors)
     return n_src  # type: ignore[return-value]
@@ -168,6 +206,7 @@ def check_pair(src: str, tgt: str, max_len: int = DEFAULT_MAX_LEN,
 
 
 def sha256_file(path: str, bufsize: int = 1 << 20) -> str:
+    """The sha256 hex digest of a file, read in ``bufsize`` chunks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while True:
@@ -208,16 +247,23 @@ def read_sums(sums_path: str) -> dict:
     return out
 
 
-def _html_error(path: str, name: str, expected_size: Optional[int]) -> CorpusError:
+def _html_error(path: str, name: str, expected_size: int | None) -> CorpusError:
     size = os.path.getsize(path)
     exp = f" instead of the expected {expected_size}-byte file" if expected_size else ""
-    return CorpusError(name, f"got an HTML page ({size} bytes){exp}: the download link probably "
-                             "serves an error page or has moved; fetch the file from a mirror "
-                             "(e.g. a web-archive copy) and verify it")
+    return CorpusError(
+        name,
+        f"got an HTML page ({size} bytes){exp}: the download link probably "
+        "serves an error page or has moved; fetch the file from a mirror "
+        "(e.g. a web-archive copy) and verify it",
+    )
 
 
-def verify_file(path: str, expected_sha256: Optional[str] = None, expected_size: Optional[int] = None,
-                name: Optional[str] = None) -> str:
+def verify_file(
+    path: str,
+    expected_sha256: str | None = None,
+    expected_size: int | None = None,
+    name: str | None = None,
+) -> str:
     """Verify size and sha256 of ``path``; return its sha256 or raise :class:`CorpusError`.
 
     On a mismatch, an HTML page in place of the expected file (dead download links serve one)
@@ -230,7 +276,9 @@ def verify_file(path: str, expected_sha256: Optional[str] = None, expected_size:
     if expected_size is not None and size != int(expected_size):
         if looks_like_html(path):
             raise _html_error(path, name, expected_size)
-        raise CorpusError(name, f"size mismatch: expected {int(expected_size)} bytes, got {size} bytes")
+        raise CorpusError(
+            name, f"size mismatch: expected {int(expected_size)} bytes, got {size} bytes"
+        )
     got = sha256_file(path)
     if expected_sha256 is not None and got != expected_sha256.lower():
         if looks_like_html(path):
@@ -243,7 +291,7 @@ def verify_file(path: str, expected_sha256: Optional[str] = None, expected_size:
 # safe tar extraction
 
 
-def _member_problem(m: tarfile.TarInfo) -> Optional[str]:
+def _member_problem(m: tarfile.TarInfo) -> str | None:
     name = m.name
     if not name or "\x00" in name:
         return "empty or NUL-containing member name"
@@ -285,8 +333,11 @@ def safe_extract(archive: str, dest: str, include: Sequence[str] = ()) -> str:
         _info(f"skip: {dest} already extracted from {os.path.basename(archive)}")
         return dest
     if dest_p.exists():
-        raise CorpusError(dest, "exists but is not a completed extraction (no "
-                                f"{EXTRACTED_MARKER} marker); remove it and retry")
+        raise CorpusError(
+            dest,
+            "exists but is not a completed extraction (no "
+            f"{EXTRACTED_MARKER} marker); remove it and retry",
+        )
     if not os.path.isfile(archive):
         raise CorpusError(archive, "no such file")
     dest_p.parent.mkdir(parents=True, exist_ok=True)
@@ -296,7 +347,11 @@ def safe_extract(archive: str, dest: str, include: Sequence[str] = ()) -> str:
         try:
             with tarfile.open(archive, mode="r:*") as tf:
                 for m in _iter_safe_members(tf, archive):
-                    if include and not m.isdir() and not any(fnmatch.fnmatch(m.name, p) for p in include):
+                    if (
+                        include
+                        and not m.isdir()
+                        and not any(fnmatch.fnmatch(m.name, p) for p in include)
+                    ):
                         continue
                     if hasattr(tarfile, "data_filter"):
                         tf.extract(m, tmp, filter="data")
@@ -308,7 +363,9 @@ def safe_extract(archive: str, dest: str, include: Sequence[str] = ()) -> str:
         except _TAR_READ_ERRORS as e:
             if looks_like_html(archive):
                 raise _html_error(archive, archive, None) from None
-            raise CorpusError(archive, f"corrupt or truncated archive ({type(e).__name__}: {e})") from None
+            raise CorpusError(
+                archive, f"corrupt or truncated archive ({type(e).__name__}: {e})"
+            ) from None
         if n == 0:
             raise CorpusError(archive, "archive is empty (or nothing matched --include)")
         with open(os.path.join(tmp, EXTRACTED_MARKER), "w", encoding="utf-8") as f:
@@ -325,14 +382,17 @@ def safe_extract(archive: str, dest: str, include: Sequence[str] = ()) -> str:
 # TED extraction
 
 
-def is_missing(text: Optional[str]) -> bool:
+def is_missing(text: str | None) -> bool:
     """True for a missing translation: None, empty/blank or containing a NULL marker."""
     return text is None or not text.strip() or any(m in text for m in NULL_MARKERS)
 
 
-def _add_pair(s: str, t: str, out_src: List[str], out_tgt: List[str], counts: dict) -> None:
-    """Append a sentence pair with whitespace normalized, or count it as dropped when either
-    side is missing (empty or a NULL marker, see :func:`is_missing`): pairs are dropped whole."""
+def _add_pair(s: str, t: str, out_src: list[str], out_tgt: list[str], counts: dict) -> None:
+    """Append a sentence pair with whitespace normalized, or count it as dropped.
+
+    A pair is dropped whole when either side is missing (empty or a NULL marker, see
+    :func:`is_missing`).
+    """
     if is_missing(s) or is_missing(t):
         counts["dropped"] += 1
         counts["dropped_null"] += 1
@@ -360,11 +420,12 @@ def _decode(raw: bytes, path: str, lineno: int) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise CorpusError(path, f"invalid UTF-8 (byte 0x{raw[e.start]:02x} at byte offset {e.start})",
-                          lineno) from None
+        raise CorpusError(
+            path, f"invalid UTF-8 (byte 0x{raw[e.start]:02x} at byte offset {e.start})", lineno
+        ) from None
 
 
-def extract_tsv_split(tsv: str, src: str, tgt: str) -> Tuple[List[str], List[str], dict]:
+def extract_tsv_split(tsv: str, src: str, tgt: str) -> tuple[list[str], list[str], dict]:
     """Read one ``all_talks_<split>.tsv``; return (src_lines, tgt_lines, counts).
 
     Format (Qi et al. 2018, ``ted_talks.tar.gz``): a header row naming the columns
@@ -381,10 +442,12 @@ def extract_tsv_split(tsv: str, src: str, tgt: str) -> Tuple[List[str], List[str
         header = [h.strip() for h in header]
         for lang in (src, tgt):
             if lang not in header:
-                raise CorpusError(tsv, f"no column {lang!r} in header (columns: {' '.join(header)})", 1)
+                raise CorpusError(
+                    tsv, f"no column {lang!r} in header (columns: {' '.join(header)})", 1
+                )
         i_src, i_tgt = header.index(src), header.index(tgt)
-        out_src: List[str] = []
-        out_tgt: List[str] = []
+        out_src: list[str] = []
+        out_tgt: list[str] = []
         counts = {"rows": 0, "kept": 0, "dropped": 0, "dropped_null": 0, "dropped_short_row": 0}
         for lineno, raw in enumerate(f, 2):
             line = _decode(raw.rstrip(b"\r\n"), tsv, lineno)
@@ -417,8 +480,10 @@ def extract_tsv(tsv_dir: str, src: str, tgt: str, out: str, splits: Sequence[str
         results[split] = extract_tsv_split(tsv, src, tgt)
     for split, (s_lines, t_lines, counts) in results.items():
         if not s_lines:
-            raise CorpusError(os.path.join(tsv_dir, f"all_talks_{split}.tsv"),
-                              f"no {src}-{tgt} sentence pair left after dropping missing rows")
+            raise CorpusError(
+                os.path.join(tsv_dir, f"all_talks_{split}.tsv"),
+                f"no {src}-{tgt} sentence pair left after dropping missing rows",
+            )
         _atomic_write_lines(out_p / f"{split}.{src}", s_lines)
         _atomic_write_lines(out_p / f"{split}.{tgt}", t_lines)
         report[split] = counts
@@ -438,20 +503,26 @@ def _find_pair_folder(root: str, folder: str) -> str:
     return hits[0]
 
 
-def _pair_folder_files(folder: str, split: str, src: str, tgt: str) -> Tuple[str, str]:
-    """Locate the files of one split. The real qi18naacl-dataset layout is ``<lang>.<split>``
-    (``datasets/gl_to_en/gl.train``, as read by the TFDS/HuggingFace ``ted_hrlr`` loaders);
-    ``<split>.<lang>`` (``train.gl``) is accepted too."""
+def _pair_folder_files(folder: str, split: str, src: str, tgt: str) -> tuple[str, str]:
+    """Locate the files of one split.
+
+    The real qi18naacl-dataset layout is ``<lang>.<split>`` (``datasets/gl_to_en/gl.train``,
+    as read by the TFDS/HuggingFace ``ted_hrlr`` loaders); ``<split>.<lang>`` (``train.gl``) is
+    accepted too.
+    """
     for pattern in ("{lang}.{split}", "{split}.{lang}"):
         s = os.path.join(folder, pattern.format(lang=src, split=split))
         t = os.path.join(folder, pattern.format(lang=tgt, split=split))
         if os.path.isfile(s) and os.path.isfile(t):
             return s, t
-    raise CorpusError(folder, f"no {split} files for {src}/{tgt}: looked for {src}.{split} + {tgt}.{split} "
-                              f"and {split}.{src} + {split}.{tgt}")
+    raise CorpusError(
+        folder,
+        f"no {split} files for {src}/{tgt}: looked for {src}.{split} + {tgt}.{split} "
+        f"and {split}.{src} + {split}.{tgt}",
+    )
 
 
-def _read_lines_checked(path: str) -> List[str]:
+def _read_lines_checked(path: str) -> list[str]:
     lines = []
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, 1):
@@ -459,10 +530,14 @@ def _read_lines_checked(path: str) -> List[str]:
     return lines
 
 
-def extract_pair_folder(root: str, folder: str, src: str, tgt: str, out: str,
-                        splits: Sequence[str] = SPLITS) -> dict:
-    """Copy a pair folder (e.g. ``gl_to_en`` of ``qi18naacl-dataset.tar.gz``) to ``out`` as
-    ``{split}.{lang}``, dropping pairs where either side is empty or a NULL marker."""
+def extract_pair_folder(
+    root: str, folder: str, src: str, tgt: str, out: str, splits: Sequence[str] = SPLITS
+) -> dict:
+    """Copy a pair folder (e.g. ``gl_to_en`` of ``qi18naacl-dataset.tar.gz``) to ``out``.
+
+    Files are written as ``{split}.{lang}``, dropping pairs where either side is empty or a
+    NULL marker.
+    """
     pdir = _find_pair_folder(root, folder)
     out_p = Path(out)
     out_p.mkdir(parents=True, exist_ok=True)
@@ -471,8 +546,12 @@ def extract_pair_folder(root: str, folder: str, src: str, tgt: str, out: str,
         s_path, t_path = _pair_folder_files(pdir, split, src, tgt)
         s_lines, t_lines = _read_lines_checked(s_path), _read_lines_checked(t_path)
         if len(s_lines) != len(t_lines):
-            raise CorpusError(t_path, f"misaligned parallel files: {s_path} has {len(s_lines)} lines, "
-                                      f"{t_path} has {len(t_lines)} lines", min(len(s_lines), len(t_lines)) + 1)
+            raise CorpusError(
+                t_path,
+                f"misaligned parallel files: {s_path} has {len(s_lines)} lines, "
+                f"{t_path} has {len(t_lines)} lines",
+                min(len(s_lines), len(t_lines)) + 1,
+            )
         keep_s, keep_t = [], []
         counts = {"rows": len(s_lines), "kept": 0, "dropped": 0, "dropped_null": 0}
         for s, t in zip(s_lines, t_lines):
@@ -489,15 +568,7 @@ def extract_pair_folder(root: str, folder: str, src: str, tgt: str, out: str,
 
 
 # --------------------------------------------------------------------------------------------
-# length percentile and g0
-
-
-def g0_from_length(L: int) -> float:
-    """QKNorm's initial scale g0 = log2(L^2 - L) (Henry et al., 2020); needs L >= 2."""
-    L = int(L)
-    if L < 2:
-        raise ValueError(f"g0 = log2(L^2 - L) needs L >= 2, got L = {L}")
-    return math.log2(L * L - L)
+# length percentile (QKNorm's L)
 
 
 def percentile_linear(values: Sequence[float], q: float) -> float:
@@ -524,9 +595,9 @@ def percentile_linear(values: Sequence[float], q: float) -> float:
         return float(v[lo] + (h - lo) * (v[hi] - v[lo]))
 
 
-def line_lengths(paths: Sequence[str]) -> List[int]:
+def line_lengths(paths: Sequence[str]) -> list[int]:
     """Tokens (whitespace-separated, i.e. BPE units for BPE'd text) per line, all files."""
-    lengths: List[int] = []
+    lengths: list[int] = []
     for path in paths:
         with open(path, "rb") as f:
             for lineno, raw in enumerate(f, 1):
@@ -540,17 +611,18 @@ def _ceil(x: float) -> int:
 
 
 def length_stats(paths: Sequence[str], q: float = 97.5) -> dict:
-    """L and g0 as used by QKNorm.
+    """QKNorm's L: the q-th percentile of BPE tokens per training sentence.
 
     Definition: every line of every given file is one sentence (normally the BPE'd training
     files of both sides, so each training pair contributes two lengths); its length is the
     number of whitespace-separated tokens (BPE units; no EOS). ``percentile`` is
     ``numpy.percentile(lengths, q)`` (linear interpolation); ``L = ceil(percentile)``, the
     smallest integer length covering q% of the sentences (our choice: the papers give integer
-    L without saying how they rounded); ``g0 = log2(L^2 - L)``.
+    L without saying how they rounded). The model computes its ``g0 = log2(L^2 - L)`` from L
+    (``fairseq_qknorm.modules.qknorm_attention.qk_norm_initial_scale``) and logs it.
     """
     per_file = {}
-    lengths: List[int] = []
+    lengths: list[int] = []
     for path in paths:
         file_lengths = line_lengths([path])
         if file_lengths:
@@ -558,12 +630,13 @@ def length_stats(paths: Sequence[str], q: float = 97.5) -> dict:
             per_file[str(path)] = {"n_lines": len(file_lengths), "percentile": fp, "L": _ceil(fp)}
         lengths.extend(file_lengths)
     if not lengths:
-        raise CorpusError(paths[0] if paths else "-", "no lines to compute a length percentile from")
+        raise CorpusError(
+            paths[0] if paths else "-", "no lines to compute a length percentile from"
+        )
     p = percentile_linear(lengths, q)
     L = _ceil(p)
     return {
         "L": L,
-        "g0": g0_from_length(L),
         "q": q,
         "n_lines": len(lengths),
         "percentile": p,
@@ -573,7 +646,7 @@ def length_stats(paths: Sequence[str], q: float = 97.5) -> dict:
         "files": [str(p_) for p_ in paths],
         "per_file": per_file,
         "definition": "L = ceil(numpy.percentile(tokens_per_line over all lines of all files, q, "
-                      "method='linear')); g0 = log2(L^2 - L) (Henry et al. 2020)",
+        "method='linear')) (Henry et al. 2020: 97.5th percentile)",
     }
 
 
@@ -583,8 +656,10 @@ def length_stats(paths: Sequence[str], q: float = 97.5) -> dict:
 
 def _cmd_check(a: argparse.Namespace) -> int:
     n = check_pair(a.src, a.tgt, a.max_len, a.src_name, a.tgt_name)
-    print(f"ok: {a.src_name or a.src} / {a.tgt_name or a.tgt}: {n} lines, "
-          f"UTF-8, no empty/CRLF/over-long (> {a.max_len} tokens) lines")
+    print(
+        f"ok: {a.src_name or a.src} / {a.tgt_name or a.tgt}: {n} lines, "
+        f"UTF-8, no empty/CRLF/over-long (> {a.max_len} tokens) lines"
+    )
     return 0
 
 
@@ -615,8 +690,11 @@ def _cmd_untar(a: argparse.Namespace) -> int:
 def _print_report(kind: str, src: str, tgt: str, report: dict) -> None:
     for split, c in report.items():
         extra = f", {c['dropped_short_row']} short rows" if c.get("dropped_short_row") else ""
-        print(f"{kind} {src}-{tgt} {split}: kept {c['kept']} / {c['rows']} rows, dropped {c['dropped']} "
-              f"({c['dropped_null']} missing/NULL{extra})")
+        print(
+            f"{kind} {src}-{tgt} {split}: kept {c['kept']} / {c['rows']} rows, "
+            f"dropped {c['dropped']} "
+            f"({c['dropped_null']} missing/NULL{extra})"
+        )
     print(json.dumps({"source": kind, "src": src, "tgt": tgt, "splits": report}, sort_keys=True))
 
 
@@ -661,26 +739,113 @@ def _cmd_length_percentile(a: argparse.Namespace) -> int:
         tmp = Path(a.out).with_name(f".{Path(a.out).name}.tmp.{os.getpid()}")
         tmp.write_text(text + "\n", encoding="utf-8")
         os.replace(tmp, a.out)
-    summary = {k: stats[k] for k in ("L", "g0", "q", "n_lines")}
+    summary = {k: stats[k] for k in ("L", "q", "n_lines")}
     print(json.dumps(summary))
     return 0
 
 
-def _cmd_g0(a: argparse.Namespace) -> int:
-    print(json.dumps({"L": a.L, "g0": g0_from_length(a.L)}))
+def _cmd_length_stats(a: argparse.Namespace) -> int:
+    try:
+        stats = json.loads(Path(a.stats).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise CorpusError(a.stats, f"not a readable length_stats.json ({e})") from None
+    if a.get:
+        if a.get not in stats:
+            raise CorpusError(a.stats, f"no field {a.get!r} (fields: {', '.join(stats)})")
+        print(stats[a.get])
+        return 0
+    paper = f"; authors' L = {a.paper_l}" if a.paper_l is not None else ""
+    print(
+        f"L = {stats['L']} (q = {stats['q']} percentile of {stats['n_lines']} training lines = "
+        f"{stats['percentile']:.2f}, rounded up{paper}); QKNorm's g0 = log2(L^2 - L) is computed "
+        f"and logged by the model"
+    )
+    return 0
+
+
+def spm_segment(
+    raw: str,
+    out: str,
+    src: str,
+    tgt: str,
+    vocab_size: int,
+    dropout: float = 0.0,
+    seed: int = 1,
+    splits: Sequence[str] = SPLITS,
+) -> None:
+    """Joint sentencepiece BPE: train on ``raw/train.{src,tgt}``, segment every split to ``out``.
+
+    The model (``out/spm.model``, ``out/spm.vocab``) is a BPE model of ``vocab_size`` pieces
+    with full character coverage and no BOS/EOS/PAD (fairseq adds its own). With
+    ``dropout > 0`` the training split is segmented by sampling with ``alpha = dropout``
+    (sentencepiece's BPE-dropout, Provilkov et al. 2020), seeded by ``seed``; dev and test are
+    always segmented deterministically.
+
+    Raises:
+        ImportError: the ``sentencepiece`` package is not installed (``pip install -e .[spm]``).
+    """
+    import sentencepiece as spm
+
+    spm.SentencePieceTrainer.train(
+        input=",".join(os.path.join(raw, f"train.{lang}") for lang in (src, tgt)),
+        model_prefix=os.path.join(out, "spm"),
+        vocab_size=int(vocab_size),
+        model_type="bpe",
+        character_coverage=1.0,
+        hard_vocab_limit=False,
+        bos_id=-1,
+        eos_id=-1,
+        pad_id=-1,
+        unk_id=0,
+        num_threads=2,
+        minloglevel=2,
+    )
+    if hasattr(spm, "set_random_generator_seed"):
+        spm.set_random_generator_seed(int(seed))
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(out, "spm.model"))
+    for split in splits:
+        sample = split == "train" and dropout > 0
+        for lang in (src, tgt):
+            with (
+                open(os.path.join(raw, f"{split}.{lang}"), encoding="utf-8") as fin,
+                open(os.path.join(out, f"{split}.{lang}"), "w", encoding="utf-8") as fout,
+            ):
+                for line in fin:
+                    if sample:
+                        pieces = sp.encode(
+                            line.strip(),
+                            out_type=str,
+                            enable_sampling=True,
+                            alpha=dropout,
+                            nbest_size=-1,
+                        )
+                    else:
+                        pieces = sp.encode(line.strip(), out_type=str)
+                    fout.write(" ".join(pieces) + "\n")
+
+
+def _cmd_spm(a: argparse.Namespace) -> int:
+    spm_segment(a.raw, a.out, a.src, a.tgt, a.vocab_size, a.dropout, a.seed)
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m fairseq_qknorm.corpus",
-                                description="Corpus helpers of the fairseq_qknorm data pipeline.")
+    """The ``python -m qknorm_tools.corpus`` argument parser."""
+    p = argparse.ArgumentParser(
+        prog="python -m qknorm_tools.corpus",
+        description="Corpus helpers of the data pipeline.",
+    )
     sub = p.add_subparsers(dest="cmd", required=True, metavar="<command>")
 
     c = sub.add_parser("check", help="verify a parallel pair of text files")
     c.add_argument("--src", required=True)
     c.add_argument("--tgt", required=True)
-    c.add_argument("--max-len", type=int, default=DEFAULT_MAX_LEN,
-                   help=f"max whitespace tokens per line (default {DEFAULT_MAX_LEN})")
+    c.add_argument(
+        "--max-len",
+        type=int,
+        default=DEFAULT_MAX_LEN,
+        help=f"max whitespace tokens per line (default {DEFAULT_MAX_LEN})",
+    )
     c.add_argument("--src-name", help="name to show for --src in messages (default: the path)")
     c.add_argument("--tgt-name", help="name to show for --tgt in messages (default: the path)")
     c.set_defaults(func=_cmd_check)
@@ -689,7 +854,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--file", required=True)
     g = s.add_mutually_exclusive_group()
     g.add_argument("--expected", help="expected sha256 (hex)")
-    g.add_argument("--sums", help="a sha256sum-format file (e.g. SHA256SUMS) holding the expected value")
+    g.add_argument(
+        "--sums", help="a sha256sum-format file (e.g. SHA256SUMS) holding the expected value"
+    )
     s.add_argument("--key", help="entry name in --sums (default: the file's basename)")
     s.add_argument("--size", type=int, help="expected size in bytes")
     s.add_argument("--name", help="name to show in messages (default: the path)")
@@ -697,8 +864,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     u = sub.add_parser("untar", help="safely and atomically extract a tar(.gz) archive")
     u.add_argument("--archive", required=True)
-    u.add_argument("--dest", required=True, help="directory to create (must not exist unless complete)")
-    u.add_argument("--include", action="append", help="glob of member names to extract (repeatable)")
+    u.add_argument(
+        "--dest", required=True, help="directory to create (must not exist unless complete)"
+    )
+    u.add_argument(
+        "--include", action="append", help="glob of member names to extract (repeatable)"
+    )
     u.set_defaults(func=_cmd_untar)
 
     t = sub.add_parser("extract-tsv", help="extract a pair from all_talks_{train,dev,test}.tsv")
@@ -706,13 +877,19 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--src", required=True, help="source language column, e.g. gl")
     t.add_argument("--tgt", required=True, help="target language column, e.g. en")
     t.add_argument("--out", required=True, help="output directory for <split>.<lang> files")
-    t.add_argument("--splits", default=",".join(SPLITS), help="comma-separated (default train,dev,test)")
+    t.add_argument(
+        "--splits", default=",".join(SPLITS), help="comma-separated (default train,dev,test)"
+    )
     t.set_defaults(func=_cmd_extract_tsv)
 
-    f = sub.add_parser("extract-pair-folder",
-                       help="extract a pair from a qi18naacl-dataset-style pair folder (e.g. gl_to_en)")
+    f = sub.add_parser(
+        "extract-pair-folder",
+        help="extract a pair from a qi18naacl-dataset-style pair folder (e.g. gl_to_en)",
+    )
     g = f.add_mutually_exclusive_group(required=True)
-    g.add_argument("--archive", help="qi18naacl-dataset.tar.gz (extracted safely to a temporary dir)")
+    g.add_argument(
+        "--archive", help="qi18naacl-dataset.tar.gz (extracted safely to a temporary dir)"
+    )
     g.add_argument("--root", help="an already extracted archive")
     f.add_argument("--folder", required=True, help="pair folder name, e.g. gl_to_en")
     f.add_argument("--src", required=True)
@@ -721,23 +898,48 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--splits", default=",".join(SPLITS))
     f.set_defaults(func=_cmd_extract_pair_folder)
 
-    lp = sub.add_parser("length-percentile",
-                        help="q-th percentile L of tokens per line and g0 = log2(L^2 - L), as JSON")
+    lp = sub.add_parser(
+        "length-percentile", help="q-th percentile L of tokens per line (QKNorm's L), as JSON"
+    )
     lp.add_argument("--file", action="append", help="a (BPE'd) text file; repeatable")
     lp.add_argument("--file2", action="append", dest="file", help="more files (same as --file)")
     lp.add_argument("--q", type=float, default=97.5, help="percentile (default 97.5, as in QKNorm)")
     lp.add_argument("--out", help="also write the full statistics as JSON to this file")
-    lp.add_argument("--meta", action="append", metavar="KEY=VALUE",
-                    help="extra field for the --out JSON (value parsed as JSON if possible); repeatable")
+    lp.add_argument(
+        "--meta",
+        action="append",
+        metavar="KEY=VALUE",
+        help="extra field for the --out JSON (value parsed as JSON if possible); repeatable",
+    )
     lp.set_defaults(func=_cmd_length_percentile)
 
-    g0 = sub.add_parser("g0", help="g0 = log2(L^2 - L) for a given L")
-    g0.add_argument("--L", type=int, required=True)
-    g0.set_defaults(func=_cmd_g0)
+    ls = sub.add_parser("length-stats", help="show a length_stats.json, or one of its fields")
+    ls.add_argument("--stats", required=True, help="length_stats.json (length-percentile --out)")
+    ls.add_argument("--get", metavar="FIELD", help="print only this field (e.g. L, tool)")
+    ls.add_argument("--paper-l", type=int, help="the authors' L, shown next to ours")
+    ls.set_defaults(func=_cmd_length_stats)
+
+    sp = sub.add_parser(
+        "spm", help="joint sentencepiece BPE: train on both training sides, segment train/dev/test"
+    )
+    sp.add_argument("--raw", required=True, help="directory of {train,dev,test}.{SRC,TGT}")
+    sp.add_argument("--out", required=True, help="output directory (spm.model, spm.vocab, splits)")
+    sp.add_argument("--src", required=True)
+    sp.add_argument("--tgt", required=True)
+    sp.add_argument("--vocab-size", type=int, required=True)
+    sp.add_argument(
+        "--dropout",
+        type=float,
+        default=0.0,
+        help="BPE-dropout (sampling alpha) on the training split only (default 0)",
+    )
+    sp.add_argument("--seed", type=int, default=1, help="sampling seed (default 1)")
+    sp.set_defaults(func=_cmd_spm)
     return p
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point; returns the exit status (2 on any reported error)."""
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
@@ -745,13 +947,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for err in e.errors[:MAX_REPORTED_ERRORS]:
             print(f"error: {err}", file=sys.stderr)
         if len(e.errors) > MAX_REPORTED_ERRORS:
-            print(f"error: ... and {len(e.errors) - MAX_REPORTED_ERRORS} more problems", file=sys.stderr)
+            print(
+                f"error: ... and {len(e.errors) - MAX_REPORTED_ERRORS} more problems",
+                file=sys.stderr,
+            )
         return EXIT_ERROR
     except CorpusError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_ERROR
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    except ImportError as e:
+        print(f"error: {e} (install the extra: pip install -e .[spm])", file=sys.stderr)
         return EXIT_ERROR
     except OSError as e:
         print(f"error: {getattr(e, 'filename', None) or '-'}: {e.strerror or e}", file=sys.stderr)

@@ -1,0 +1,347 @@
+"""The 2x2 confound ablation: {LayerNorm, ScaleNorm} x {dot product, QKNorm}.
+
+All four cells are PreNorm + FixNorm.
+The QKNorm paper (Henry et al. 2020) compares LayerNorm + QKNorm with the ScaleNorm + dot
+product baseline of Nguyen & Salazar (2019): two changes at once. The four cells separate
+them; :func:`ablation_effects` gives the simple and main effects, their interaction and the
+paper's comparison decomposed into them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from .aggregate import mean_sd, seed_order
+from .records import RunRecord, as_record
+from .significance import format_p, paired_significance
+from .tables import format_mean_sd, write_markdown_and_json
+from .textio import ResultsError, check_same_length, read_lines
+
+__all__ = [
+    "ABLATION_CELLS",
+    "ablation_effects",
+    "ablation_report",
+    "ablation_significance",
+    "write_ablation_report",
+]
+
+ABLATION_CELLS = ("layernorm_dot", "layernorm_qknorm", "scalenorm_dot", "scalenorm_qknorm")
+
+# name -> (treatment cell(s), control cell(s), description)
+_SIMPLE_EFFECTS = {
+    "qknorm_effect_at_layernorm": (
+        ("layernorm_qknorm",),
+        ("layernorm_dot",),
+        "QKNorm effect with LayerNorm: (LN,QK) - (LN,dot)",
+    ),
+    "qknorm_effect_at_scalenorm": (
+        ("scalenorm_qknorm",),
+        ("scalenorm_dot",),
+        "QKNorm effect with ScaleNorm: (SN,QK) - (SN,dot)",
+    ),
+    "norm_effect_at_dot": (
+        ("scalenorm_dot",),
+        ("layernorm_dot",),
+        "ScaleNorm-vs-LayerNorm effect with dot attention: (SN,dot) - (LN,dot)",
+    ),
+    "norm_effect_at_qknorm": (
+        ("scalenorm_qknorm",),
+        ("layernorm_qknorm",),
+        "ScaleNorm-vs-LayerNorm effect with QKNorm: (SN,QK) - (LN,QK)",
+    ),
+}
+_POOLED_EFFECTS = {
+    "qknorm_main_effect": (
+        ("layernorm_qknorm", "scalenorm_qknorm"),
+        ("layernorm_dot", "scalenorm_dot"),
+        "QKNorm main effect: mean of the two QKNorm effects",
+    ),
+    "norm_main_effect": (
+        ("scalenorm_dot", "scalenorm_qknorm"),
+        ("layernorm_dot", "layernorm_qknorm"),
+        "ScaleNorm main effect: mean of the two norm-type effects",
+    ),
+    "paper_comparison": (
+        ("layernorm_qknorm",),
+        ("scalenorm_dot",),
+        "paper's comparison: (LN,QK) - (SN,dot)",
+    ),
+}
+_EFFECT_ORDER = (
+    "qknorm_effect_at_layernorm",
+    "qknorm_effect_at_scalenorm",
+    "norm_effect_at_dot",
+    "norm_effect_at_qknorm",
+    "qknorm_main_effect",
+    "norm_main_effect",
+    "interaction",
+    "paper_comparison",
+)
+
+
+def ablation_effects(means: Mapping[str, float]) -> dict[str, object]:
+    """Effects of the 2x2 design from the four cell means (pure function).
+
+    With a=(LN,dot), b=(LN,QK), c=(SN,dot), d=(SN,QK) (BLEU points, mean over seeds):
+
+    * ``qknorm_effect_at_layernorm`` = b - a, ``qknorm_effect_at_scalenorm`` = d - c
+    * ``norm_effect_at_dot`` = c - a, ``norm_effect_at_qknorm`` = d - b (ScaleNorm minus
+      LayerNorm)
+    * ``interaction`` = (b - a) - (d - c)  (= -((d-b) - (c-a)))
+    * ``qknorm_main_effect`` = ((b-a) + (d-c)) / 2, ``norm_main_effect`` = ((c-a) + (d-b)) / 2
+    * ``paper_comparison`` = b - c (LN+QKNorm vs SN+dot, the comparison the QKNorm paper makes
+      against the ScaleNorm baseline), decomposed as ``(b-a) - (c-a)`` (QKNorm effect at LN
+      minus norm effect at dot), ``(d-c) - (d-b)`` (QKNorm effect at SN minus norm effect at
+      QKNorm) and ``qknorm_main_effect - norm_main_effect`` (exact; the interaction cancels).
+
+    Args:
+        means: mapping with the four keys of :data:`ABLATION_CELLS`.
+
+    Returns:
+        Dict of floats plus ``decomposition`` of the paper comparison.
+
+    Raises:
+        ResultsError: a cell is missing.
+    """
+    missing = [c for c in ABLATION_CELLS if c not in means]
+    if missing:
+        raise ResultsError(f"ablation cells missing: {missing} (need {list(ABLATION_CELLS)})")
+    a, b, c, d = (float(means[k]) for k in ABLATION_CELLS)
+    qk_ln, qk_sn, nm_dot, nm_qk = b - a, d - c, c - a, d - b
+    qk_main, nm_main = (qk_ln + qk_sn) / 2, (nm_dot + nm_qk) / 2
+    return {
+        "qknorm_effect_at_layernorm": qk_ln,
+        "qknorm_effect_at_scalenorm": qk_sn,
+        "norm_effect_at_dot": nm_dot,
+        "norm_effect_at_qknorm": nm_qk,
+        "interaction": qk_ln - qk_sn,
+        "qknorm_main_effect": qk_main,
+        "norm_main_effect": nm_main,
+        "paper_comparison": b - c,
+        "decomposition": {
+            "via_layernorm": {
+                "qknorm_effect_at_layernorm": qk_ln,
+                "minus_norm_effect_at_dot": -nm_dot,
+            },
+            "via_scalenorm": {
+                "qknorm_effect_at_scalenorm": qk_sn,
+                "minus_norm_effect_at_qknorm": -nm_qk,
+            },
+            "main_effects": {"qknorm_main_effect": qk_main, "minus_norm_main_effect": -nm_main},
+        },
+    }
+
+
+def ablation_significance(
+    cell_hyps: Mapping[str, Sequence[Sequence[str]]],
+    refs: Sequence[str],
+    metric: str = "bleu_tok",
+    tgt_lang: str = "en",
+    n_ar: int = 10000,
+    seed: int = 12345,
+) -> dict[str, object]:
+    """Paired approximate randomization for the ablation effects.
+
+    Each cell's per-seed hypotheses (already in seed order) are concatenated; pooled effects
+    concatenate the two cells of each level (e.g. QKNorm main effect: [(LN,QK) seeds, (SN,QK)
+    seeds] vs [(LN,dot) seeds, (SN,dot) seeds], against the reference repeated accordingly).
+    Tested: the four simple effects, the two main effects and the paper comparison; the
+    interaction is not tested.
+
+    Args:
+        cell_hyps: cell -> list over seeds of hypothesis line lists (equal numbers of seeds in
+            all cells).
+        refs: reference lines.
+        metric: score of the test.
+        tgt_lang: detokenizer language (``metric='bleu'``).
+        n_ar: approximate-randomization trials.
+        seed: RNG seed.
+
+    Returns:
+        Effect name -> ``{"description", "treatment", "control", "delta_concat", "p_ar",
+        "n_ar", "signature"}`` (delta of the concatenated-output score, points).
+
+    Raises:
+        ResultsError: missing cells or unequal seed counts.
+    """
+    missing = [c for c in ABLATION_CELLS if c not in cell_hyps]
+    if missing:
+        raise ResultsError(f"ablation cells missing: {missing}")
+    n_seeds = {c: len(cell_hyps[c]) for c in ABLATION_CELLS}
+    if len(set(n_seeds.values())) != 1 or 0 in n_seeds.values():
+        raise ResultsError(f"ablation cells need equal, non-zero numbers of seeds, got {n_seeds}")
+    out = {}
+    for name, (treat, ctrl, desc) in {**_SIMPLE_EFFECTS, **_POOLED_EFFECTS}.items():
+        t_h = [line for c in treat for seed_h in cell_hyps[c] for line in seed_h]
+        c_h = [line for c in ctrl for seed_h in cell_hyps[c] for line in seed_h]
+        rep = list(refs) * (n_seeds[treat[0]] * len(treat))
+        res = paired_significance(
+            rep,
+            [("control", c_h), ("treatment", t_h)],
+            metric=metric,
+            tgt_lang=tgt_lang,
+            n_ar=n_ar,
+            seed=seed,
+            tests=("ar",),
+        )
+        out[name] = {
+            "description": desc,
+            "treatment": list(treat),
+            "control": list(ctrl),
+            "delta_concat": res["systems"][1]["delta"],
+            "p_ar": res["systems"][1]["p_ar"],
+            "n_ar": n_ar,
+            "signature": res["signatures"]["ar"],
+        }
+    return out
+
+
+def _cell_stats(cell: str, recs: list[RunRecord], metric: str) -> dict:
+    vals = []
+    for r in recs:
+        if r.score(metric) is None:
+            raise ResultsError(f"ablation cell {cell!r}: record seed={r.seed!r} has no {metric!r}")
+        vals.append(float(r.score(metric)))
+    m, sd = mean_sd(vals)
+    return {
+        "system": recs[0].system,
+        "n_seeds": len(recs),
+        "seeds": [r.seed for r in recs],
+        "mean": m,
+        "sd": None if sd != sd else sd,
+        "values": vals,
+    }
+
+
+def _cell_hypotheses(cell: str, recs: list[RunRecord], refs: Sequence[str]) -> list[list[str]]:
+    seq = []
+    for r in recs:
+        if not r.hyp_path:
+            raise ResultsError(f"ablation cell {cell!r}: record seed={r.seed!r} has no hyp_path")
+        h = read_lines(r.hyp_path, "hypothesis")
+        check_same_length(h, r.hyp_path, refs, "reference")
+        seq.append(h)
+    return seq
+
+
+def ablation_report(
+    cells: Mapping[str, Sequence[RunRecord | Mapping[str, object]]],
+    refs: Sequence[str] | None = None,
+    metric: str = "bleu_tok",
+    significance: bool = True,
+    tgt_lang: str = "en",
+    n_ar: int = 10000,
+    seed: int = 12345,
+) -> dict[str, object]:
+    """Full 2x2 ablation report from per-seed records of the four cells.
+
+    All four systems are PreNorm + FixNorm; they differ in the normalization layer (LayerNorm
+    / ScaleNorm) and the attention score (dot product / QKNorm). Effects are differences of
+    mean ``metric`` over seeds (:func:`ablation_effects`); significance by
+    :func:`ablation_significance` on concatenated outputs.
+
+    Args:
+        cells: cell name -> run records with ``seed``, ``metric`` and (for significance)
+            ``hyp_path``.
+        refs: reference lines (required if ``significance``).
+        metric: the score compared.
+        significance: run the paired tests.
+        tgt_lang: detokenizer language (``metric='bleu'``).
+        n_ar: approximate-randomization trials.
+        seed: RNG seed.
+
+    Returns:
+        ``{"metric", "cells": {cell: {"system", "n_seeds", "seeds", "mean", "sd", "values"}},
+        "effects", "significance", "notes"}``.
+
+    Raises:
+        ResultsError: a cell without records, a record without the score or hypotheses.
+    """
+    missing = [c for c in ABLATION_CELLS if c not in cells or not cells[c]]
+    if missing:
+        raise ResultsError(
+            f"ablation cells without records: {missing} (need {list(ABLATION_CELLS)})"
+        )
+    ordered = {c: seed_order(as_record(r) for r in cells[c]) for c in ABLATION_CELLS}
+    cell_stats = {c: _cell_stats(c, ordered[c], metric) for c in ABLATION_CELLS}
+    effects = ablation_effects({c: cell_stats[c]["mean"] for c in ABLATION_CELLS})
+    sig = None
+    if significance:
+        if refs is None:
+            raise ResultsError("ablation significance needs a reference (--ref)")
+        cell_hyps = {c: _cell_hypotheses(c, ordered[c], refs) for c in ABLATION_CELLS}
+        sig = ablation_significance(
+            cell_hyps, refs, metric=metric, tgt_lang=tgt_lang, n_ar=n_ar, seed=seed
+        )
+    notes = [
+        "All cells are PreNorm + FixNorm. Effects are differences of mean scores over seeds "
+        f"({metric}, BLEU points); a=(LN,dot), b=(LN,QK), c=(SN,dot), d=(SN,QK).",
+        "interaction = (b - a) - (d - c): how much larger the QKNorm gain is with LayerNorm "
+        "than with ScaleNorm.",
+        "paper_comparison = b - c = (b - a) - (c - a) = (d - c) - (d - b) = qknorm_main_effect "
+        "- norm_main_effect: the paper's LN+QKNorm vs SN+dot gain mixes the QKNorm effect with "
+        "the (negated) ScaleNorm effect.",
+        "p-values: paired approximate randomization (sacreBLEU, Riezler & Maxwell 2005) on the "
+        "outputs concatenated over seeds (and over the two cells of a level for main effects); "
+        "the interaction is not tested.",
+    ]
+    return {
+        "metric": metric,
+        "cells": cell_stats,
+        "effects": effects,
+        "significance": sig,
+        "notes": notes,
+    }
+
+
+def _markdown(report: Mapping[str, object]) -> list[str]:
+    metric, cs, eff = report["metric"], report["cells"], report["effects"]
+    sig = report.get("significance") or {}
+    md = [
+        f"# 2x2 ablation: normalization x attention ({metric}, BLEU points)",
+        "",
+        "All systems PreNorm + FixNorm. Cells: mean ± sample sd over seeds.",
+        "",
+        "| norm \\ attention | dot | qknorm |",
+        "|---|---:|---:|",
+    ]
+    for norm in ("layernorm", "scalenorm"):
+        row = [norm] + [
+            format_mean_sd(cs[f"{norm}_{att}"]) + f" (n={cs[f'{norm}_{att}']['n_seeds']})"
+            for att in ("dot", "qknorm")
+        ]
+        md.append("| " + " | ".join(row) + " |")
+    md += ["", "| effect | definition | Δ mean | Δ concat | p (AR) |", "|---|---|---:|---:|---:|"]
+    defs = {k: v[2] for k, v in {**_SIMPLE_EFFECTS, **_POOLED_EFFECTS}.items()}
+    defs["interaction"] = "((LN,QK) - (LN,dot)) - ((SN,QK) - (SN,dot))"
+    for k in _EFFECT_ORDER:
+        s = sig.get(k) or {}
+        dc = f"{s['delta_concat']:+.2f}" if s.get("delta_concat") is not None else "-"
+        md.append(f"| {k} | {defs[k]} | {eff[k]:+.2f} | {dc} | {format_p(s.get('p_ar'))} |")
+    dec, paper = eff["decomposition"], eff["paper_comparison"]
+    md += [
+        "",
+        "Paper comparison (LN+QKNorm vs SN+dot) decomposed:",
+        "",
+        f"- = QKNorm effect at LN ({dec['via_layernorm']['qknorm_effect_at_layernorm']:+.2f}) "
+        f"− ScaleNorm effect at dot ({-dec['via_layernorm']['minus_norm_effect_at_dot']:+.2f}) "
+        f"= {paper:+.2f}",
+        f"- = QKNorm effect at SN ({dec['via_scalenorm']['qknorm_effect_at_scalenorm']:+.2f}) "
+        f"− ScaleNorm effect at QKNorm "
+        f"({-dec['via_scalenorm']['minus_norm_effect_at_qknorm']:+.2f}) = {paper:+.2f}",
+        f"- = QKNorm main effect ({eff['qknorm_main_effect']:+.2f}) − ScaleNorm main effect "
+        f"({eff['norm_main_effect']:+.2f}) = {paper:+.2f}",
+        "",
+    ]
+    return md + [f"- {n}" for n in report["notes"]]
+
+
+def write_ablation_report(
+    report: Mapping[str, object], out_dir, stem: str = "ablation"
+) -> dict[str, str]:
+    """Write :func:`ablation_report` output as ``<stem>.md`` and ``<stem>.json``.
+
+    Returns:
+        Mapping kind -> path written.
+    """
+    return write_markdown_and_json(out_dir, stem, "\n".join(_markdown(report)) + "\n", report)

@@ -1,0 +1,164 @@
+"""The one route from finished runs to results (no torch, no fairseq).
+
+``python -m qknorm_tools.collect runs --run DIR ... --work-dir W --out-dir RESULTS`` reads the
+given run directories (:func:`~.records.read_run`; unfinished ones are listed and skipped),
+writes ``RESULTS/runs.json`` and, on request, the reports built from those records:
+
+* ``--runs-table STEM``: one row per run, ``STEM.md`` and ``STEM.json`` (``make demo``);
+* ``--aggregate``: mean ± sd over seeds and paired tests against ``--baseline``,
+  ``aggregate.{md,tex,csv,json}`` (``scripts/reproduce.sh``, ``scripts/ablation.sh``); a
+  partly finished grid aggregates what it can (:func:`~.aggregate.select_for_aggregate`).
+
+``python -m qknorm_tools.collect train-json RUN --pair ... --arch ...`` writes a finished
+training's ``train.json`` (what ``scripts/train.sh`` calls; see
+:func:`~.records.write_train_json`).
+
+Input errors print ``error: ...`` and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .aggregate import aggregate_results, select_for_aggregate
+from .evaluate import parse_kv
+from .records import read_run, relative_path, run_status, save_records, write_train_json
+from .tables import write_aggregate_tables, write_runs_table
+from .textio import EvaluationError, warn
+
+__all__ = ["build_parser", "main"]
+
+
+def _log(msg: str) -> None:
+    print(f"[collect] {msg}", file=sys.stderr)
+
+
+def _cmd_runs(a) -> int:
+    refs = parse_kv(a.ref, "--ref")
+    records, unfinished = [], []
+    for run in a.run:
+        missing = run_status(run, a.split)
+        if missing:
+            unfinished.append(f"{run} (no {', '.join(missing)})")
+            continue
+        rec = read_run(run, a.split)
+        if refs.get(rec.pair):
+            rec.ref_path = str(Path(refs[rec.pair]).resolve())
+        records.append(rec)
+    if unfinished and a.require_all:
+        raise EvaluationError("unfinished runs: " + "; ".join(unfinished))
+    for u in unfinished:
+        _log(f"not finished, left out: {u}")
+    out = Path(a.out_dir)
+    save_records(records, out / "runs.json", work_dir=a.work_dir)
+    _log(f"wrote {out / 'runs.json'} ({len(records)} runs)")
+    if not records:
+        warn("no finished run (train.json + test.score.json + test.hyp): nothing to report")
+        return 0
+    if a.runs_table:
+        paths = write_runs_table(records, out, a.runs_table, a.baseline, work_dir=a.work_dir)
+        print(Path(paths["md"]).read_text(encoding="utf-8"))
+        _log("wrote " + ", ".join(paths.values()))
+    if a.aggregate:
+        keep, significance = select_for_aggregate(
+            records, a.baseline, refs, significance=not a.no_significance
+        )
+        if not keep:
+            warn(f"no pair has a finished {a.baseline!r} run: no aggregate tables (--baseline)")
+            return 0
+        agg = aggregate_results(keep, a.baseline, refs=refs, significance=significance)
+        for entry in agg["pairs"].values():  # stored relative to the work dir, like runs.json
+            if entry["ref"]:
+                entry["ref"] = relative_path(entry["ref"], a.work_dir)
+        paths = write_aggregate_tables(agg, out)
+        _log("wrote " + ", ".join(paths.values()))
+    return 0
+
+
+def _cmd_train_json(a) -> int:
+    identity = {
+        "pair": a.pair,
+        "profile": a.profile,
+        "system": a.system,
+        "seed": a.seed,
+        "arch": a.arch,
+        "qk_norm_length": a.qk_norm_length,
+        "paper_qk_norm_length": a.paper_qk_norm_length,
+    }
+    rec = write_train_json(a.run, identity)
+    g0 = f", QKNorm g0 = {rec.qk_norm_g0:.4f} (logged by the model)" if rec.qk_norm_g0 else ""
+    print(f"{rec.updates} updates, {rec.wall_seconds} s of training{g0}")
+    return 0
+
+
+def _number(text: str) -> float:
+    """An int when integral (L is a whole number of tokens), else a float."""
+    value = float(text)
+    return int(value) if value.is_integer() else value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m qknorm_tools.collect`` argument parser."""
+    p = argparse.ArgumentParser(
+        prog="python -m qknorm_tools.collect",
+        description="Collect finished runs into runs.json and the result tables.",
+    )
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    r = sub.add_parser("runs", help="finished run directories -> runs.json (+ tables)")
+    r.add_argument(
+        "--run",
+        action="append",
+        required=True,
+        metavar="DIR",
+        help="a run directory (repeatable); unfinished ones are left out",
+    )
+    r.add_argument(
+        "--work-dir", required=True, help="the pipeline's work dir: stored paths are relative to it"
+    )
+    r.add_argument("--out-dir", required=True, help="where runs.json and the tables go")
+    r.add_argument("--ref", action="append", metavar="PAIR=PATH", help="reference per pair")
+    r.add_argument("--split", default="test", help="the evaluated split (default test)")
+    r.add_argument("--require-all", action="store_true", help="an unfinished run is an error")
+    r.add_argument("--baseline", default=None, help="baseline system of the tables")
+    r.add_argument("--runs-table", metavar="STEM", help="write the per-run table STEM.{md,json}")
+    r.add_argument(
+        "--aggregate",
+        action="store_true",
+        help="write aggregate.{md,tex,csv,json} against --baseline",
+    )
+    r.add_argument("--no-significance", action="store_true", help="aggregate without paired tests")
+    r.set_defaults(fn=_cmd_runs)
+
+    t = sub.add_parser("train-json", help="write RUN/train.json for a finished training")
+    t.add_argument("run", help="the run directory (train.log, wall_seconds)")
+    t.add_argument("--pair", required=True)
+    t.add_argument("--profile", required=True, help="profile label (with -max-update-N)")
+    t.add_argument("--system", required=True)
+    t.add_argument("--seed", type=int, required=True)
+    t.add_argument("--arch", required=True)
+    t.add_argument("--qk-norm-length", type=_number, help="the data's L passed to the model")
+    t.add_argument("--paper-qk-norm-length", type=_number, help="the QKNorm authors' L")
+    t.set_defaults(fn=_cmd_train_json)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point; returns the exit status (2 on input errors)."""
+    a = build_parser().parse_args(argv)
+    if a.cmd == "runs" and a.aggregate and not a.baseline:
+        build_parser().error("--aggregate needs --baseline")
+    logging.getLogger("sacrebleu").setLevel(logging.WARNING)
+    try:
+        return a.fn(a)
+    except (EvaluationError, OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

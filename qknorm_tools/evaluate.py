@@ -1,0 +1,310 @@
+"""Command line of the evaluation tools (no torch, no fairseq).
+
+``python -m qknorm_tools.evaluate <command> --help``:
+
+``extract``
+    Parse ``fairseq-generate`` output, restore source order, remove BPE.
+``score``
+    Tokenized BLEU (``bleu_tok``, as reported by the papers; equals ``multi-bleu.perl``),
+    detokenized sacreBLEU (``bleu``) and chrF, each with its sacreBLEU signature.
+``compare``
+    Paired bootstrap resampling and paired approximate randomization (sacreBLEU's
+    implementation, ``sacrebleu.significance.PairedTest``).
+``aggregate``
+    Mean ± sample sd over seeds per language pair and system, paired tests on
+    seed-concatenated outputs, average delta over pairs; Markdown, LaTeX (booktabs) and CSV.
+``ablation``
+    2x2 {layernorm, scalenorm} x {dot, qknorm} confound report.
+
+Input errors print ``error: ...`` (naming file and line) and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .ablation import ABLATION_CELLS, ablation_report, write_ablation_report
+from .aggregate import aggregate_results
+from .records import RunRecord, load_records
+from .scoring import SCORE_FIELDS, format_scores, score_files
+from .significance import TOKENIZE_TO_METRIC, compare_files, format_compare
+from .tables import write_aggregate_tables
+from .textio import BPE_MODES, EvaluationError, ResultsError, extract_hypotheses, read_lines, warn
+
+__all__ = ["build_parser", "main", "parse_kv"]
+
+
+def parse_kv(items: Sequence[str] | None, flag: str) -> dict[str, str]:
+    """``["K=V", ...]`` -> ``{K: V}``.
+
+    Raises:
+        EvaluationError: an item without ``=`` (``flag`` named).
+    """
+    out = {}
+    for it in items or []:
+        if "=" not in it:
+            raise EvaluationError(f"{flag} expects KEY=VALUE, got {it!r}")
+        k, v = it.split("=", 1)
+        out[k] = v
+    return out
+
+
+def _dump(obj) -> str:
+    return json.dumps(obj, indent=2, ensure_ascii=False)
+
+
+def _load_all(sources: Sequence[str]) -> list[RunRecord]:
+    records = []
+    for src in sources:
+        records.extend(load_records(src))
+    return records
+
+
+def _cmd_extract(a) -> int:
+    hyps = extract_hypotheses(a.generate_output, a.output, a.remove_bpe, a.n_expected)
+    print(f"wrote {len(hyps)} hypotheses to {a.output}", file=sys.stderr)
+    return 0
+
+
+def _cmd_score(a) -> int:
+    res = score_files(a.hyp, a.ref, src_lang=a.src_lang, tgt_lang=a.tgt_lang)
+    print(_dump(res) if a.json else format_scores(res))
+    return 0
+
+
+def _cmd_compare(a) -> int:
+    res = compare_files(
+        a.ref,
+        a.baseline,
+        a.system,
+        tokenize=a.tokenize,
+        tgt_lang=a.tgt_lang,
+        n_bootstrap=a.n_bootstrap,
+        n_ar=a.n_ar,
+        seed=a.seed,
+    )
+    text = _dump(res) if a.json else format_compare(res)
+    if a.out:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(text + "\n", encoding="utf-8")
+        print(f"wrote {a.out}", file=sys.stderr)
+    else:
+        print(text)
+    return 0
+
+
+def _cmd_aggregate(a) -> int:
+    agg = aggregate_results(
+        _load_all(a.results),
+        a.baseline,
+        refs=parse_kv(a.ref, "--ref"),
+        metric=a.metric,
+        significance=not a.no_significance,
+        tgt_lang=parse_kv(a.tgt_lang, "--tgt-lang"),
+        n_bootstrap=a.n_bootstrap,
+        n_ar=a.n_ar,
+        seed=a.seed,
+    )
+    paths = write_aggregate_tables(agg, a.out_dir)
+    print(Path(paths["md"]).read_text(encoding="utf-8"))
+    print("wrote " + ", ".join(paths.values()), file=sys.stderr)
+    return 0
+
+
+def _ablation_cells_from_spec(path: str) -> tuple[dict, str | None, str | None]:
+    try:
+        spec = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ResultsError(f"cannot read ablation spec {path!r}: {exc}") from None
+    if not isinstance(spec, dict) or "cells" not in spec:
+        raise ResultsError(f"ablation spec {path!r} must be an object with 'cells'")
+    base = str(Path(path).parent)
+    pair = spec.get("pair")
+    cells = {
+        c: [RunRecord.from_json({"pair": pair or "", **r}, base, source=path) for r in recs]
+        for c, recs in spec["cells"].items()
+    }
+    ref = None
+    if spec.get("ref"):
+        ref_path = Path(spec["ref"])
+        ref = str(
+            ref_path if ref_path.is_absolute() or ref_path.exists() else Path(base) / ref_path
+        )
+    return cells, ref, pair
+
+
+def _ablation_cells_from_results(a) -> tuple[dict, str | None, str]:
+    records = _load_all(a.results)
+    pair = a.pair
+    if pair is None:
+        pairs = sorted({r.pair for r in records})
+        if len(pairs) != 1:
+            raise ResultsError(f"several pairs in the results {pairs}: choose one with --pair")
+        pair = pairs[0]
+    mapping = {c: c for c in ABLATION_CELLS}
+    mapping.update(parse_kv(a.cell, "--cell"))
+    unknown = [c for c in mapping if c not in ABLATION_CELLS]
+    if unknown:
+        raise ResultsError(f"unknown ablation cells {unknown}; cells are {list(ABLATION_CELLS)}")
+    cells = {c: [r for r in records if r.pair == pair and r.name == s] for c, s in mapping.items()}
+    found = {r.ref_path for recs in cells.values() for r in recs if r.ref_path}
+    return cells, (found.pop() if len(found) == 1 else None), pair
+
+
+def _cmd_ablation(a) -> int:
+    if a.spec:
+        cells, ref_path, pair = _ablation_cells_from_spec(a.spec)
+        pair = a.pair or pair
+    elif a.results:
+        cells, ref_path, pair = _ablation_cells_from_results(a)
+    else:
+        raise ResultsError("ablation needs --spec or --results")
+    ref_path = a.ref or ref_path
+    significance = not a.no_significance
+    counts = {c: len(recs) for c, recs in cells.items()}
+    if significance and all(counts.values()) and len(set(counts.values())) > 1:
+        warn(f"cells have different numbers of finished seeds {counts}: paired tests skipped")
+        significance = False
+    refs = None
+    if significance:
+        if ref_path is None:
+            raise ResultsError("ablation significance needs --ref (or 'ref' in the spec)")
+        refs = read_lines(ref_path, "reference")
+    lang = a.tgt_lang or (pair.split("-")[-1] if pair and "-" in pair else "en")
+    rep = ablation_report(
+        cells,
+        refs,
+        metric=a.metric,
+        significance=significance,
+        tgt_lang=lang,
+        n_ar=a.n_ar,
+        seed=a.seed,
+    )
+    rep["pair"], rep["ref"] = pair, ref_path
+    paths = write_ablation_report(rep, a.out_dir)
+    print(Path(paths["md"]).read_text(encoding="utf-8"))
+    print("wrote " + ", ".join(paths.values()), file=sys.stderr)
+    return 0
+
+
+def _add_test_args(p, bootstrap: bool = True) -> None:
+    if bootstrap:
+        p.add_argument("--n-bootstrap", type=int, default=1000, help="bootstrap resamples")
+    p.add_argument("--n-ar", type=int, default=10000, help="approximate-randomization trials")
+    p.add_argument("--seed", type=int, default=12345, help="seed of the resampling")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m qknorm_tools.evaluate`` argument parser."""
+    p = argparse.ArgumentParser(
+        prog="python -m qknorm_tools.evaluate",
+        description="BLEU/chrF scoring (sacreBLEU), paired significance tests and result tables.",
+    )
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    e = sub.add_parser("extract", help="hypotheses from fairseq-generate output, in source order")
+    e.add_argument("--generate-output", required=True, help="captured fairseq-generate stdout")
+    e.add_argument("--output", required=True, help="hypothesis file to write (one per line, UTF-8)")
+    e.add_argument(
+        "--remove-bpe",
+        choices=BPE_MODES,
+        default="subword_nmt",
+        help="subword removal (default: subword_nmt, i.e. '@@ ')",
+    )
+    e.add_argument("--n-expected", type=int, default=None, help="required number of hypotheses")
+    e.set_defaults(fn=_cmd_extract)
+
+    s = sub.add_parser("score", help="tokenized BLEU, detokenized sacreBLEU and chrF")
+    s.add_argument("--hyp", required=True, help="hypotheses, one per line")
+    s.add_argument("--ref", required=True, help="reference, one per line")
+    s.add_argument("--json", action="store_true", help="print JSON")
+    s.add_argument("--src-lang", default=None, help="source language (in the signatures)")
+    s.add_argument(
+        "--tgt-lang", default="en", help="target language for detokenization (default en)"
+    )
+    s.set_defaults(fn=_cmd_score)
+
+    c = sub.add_parser("compare", help="paired bootstrap + approximate randomization vs a baseline")
+    c.add_argument("--ref", required=True, help="reference, one per line")
+    c.add_argument("--baseline", required=True, help="baseline hypotheses, PATH or NAME=PATH")
+    c.add_argument(
+        "--system", required=True, nargs="+", help="system hypotheses, PATH or NAME=PATH"
+    )
+    c.add_argument("--json", action="store_true", help="print JSON")
+    c.add_argument("--out", default=None, help="write the output to this file instead of stdout")
+    _add_test_args(c)
+    c.add_argument(
+        "--tokenize",
+        choices=sorted(TOKENIZE_TO_METRIC),
+        default="none",
+        help="none: tokenized BLEU on the text as is (default); 13a: "
+        "Moses-detokenize, then sacreBLEU 13a",
+    )
+    c.add_argument("--tgt-lang", default="en", help="detokenizer language for --tokenize 13a")
+    c.set_defaults(fn=_cmd_compare)
+
+    g = sub.add_parser(
+        "aggregate", help="mean ± sd over seeds, paired tests, Markdown/LaTeX/CSV tables"
+    )
+    g.add_argument(
+        "--results",
+        required=True,
+        nargs="+",
+        help="runs.json (python -m qknorm_tools.collect), JSON file(s) with a record "
+        "or list of records, or directories of *.json",
+    )
+    g.add_argument("--baseline", required=True, help="baseline system name")
+    g.add_argument(
+        "--ref", action="append", metavar="PAIR=PATH", help="reference per pair (repeatable)"
+    )
+    g.add_argument("--out-dir", required=True, help="where aggregate.{md,tex,csv,json} go")
+    g.add_argument("--metric", choices=SCORE_FIELDS, default="bleu_tok", help="score of the tables")
+    g.add_argument(
+        "--tgt-lang",
+        action="append",
+        metavar="PAIR=LANG",
+        help="target language per pair (for --metric bleu); default: after '-' in the pair",
+    )
+    _add_test_args(g)
+    g.add_argument("--no-significance", action="store_true", help="skip the paired tests")
+    g.set_defaults(fn=_cmd_aggregate)
+
+    b = sub.add_parser("ablation", help="2x2 {layernorm,scalenorm} x {dot,qknorm} report")
+    b.add_argument("--spec", help="JSON {'ref': PATH, 'pair': P, 'cells': {CELL: [records]}}")
+    b.add_argument("--results", nargs="+", help="result JSON file(s)/dir(s), as for aggregate")
+    b.add_argument("--pair", default=None, help="the pair (default: the only one in --results)")
+    b.add_argument(
+        "--cell",
+        action="append",
+        metavar="CELL=SYSTEM",
+        help=f"system name of a cell (default: the cell name); cells: {', '.join(ABLATION_CELLS)}",
+    )
+    b.add_argument("--ref", default=None, help="reference (default: the records' ref_path)")
+    b.add_argument("--out-dir", required=True, help="where ablation.{md,json} go")
+    b.add_argument("--metric", choices=SCORE_FIELDS, default="bleu_tok", help="score compared")
+    b.add_argument("--tgt-lang", default=None, help="detokenizer language (default: from the pair)")
+    _add_test_args(b, bootstrap=False)
+    b.add_argument("--no-significance", action="store_true", help="skip the paired tests")
+    b.set_defaults(fn=_cmd_ablation)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point; returns the exit status (2 on input errors)."""
+    args = build_parser().parse_args(argv)
+    # sacreBLEU logs every resampling step at INFO when the root logger is configured
+    logging.getLogger("sacrebleu").setLevel(logging.WARNING)
+    try:
+        return args.fn(args)
+    except (EvaluationError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,578 @@
+"""Figures of the experiments (matplotlib with the Agg backend).
+
+numpy and matplotlib are imported when a figure is drawn; torch and fairseq never are.
+
+``python -m qknorm_tools.plots <command> --help``:
+
+``curves``
+    train and valid loss vs ``num_updates`` for several runs.
+``g``
+    trajectories of the learned QKNorm scales (log keys ``qknorm_g_<module>``).
+``health``
+    attention health statistics (``attn_entropy_<module>``, ``attn_maxlogit_<module>``).
+``heatmap``
+    attention matrix (tgt_len x src_len) of one sentence.
+``bleu-bars``
+    BLEU bar chart with 95% bootstrap CIs from ``evaluate compare`` / ``evaluate aggregate``
+    JSON.
+
+Training logs are ``fairseq-train`` logs, parsed by :mod:`qknorm_tools.trainlog`. Errors are
+raised as :class:`PlotInputError` (a ``ValueError``) naming the file; the command line prints
+``error: ...`` and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from .trainlog import LogInputError, metric_keys, parse_log, series
+
+__all__ = [
+    "PlotInputError",
+    "build_parser",
+    "load_attention",
+    "main",
+    "plot_bleu_bars",
+    "plot_curves",
+    "plot_g",
+    "plot_health",
+    "plot_heatmap",
+]
+
+
+class PlotInputError(LogInputError):
+    """Unusable input (no records in a log, bad attention matrix, ...)."""
+
+
+def _pyplot():
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _named_logs(named: Mapping[str, str]) -> dict[str, list]:
+    return {name: parse_log(path) for name, path in named.items()}
+
+
+def _save(fig, out) -> str:
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=130, bbox_inches="tight")
+    _pyplot().close(fig)
+    return str(out)
+
+
+# ---------------------------------------------------------------------------
+# figures from logs
+# ---------------------------------------------------------------------------
+
+
+def plot_curves(
+    named_logs: Mapping[str, str], out, key: str = "loss", valid_subset: str = "valid"
+) -> str:
+    """Train (``train_inner``, else end-of-epoch ``train``) and valid ``key`` vs num_updates.
+
+    Args:
+        named_logs: run name -> log path (several runs on one figure).
+        out: PNG to write.
+        key: metric, default ``loss`` (fairseq's label-smoothed loss in base 2); ``nll_loss``
+            is another useful choice.
+        valid_subset: the validation subset shown (falls back to any validation record).
+
+    Returns:
+        The path of the PNG written.
+
+    Raises:
+        PlotInputError: a log without the metric.
+    """
+    plt = _pyplot()
+    logs = _named_logs(named_logs)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for idx, (name, recs) in enumerate(logs.items()):
+        color = f"C{idx % 10}"
+        x, y = series(recs, "train_inner", key)
+        if len(x) == 0:
+            x, y = series(recs, "train", key)
+        vrecs = [r for r in recs if r["kind"] == "valid" and r["subset"] == valid_subset] or [
+            r for r in recs if r["kind"] == "valid"
+        ]
+        vx, vy = series(vrecs, "valid", key)
+        if len(x) == 0 and len(vx) == 0:
+            raise PlotInputError(
+                f"log {str(named_logs[name])!r} ({name}) has no {key!r} with num_updates"
+            )
+        axes[0].plot(x, y, color=color, label=name, lw=1.4)
+        axes[1].plot(vx, vy, color=color, label=name, marker="o", ms=3, lw=1.4)
+    for ax, title in zip(axes, ("train", f"valid ({valid_subset})")):
+        ax.set_xlabel("num_updates")
+        ax.set_ylabel(key)
+        ax.set_title(f"{title} {key}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return _save(fig, out)
+
+
+def _pick_kind(recs, prefix: str, split: str) -> str | None:
+    order = {
+        "auto": ("train_inner", "train", "valid"),
+        "train": ("train_inner", "train"),
+        "valid": ("valid",),
+    }[split]
+    for kind in order:
+        if metric_keys(recs, prefix, kind):
+            return kind
+    return None
+
+
+def _plot_prefixed(
+    named_logs: Mapping[str, str],
+    prefixes: Sequence[tuple[str, str]],
+    out,
+    split: str = "auto",
+    what: str = "",
+) -> str:
+    plt = _pyplot()
+    logs = _named_logs(named_logs)
+    n_rows, n_cols = len(prefixes), len(logs)
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(5.2 * n_cols, 3.6 * n_rows), squeeze=False)
+    any_found = False
+    for j, (name, recs) in enumerate(logs.items()):
+        for i, (prefix, ylabel) in enumerate(prefixes):
+            ax = axes[i][j]
+            kind = _pick_kind(recs, prefix, split)
+            if kind is None:
+                ax.text(
+                    0.5, 0.5, f"no {prefix}* keys", ha="center", va="center", transform=ax.transAxes
+                )
+                ax.set_title(f"{name}")
+                continue
+            keys = metric_keys(recs, prefix, kind)
+            cmap = plt.get_cmap("viridis", max(len(keys), 2))
+            for k_i, k in enumerate(keys):
+                x, y = series(recs, kind, k)
+                if len(x):
+                    any_found = True
+                ax.plot(
+                    x,
+                    y,
+                    color=cmap(k_i),
+                    lw=1.3,
+                    label=k[len(prefix) :],
+                    marker="o" if len(x) < 30 else None,
+                    ms=2.5,
+                )
+            ax.set_title(f"{name} ({kind})")
+            ax.set_xlabel("num_updates")
+            ax.set_ylabel(ylabel)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=6, ncol=2 if len(keys) > 8 else 1)
+    if not any_found:
+        plt.close(fig)
+        raise PlotInputError(
+            f"no {what or ', '.join(p for p, _ in prefixes)} keys with num_updates in "
+            f"logs {list(named_logs.values())}"
+        )
+    fig.tight_layout()
+    return _save(fig, out)
+
+
+def plot_g(named_logs: Mapping[str, str], out, split: str = "auto") -> str:
+    """Learned QKNorm scale ``g`` per attention module vs num_updates.
+
+    Keys ``qknorm_g_<module>`` (e.g. ``qknorm_g_enc0_self``, ``qknorm_g_dec2_cross``), one
+    line per module, one panel per run.
+
+    Args:
+        named_logs: run name -> log path.
+        out: PNG to write.
+        split: ``auto`` (train_inner, else train, else valid), ``train`` or ``valid``.
+
+    Returns:
+        The path of the PNG written.
+
+    Raises:
+        PlotInputError: no such keys in any log.
+    """
+    return _plot_prefixed(named_logs, [("qknorm_g_", "QKNorm scale g")], out, split, "qknorm_g_*")
+
+
+def plot_health(named_logs: Mapping[str, str], out, split: str = "auto") -> str:
+    """Attention health vs num_updates: entropy and max logit per module.
+
+    ``attn_entropy_<module>`` (nats) and ``attn_maxlogit_<module>`` (largest pre-softmax
+    logit); two rows (entropy, max logit), one column per run, one line per module.
+
+    Args:
+        named_logs: run name -> log path.
+        out: PNG to write.
+        split: ``auto`` (train_inner, else train, else valid), ``train`` or ``valid``.
+
+    Returns:
+        The path of the PNG written.
+
+    Raises:
+        PlotInputError: no such keys in any log.
+    """
+    return _plot_prefixed(
+        named_logs,
+        [("attn_entropy_", "attention entropy"), ("attn_maxlogit_", "max attention logit")],
+        out,
+        split,
+        "attn_entropy_* / attn_maxlogit_*",
+    )
+
+
+# ---------------------------------------------------------------------------
+# attention heatmap
+# ---------------------------------------------------------------------------
+
+
+def load_attention(path) -> tuple[object, list[str] | None, list[str] | None]:
+    """Load an attention matrix (tgt_len x src_len) from ``.npy`` or ``.json``.
+
+    JSON: a list of rows, or an object with ``attn`` (or ``attention``) and optional ``src`` /
+    ``tgt`` token lists (or space-separated strings).
+
+    Returns:
+        ``(matrix as a numpy array of shape (tgt_len, src_len), src_tokens or None,
+        tgt_tokens or None)``.
+
+    Raises:
+        PlotInputError: unreadable file or not a 2-D numeric matrix.
+    """
+    import numpy as np
+
+    path = Path(path)
+    src = tgt = None
+    try:
+        if path.suffix == ".npy":
+            mat = np.load(path, allow_pickle=False)
+        else:
+            d = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(d, dict):
+                mat = d.get("attn", d.get("attention"))
+                src, tgt = d.get("src"), d.get("tgt")
+                src = src.split() if isinstance(src, str) else src
+                tgt = tgt.split() if isinstance(tgt, str) else tgt
+            else:
+                mat = d
+            mat = np.asarray(mat, dtype=float)
+    except (OSError, ValueError) as exc:
+        raise PlotInputError(f"cannot read attention matrix {str(path)!r}: {exc}") from None
+    if mat is None or np.ndim(mat) != 2:
+        raise PlotInputError(
+            f"attention in {str(path)!r} must be a 2-D (tgt_len x src_len) matrix, "
+            f"got shape {np.shape(mat)}"
+        )
+    return np.asarray(mat, dtype=float), src, tgt
+
+
+def plot_heatmap(
+    attn, src_tokens: Sequence[str] | None, tgt_tokens: Sequence[str] | None, out, title: str = ""
+) -> str:
+    """Heatmap of one sentence's attention (rows: target tokens, columns: source tokens).
+
+    Args:
+        attn: array of shape (tgt_len, src_len).
+        src_tokens: column labels (default: indices).
+        tgt_tokens: row labels (default: indices).
+        out: PNG to write.
+        title: figure title.
+
+    Returns:
+        The path of the PNG written.
+
+    Raises:
+        PlotInputError: token counts do not match the matrix shape.
+    """
+    import numpy as np
+
+    plt = _pyplot()
+    attn = np.asarray(attn, dtype=float)
+    t_len, s_len = attn.shape
+    if src_tokens is not None and len(src_tokens) != s_len:
+        raise PlotInputError(
+            f"{len(src_tokens)} source tokens but the matrix has {s_len} columns "
+            f"(shape {attn.shape} = tgt_len x src_len)"
+        )
+    if tgt_tokens is not None and len(tgt_tokens) != t_len:
+        raise PlotInputError(
+            f"{len(tgt_tokens)} target tokens but the matrix has {t_len} rows "
+            f"(shape {attn.shape} = tgt_len x src_len)"
+        )
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.45 * s_len + 2), max(3.0, 0.4 * t_len + 1.5)))
+    im = ax.imshow(
+        attn, cmap="Blues", aspect="auto", vmin=0.0, vmax=max(1e-9, float(np.nanmax(attn)))
+    )
+    ax.set_xticks(range(s_len))
+    ax.set_yticks(range(t_len))
+    ax.set_xticklabels(
+        src_tokens if src_tokens is not None else range(s_len), rotation=60, ha="right", fontsize=8
+    )
+    ax.set_yticklabels(tgt_tokens if tgt_tokens is not None else range(t_len), fontsize=8)
+    ax.set_xlabel("source")
+    ax.set_ylabel("target")
+    if title:
+        ax.set_title(title)
+    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    fig.tight_layout()
+    return _save(fig, out)
+
+
+# ---------------------------------------------------------------------------
+# BLEU bars
+# ---------------------------------------------------------------------------
+
+
+def _bars_from_json(d: Mapping[str, object], value: str = "auto"):
+    """-> (groups, systems, heights[g][s], err_lo, err_hi, ylabel, pvals)."""
+    nan = float("nan")
+    if "systems" in d and isinstance(d["systems"], list):  # evaluate compare
+        systems = [s["name"] for s in d["systems"]]
+        h = [[s["score"] for s in d["systems"]]]
+        lo = [
+            [
+                (s["score"] - s["ci_low"]) if s.get("ci_low") is not None else 0.0
+                for s in d["systems"]
+            ]
+        ]
+        hi = [
+            [
+                (s["ci_high"] - s["score"]) if s.get("ci_high") is not None else 0.0
+                for s in d["systems"]
+            ]
+        ]
+        pv = [[s.get("p_ar") for s in d["systems"]]]
+        ylabel = f"{d.get('metric', 'BLEU')} (error bars: 95% bootstrap CI)"
+        return [""], systems, h, lo, hi, ylabel, pv
+    if "pairs" in d:  # evaluate aggregate
+        metric = d.get("metric", "bleu_tok")
+        groups = list(d["pairs"])
+        systems = list(d.get("avg_delta") or [])
+        for p in d["pairs"].values():
+            for s in p["systems"]:
+                if s not in systems:
+                    systems.append(s)
+        has_concat = all(
+            e.get("concat") for p in d["pairs"].values() for e in p["systems"].values()
+        )
+        use_concat = value == "concat" or (value == "auto" and has_concat)
+        if use_concat and not has_concat:
+            raise PlotInputError(
+                "aggregate JSON has no concatenated-output scores (run without --no-significance)"
+            )
+        H, LO, HI, PV = [], [], [], []
+        for p in d["pairs"].values():
+            h, lo, hi, pv = [], [], [], []
+            for s in systems:
+                e = p["systems"].get(s)
+                if e is None:
+                    h.append(nan), lo.append(0.0), hi.append(0.0), pv.append(None)
+                    continue
+                if use_concat:
+                    c = e["concat"]
+                    h.append(c["score"])
+                    lo.append(c["score"] - c["ci_low"] if c.get("ci_low") is not None else 0.0)
+                    hi.append(c["ci_high"] - c["score"] if c.get("ci_high") is not None else 0.0)
+                    pv.append(c.get("p_ar"))
+                else:
+                    m = e[metric]
+                    sd = m.get("sd") or 0.0
+                    h.append(m["mean"]), lo.append(sd), hi.append(sd)
+                    pv.append((e.get("concat") or {}).get("p_ar"))
+            H.append(h), LO.append(lo), HI.append(hi), PV.append(pv)
+        ylabel = (
+            f"{metric} on seed-concatenated outputs (95% bootstrap CI)"
+            if use_concat
+            else f"{metric}, mean ± sd over seeds"
+        )
+        return groups, systems, H, LO, HI, ylabel, PV
+    raise PlotInputError(
+        "JSON is neither 'evaluate compare' (systems) nor 'evaluate aggregate' (pairs) output"
+    )
+
+
+def plot_bleu_bars(results_json, out, value: str = "auto", title: str = "") -> str:
+    """Bar chart of BLEU with error bars from ``evaluate compare`` / ``aggregate`` JSON.
+
+    * compare JSON: one bar per system, height = corpus score, error bar = sacreBLEU bootstrap
+      95% CI (``ci_low``..``ci_high``), AR p-value vs the baseline written above each bar.
+    * aggregate JSON: bars grouped by language pair; with ``value='concat'`` (default when
+      available) the score on seed-concatenated outputs with its bootstrap 95% CI, with
+      ``value='mean'`` the mean ± sd over seeds.
+
+    Args:
+        results_json: the compare or aggregate JSON.
+        out: PNG to write.
+        value: ``auto``, ``concat`` or ``mean`` (aggregate JSON only).
+        title: figure title.
+
+    Returns:
+        The path of the PNG written.
+
+    Raises:
+        PlotInputError: unknown JSON layout or unreadable file.
+    """
+    import numpy as np
+
+    plt = _pyplot()
+    try:
+        d = json.loads(Path(results_json).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise PlotInputError(f"cannot read results JSON {str(results_json)!r}: {exc}") from None
+    groups, systems, H, LO, HI, ylabel, PV = _bars_from_json(d, value)
+    n_s = len(systems)
+    width = 0.8 / max(n_s, 1)
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * n_s * len(groups) + 2), 4.2))
+    x = np.arange(len(groups))
+    for j, s in enumerate(systems):
+        hs = np.array([H[g][j] for g in range(len(groups))], dtype=float)
+        err = np.array(
+            [[LO[g][j] for g in range(len(groups))], [HI[g][j] for g in range(len(groups))]]
+        )
+        pos = x + (j - (n_s - 1) / 2) * width
+        ax.bar(pos, hs, width * 0.92, yerr=err, capsize=3, color=f"C{j % 10}", label=s, alpha=0.85)
+        for g in range(len(groups)):
+            p = PV[g][j]
+            if p is not None and not math.isnan(hs[g]):
+                ax.text(
+                    pos[g],
+                    hs[g] + err[1][g] + 0.1,
+                    f"p={p:.3g}",
+                    ha="center",
+                    va="bottom",
+                    fontsize=7,
+                )
+    ax.set_xticks(x)
+    ax.set_xticklabels(groups if any(groups) else [""])
+    ax.set_ylabel(ylabel, fontsize=9)
+    finite = [h for row in H for h in row if not math.isnan(h)]
+    if finite:
+        lo_y = max(0.0, min(finite) - 5)
+        ax.set_ylim(lo_y, max(finite) + max(max(r) for r in HI) + 2)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    return _save(fig, out)
+
+
+# ---------------------------------------------------------------------------
+# CLI
+# ---------------------------------------------------------------------------
+
+
+def _parse_named(items: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for it in items:
+        if "=" in it and not Path(it).exists():
+            name, path = it.split("=", 1)
+        else:
+            name, path = Path(it).stem, it
+        if not name or not path:
+            raise PlotInputError(f"--log expects NAME=PATH, got {it!r}")
+        if name in out:
+            raise PlotInputError(f"duplicate run name {name!r} in --log")
+        out[name] = path
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m qknorm_tools.plots`` argument parser."""
+    p = argparse.ArgumentParser(
+        prog="python -m qknorm_tools.plots",
+        description="Figures from fairseq logs, attention matrices and BLEU results.",
+    )
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    c = sub.add_parser("curves", help="train/valid loss vs num_updates")
+    c.add_argument(
+        "--log",
+        nargs="+",
+        action="extend",
+        required=True,
+        metavar="NAME=PATH",
+        help="NAME=PATH of a fairseq train log; repeatable",
+    )
+    c.add_argument("--out", required=True)
+    c.add_argument(
+        "--key", default="loss", help="metric to plot (default loss; e.g. nll_loss, ppl)"
+    )
+    c.add_argument("--valid-subset", default="valid")
+
+    for name, hlp in (
+        ("g", "QKNorm scales qknorm_g_<module> vs num_updates"),
+        ("health", "attn_entropy_<module> / attn_maxlogit_<module> vs num_updates"),
+    ):
+        g = sub.add_parser(name, help=hlp)
+        g.add_argument(
+            "--log",
+            nargs="+",
+            action="extend",
+            required=True,
+            metavar="NAME=PATH",
+            help="NAME=PATH of a fairseq train log; repeatable",
+        )
+        g.add_argument("--out", required=True)
+        g.add_argument("--split", choices=("auto", "train", "valid"), default="auto")
+
+    h = sub.add_parser("heatmap", help="attention heatmap of one sentence (tgt_len x src_len)")
+    h.add_argument("--attn", required=True, help=".npy or .json matrix (tgt_len x src_len)")
+    h.add_argument("--src", default=None, help="source tokens, space-separated")
+    h.add_argument("--tgt", default=None, help="target tokens, space-separated")
+    h.add_argument("--out", required=True)
+    h.add_argument("--title", default="")
+
+    b = sub.add_parser(
+        "bleu-bars", help="BLEU bars with 95%% CI from evaluate compare/aggregate JSON"
+    )
+    b.add_argument("--json", required=True)
+    b.add_argument("--out", required=True)
+    b.add_argument(
+        "--value",
+        choices=("auto", "concat", "mean"),
+        default="auto",
+        help="aggregate JSON: concatenated-output score with bootstrap CI, or mean ± sd",
+    )
+    b.add_argument("--title", default="")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point; returns the exit status (2 on input errors)."""
+    a = build_parser().parse_args(argv)
+    try:
+        if a.cmd == "curves":
+            path = plot_curves(_parse_named(a.log), a.out, key=a.key, valid_subset=a.valid_subset)
+        elif a.cmd == "g":
+            path = plot_g(_parse_named(a.log), a.out, split=a.split)
+        elif a.cmd == "health":
+            path = plot_health(_parse_named(a.log), a.out, split=a.split)
+        elif a.cmd == "heatmap":
+            mat, src, tgt = load_attention(a.attn)
+            src = a.src.split() if a.src is not None else src
+            tgt = a.tgt.split() if a.tgt is not None else tgt
+            path = plot_heatmap(mat, src, tgt, a.out, title=a.title)
+        else:
+            path = plot_bleu_bars(a.json, a.out, value=a.value, title=a.title)
+    except (LogInputError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

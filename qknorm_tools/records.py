@@ -1,0 +1,367 @@
+"""Run records: what one finished training + evaluation run contributes to the results.
+
+A run directory (``runs/PAIR/PROFILE/SYSTEM/seedN``, see ``scripts/lib.sh:qk_run_dir``) holds
+what ``scripts/train.sh`` and ``scripts/evaluate.sh`` wrote:
+
+* ``train.json`` - the run's identity and training facts (:func:`write_train_json`);
+* ``train.log`` - fairseq-train's log (QKNorm ``g0`` as the model logged it, the final ``g``);
+* ``{split}.score.json`` and ``{split}.hyp`` - scores and hypotheses.
+
+:func:`read_run` turns one into a :class:`RunRecord` by running every reader in
+:data:`RUN_READERS`; a later feature (provenance, cluster status) adds its reader there and
+its fields to :class:`RunRecord`. A run's identity is (pair, profile, system, seed, variant),
+where ``variant`` holds optional run-defining overrides (e.g. ``{"lr": "1e-3"}`` in an LR
+sweep).
+
+Records are stored in ``runs.json`` as ``{"work_dir": REL, "runs": [...]}`` with every path
+relative to the work directory and ``work_dir`` relative to ``runs.json`` itself, so that a
+results folder stays valid when the tree is moved or committed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import trainlog
+from .textio import InputFileError, ResultsError
+
+__all__ = [
+    "RUN_READERS",
+    "RunRecord",
+    "as_record",
+    "load_records",
+    "read_run",
+    "relative_path",
+    "run_status",
+    "save_records",
+    "write_train_json",
+]
+
+PATH_FIELDS = ("run_dir", "train_log", "hyp_path", "ref_path")
+
+
+@dataclass
+class RunRecord:
+    """One run: identity, training facts, scores and the files they came from.
+
+    Scores are BLEU / chrF points (0-100). ``qk_norm_length`` is the data's ``L`` (97.5th
+    percentile BPE length) passed to the model, ``qk_norm_g0`` the initial QKNorm scale the
+    model logged, ``qk_norm_g_final`` the scale per attention module at ``checkpoint_best.pt``
+    (``{"enc0_self": g, ...}``). Paths are absolute in memory.
+    """
+
+    pair: str
+    system: str
+    seed: int
+    profile: str | None = None
+    #: run-defining overrides beyond (pair, profile, system, seed), e.g. ``{"lr": "1e-3"}``
+    variant: dict[str, str] = field(default_factory=dict)
+    arch: str | None = None
+    updates: int | None = None
+    wall_seconds: int | None = None
+    qk_norm_length: float | None = None
+    paper_qk_norm_length: float | None = None
+    qk_norm_g0: float | None = None
+    qk_norm_g_final: dict[str, float] = field(default_factory=dict)
+    bleu_tok: float | None = None
+    bleu: float | None = None
+    chrf: float | None = None
+    n_lines: int | None = None
+    signatures: dict[str, str] = field(default_factory=dict)
+    run_dir: str | None = None
+    train_log: str | None = None
+    hyp_path: str | None = None
+    ref_path: str | None = None
+    #: fields of a stored record this version does not know (kept when saved again)
+    extra: dict[str, object] = field(default_factory=dict)
+    #: where the record was read from (for messages; not stored)
+    source: str | None = field(default=None, compare=False)
+
+    @property
+    def key(self) -> tuple:
+        """The run's identity: (pair, profile, system, seed, sorted variant items)."""
+        return (
+            self.pair,
+            self.profile,
+            self.system,
+            self.seed,
+            tuple(sorted(self.variant.items())),
+        )
+
+    @property
+    def name(self) -> str:
+        """The system as a table row: ``SYSTEM`` or ``SYSTEM[k=v,...]`` for a variant."""
+        if not self.variant:
+            return self.system
+        return f"{self.system}[{','.join(f'{k}={v}' for k, v in sorted(self.variant.items()))}]"
+
+    @property
+    def qk_norm_g_final_mean(self) -> float | None:
+        """Mean final QKNorm scale over attention modules (``None`` without QKNorm)."""
+        g = self.qk_norm_g_final
+        return sum(g.values()) / len(g) if g else None
+
+    def to_json(self, base_dir: str | None = None) -> dict[str, object]:
+        """The record as a JSON object; paths relative to ``base_dir`` when below it."""
+        out = {}
+        for f in dataclasses.fields(self):
+            if f.name in ("extra", "source"):
+                continue
+            value = getattr(self, f.name)
+            if f.name in PATH_FIELDS and value is not None and base_dir is not None:
+                value = relative_path(value, base_dir)
+            out[f.name] = value
+        out["qk_norm_g_final_mean"] = self.qk_norm_g_final_mean
+        out.update(self.extra)
+        return out
+
+    @classmethod
+    def from_json(
+        cls, data: Mapping[str, object], base_dir: str | None = None, source: str | None = None
+    ) -> RunRecord:
+        """A record from :meth:`to_json` output (or an older record with the same keys).
+
+        Relative paths are resolved against ``base_dir``. Unknown keys go to ``extra``.
+
+        Raises:
+            ResultsError: ``pair``, ``system`` or ``seed`` missing.
+        """
+        missing = [k for k in ("pair", "system", "seed") if k not in data]
+        if missing:
+            raise ResultsError(f"{source or 'record'}: lacks fields {missing}")
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra", "source"}
+        kwargs = {k: v for k, v in data.items() if k in names}
+        extra = {k: v for k, v in data.items() if k not in names and k != "qk_norm_g_final_mean"}
+        for k in PATH_FIELDS:
+            if kwargs.get(k) is not None:
+                kwargs[k] = _resolve(str(kwargs[k]), base_dir)
+        for k in ("variant", "qk_norm_g_final", "signatures"):
+            kwargs[k] = dict(kwargs.get(k) or {})
+        return cls(**kwargs, extra=extra, source=source)
+
+    def score(self, metric: str) -> float | None:
+        """The score ``metric`` (``bleu_tok``, ``bleu`` or ``chrf``)."""
+        return getattr(self, metric)
+
+
+def as_record(r: RunRecord | Mapping[str, object]) -> RunRecord:
+    """A :class:`RunRecord` from a record or a record-like mapping."""
+    return r if isinstance(r, RunRecord) else RunRecord.from_json(r)
+
+
+def relative_path(path: str, base_dir: str) -> str:
+    """``path`` relative to ``base_dir`` when below it, else unchanged."""
+    rel = os.path.relpath(os.path.abspath(path), os.path.abspath(base_dir))
+    return path if rel.startswith("..") else rel
+
+
+def _resolve(path: str, base_dir: str | None) -> str:
+    """An absolute path for ``path``: below ``base_dir`` if it exists there, else as given."""
+    p = Path(path)
+    if p.is_absolute():
+        return str(p)
+    if base_dir is not None and (Path(base_dir) / p).exists():
+        return str((Path(base_dir) / p).resolve())
+    return str(p.resolve()) if p.exists() else str(p)
+
+
+# ---------------------------------------------------------------------------
+# run directory -> record
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputFileError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ResultsError(f"{str(path)!r} is not valid UTF-8 JSON: {exc}") from None
+
+
+def _read_train_json(run: Path, rec: RunRecord, split: str) -> None:
+    data = _read_json(run / "train.json")
+    for k in (
+        "profile",
+        "arch",
+        "updates",
+        "wall_seconds",
+        "qk_norm_length",
+        "paper_qk_norm_length",
+        "qk_norm_g0",
+    ):
+        if data.get(k) is not None:
+            setattr(rec, k, data[k])
+    rec.variant = dict(data.get("variant") or {})
+
+
+def _read_train_log(run: Path, rec: RunRecord, split: str) -> None:
+    log = run / "train.log"
+    if log.is_file():
+        rec.train_log = str(log)
+        rec.qk_norm_g_final = trainlog.final_qk_norm_g(
+            trainlog.parse_log_text(log.read_text(encoding="utf-8", errors="replace"))
+        )
+
+
+def _read_scores(run: Path, rec: RunRecord, split: str) -> None:
+    score = _read_json(run / f"{split}.score.json")
+    for k in ("bleu_tok", "bleu", "chrf", "n_lines"):
+        setattr(rec, k, score.get(k))
+    rec.signatures = dict(score.get("signatures") or {})
+    rec.hyp_path = str(run / f"{split}.hyp")
+
+
+#: Readers that fill a record from a run directory, in order: ``fn(run_dir, record, split)``.
+RUN_READERS: list[Callable[[Path, RunRecord, str], None]] = [
+    _read_train_json,
+    _read_train_log,
+    _read_scores,
+]
+
+
+def run_status(run_dir, split: str = "test") -> list[str]:
+    """The files a finished run lacks (empty list: finished)."""
+    run = Path(run_dir)
+    need = ("train.json", f"{split}.score.json", f"{split}.hyp")
+    return [name for name in need if not (run / name).is_file()]
+
+
+def read_run(run_dir, split: str = "test", ref_path: str | None = None) -> RunRecord:
+    """The record of a finished run directory.
+
+    Args:
+        run_dir: the run directory.
+        split: the evaluated split (``test``: ``test.score.json``, ``test.hyp``).
+        ref_path: the reference the hypotheses were scored against (stored in the record).
+
+    Raises:
+        ResultsError: the run is not finished (the missing files are named) or its
+            ``train.json`` lacks its identity.
+    """
+    run = Path(run_dir).resolve()
+    missing = run_status(run, split)
+    if missing:
+        raise ResultsError(f"{run} is not a finished run: no {', '.join(missing)}")
+    ident = _read_json(run / "train.json")
+    rec = RunRecord.from_json(
+        {k: ident.get(k) for k in ("pair", "system", "seed") if k in ident}, source=str(run)
+    )
+    rec.run_dir = str(run)
+    rec.ref_path = str(Path(ref_path).resolve()) if ref_path else None
+    for reader in RUN_READERS:
+        reader(run, rec, split)
+    return rec
+
+
+def write_train_json(run_dir, identity: Mapping[str, object]) -> RunRecord:
+    """Write ``run_dir/train.json`` for a finished training (what ``scripts/train.sh`` calls).
+
+    Adds to ``identity`` (pair, profile, system, seed, arch, qk_norm_length, ...) the facts
+    read from the run: ``updates`` (largest ``num_updates`` in ``train.log``),
+    ``wall_seconds`` (accumulated over resumes in ``wall_seconds``) and ``qk_norm_g0`` (the
+    model's log line; ``None`` when the model did not log one). Written atomically.
+
+    Returns:
+        The training part of the run's record.
+    """
+    run = Path(run_dir)
+    log = (run / "train.log").read_text(encoding="utf-8", errors="replace")
+    wall = run / "wall_seconds"
+    rec = RunRecord.from_json(dict(identity), source=str(run))
+    rec.updates = trainlog.last_num_updates(log)
+    rec.wall_seconds = int(wall.read_text().strip()) if wall.is_file() else None
+    rec.qk_norm_g0 = trainlog.qk_norm_g0(log)
+    keep = (
+        "pair",
+        "profile",
+        "system",
+        "seed",
+        "variant",
+        "arch",
+        "updates",
+        "wall_seconds",
+        "qk_norm_length",
+        "paper_qk_norm_length",
+        "qk_norm_g0",
+    )
+    data = {k: v for k, v in rec.to_json().items() if k in keep}
+    tmp = run / "train.json.tmp"
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, run / "train.json")
+    return rec
+
+
+# ---------------------------------------------------------------------------
+# runs.json
+
+
+def save_records(records: Iterable[RunRecord], path, work_dir=None) -> None:
+    """Write ``{"work_dir": REL, "runs": [...]}`` atomically.
+
+    Paths below ``work_dir`` are stored relative to it; ``work_dir`` itself relative to the
+    file's directory.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    base = str(work_dir) if work_dir is not None else None
+    doc = {
+        "work_dir": os.path.relpath(os.path.abspath(base), path.parent.resolve()) if base else None,
+        "runs": [r.to_json(base) for r in records],
+    }
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _file_records(f: Path) -> list[RunRecord]:
+    data = _read_json(f)
+    base = None
+    if isinstance(data, dict) and "runs" in data:
+        if data.get("work_dir") is not None:
+            base = str(f.parent / data["work_dir"])
+        data = data["runs"]
+    items = data if isinstance(data, list) else [data]
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise ResultsError(f"results file {str(f)!r}: record {i} is not an object")
+        # paths relative to the work dir, else (older records) to the current dir or the file
+        rec = RunRecord.from_json(item, base or str(f.parent), source=f"{f} record {i}")
+        out.append(rec)
+    return out
+
+
+def load_records(source) -> list[RunRecord]:
+    """Load run records.
+
+    Args:
+        source: a ``runs.json`` (:func:`save_records`), a JSON file holding a record or a list
+            of records, or a directory whose ``*.json`` files (non-recursive, sorted) each hold
+            one of these. Records need ``pair``, ``system`` and ``seed``; scores are
+            ``bleu_tok``, ``bleu``, ``chrf`` (BLEU points) and the paired tests read
+            ``hyp_path``.
+
+    Raises:
+        InputFileError: unreadable file.
+        ResultsError: not JSON, missing fields, or a run identity twice (both sources named).
+    """
+    source = Path(source)
+    files = sorted(source.glob("*.json")) if source.is_dir() else [source]
+    if not files:
+        raise ResultsError(f"no *.json result files in directory {str(source)!r}")
+    records, seen = [], {}
+    for f in files:
+        for rec in _file_records(f):
+            if rec.key in seen:
+                raise ResultsError(
+                    f"duplicate record pair={rec.pair!r} system={rec.name!r} seed={rec.seed!r} "
+                    f"in {str(f)!r} (also in {seen[rec.key]!r})"
+                )
+            seen[rec.key] = str(f)
+            records.append(rec)
+    return records

@@ -1,0 +1,290 @@
+"""Text I/O of the evaluation tools: errors, UTF-8 line files, ``fairseq-generate`` output.
+
+Errors are subclasses of :class:`EvaluationError` (a ``ValueError``) whose messages name the
+offending file and line; the command lines turn them into ``error: ...`` and exit status 2.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+__all__ = [
+    "BPE_MODES",
+    "EmptyFileError",
+    "EncodingError",
+    "EvaluationError",
+    "GenerateOutputError",
+    "InputFileError",
+    "LineCountError",
+    "ResultsError",
+    "check_same_length",
+    "extract_hypotheses",
+    "load_hyp_ref",
+    "parse_generate_output",
+    "read_lines",
+    "remove_bpe",
+    "warn",
+    "write_lines",
+]
+
+
+class EvaluationError(ValueError):
+    """Base class of all input errors of the evaluation tools (a ``ValueError``)."""
+
+
+class InputFileError(EvaluationError):
+    """A file is missing or unreadable."""
+
+
+class LineCountError(EvaluationError):
+    """Hypothesis and reference files have different numbers of lines."""
+
+
+class EmptyFileError(EvaluationError):
+    """A hypothesis (or reference) file has no lines."""
+
+
+class EncodingError(EvaluationError):
+    """A file is not valid UTF-8 (the message names file and line)."""
+
+
+class GenerateOutputError(EvaluationError):
+    """``fairseq-generate`` output has missing, duplicate or too few sentence ids."""
+
+
+class ResultsError(EvaluationError):
+    """Malformed or incomplete run records (aggregate / ablation input)."""
+
+
+def warn(msg: str) -> None:
+    """Print ``warning: msg`` on stderr."""
+    print(f"warning: {msg}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------
+# line files
+
+
+def read_lines(path, what: str = "file") -> list[str]:
+    r"""Read a UTF-8 text file into a list of lines (without line terminators).
+
+    Lines are split on ``\\n`` only (not on Unicode line separators, which
+    ``str.splitlines`` would break on); a final newline does not create an extra empty
+    line, and a trailing ``\\r`` is kept (sacreBLEU strips it).
+
+    Args:
+        path: file to read.
+        what: role of the file for error messages ("hypothesis", ...).
+
+    Returns:
+        The lines.
+
+    Raises:
+        InputFileError: the file cannot be read.
+        EncodingError: a line is not valid UTF-8 (names file and 1-based line number).
+    """
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise InputFileError(
+            f"cannot read {what} file {str(path)!r}: {exc.strerror or exc}"
+        ) from None
+    if not data:
+        return []
+    raw = data.split(b"\n")
+    if raw[-1] == b"":
+        raw.pop()
+    lines = []
+    for i, line in enumerate(raw, start=1):
+        try:
+            lines.append(line.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise EncodingError(
+                f"{what} file {str(path)!r}: invalid UTF-8 on line {i} "
+                f"(byte offset {exc.start} in that line: {line[exc.start : exc.start + 4]!r})"
+            ) from None
+    return lines
+
+
+def write_lines(path, lines: Iterable[str]) -> None:
+    r"""Write one string per line, UTF-8, ``\\n``-terminated; creates parent directories."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        for line in lines:
+            f.write(line + "\n")
+
+
+def check_same_length(hyps: Sequence[str], hyp_path, refs: Sequence[str], ref_path) -> None:
+    """Check that hypotheses and references are non-empty and aligned.
+
+    Args:
+        hyps: hypothesis lines.
+        hyp_path: their file (or a name) for messages.
+        refs: reference lines.
+        ref_path: their file (or a name) for messages.
+
+    Raises:
+        EmptyFileError: either side has 0 lines.
+        LineCountError: different numbers of lines (both files and counts named).
+    """
+    if len(hyps) == 0:
+        raise EmptyFileError(
+            f"hypothesis file {str(hyp_path)!r} is empty (0 lines); "
+            f"the reference {str(ref_path)!r} has {len(refs)} lines"
+        )
+    if len(refs) == 0:
+        raise EmptyFileError(f"reference file {str(ref_path)!r} is empty (0 lines)")
+    if len(hyps) != len(refs):
+        raise LineCountError(
+            f"line count mismatch: hypothesis file {str(hyp_path)!r} has {len(hyps)} lines, "
+            f"reference file {str(ref_path)!r} has {len(refs)} lines"
+        )
+    if all(not h.strip() for h in hyps):
+        warn(f"every line of hypothesis file {str(hyp_path)!r} is empty")
+
+
+def load_hyp_ref(hyp_path, ref_path) -> tuple[list[str], list[str]]:
+    """Read and validate a hypothesis file and its reference.
+
+    Returns:
+        ``(hyps, refs)``, lists of equal, non-zero length.
+
+    Raises:
+        EncodingError: invalid UTF-8 (file and line named).
+        EmptyFileError: a file with 0 lines.
+        LineCountError: different line counts (both files and counts named).
+    """
+    refs = read_lines(ref_path, "reference")
+    hyps = read_lines(hyp_path, "hypothesis")
+    check_same_length(hyps, hyp_path, refs, ref_path)
+    return hyps, refs
+
+
+# ---------------------------------------------------------------------------
+# fairseq-generate output -> plain hypotheses
+
+BPE_MODES = ("subword_nmt", "sentencepiece", "none")
+
+_H_LINE = re.compile(r"^H-(\d+)\t([^\t]*)(?:\t(.*))?$")
+
+
+def remove_bpe(text: str, mode: str) -> str:
+    """Undo subword segmentation the way fairseq's ``--remove-bpe`` does.
+
+    * ``subword_nmt``: ``(text + " ").replace("@@ ", "").rstrip()``, i.e. remove the ``@@ ``
+      continuation markers including a dangling final ``@@`` (fairseq
+      ``post_process(..., "@@ ")``).
+    * ``sentencepiece``: remove spaces, turn U+2581 into a space, strip (fairseq
+      ``post_process(..., "sentencepiece")``).
+    * ``none``: return ``text`` unchanged.
+
+    Raises:
+        EvaluationError: unknown ``mode``.
+    """
+    if mode == "subword_nmt":
+        return (text + " ").replace("@@ ", "").rstrip()
+    if mode == "sentencepiece":
+        return text.replace(" ", "").replace("\u2581", " ").strip()
+    if mode == "none":
+        return text
+    raise EvaluationError(f"unknown BPE mode {mode!r}; expected one of {BPE_MODES}")
+
+
+def parse_generate_output(
+    lines: Iterable[str], source: str = "<generate output>"
+) -> dict[int, str]:
+    r"""Collect the ``H-<id>\\t<score>\\t<text>`` lines of ``fairseq-generate``.
+
+    Only lines matching exactly ``H-<int>\\t`` are used; other lines (``S-``, ``T-``, ``D-``,
+    ``P-``, logging, warnings starting with "H") are ignored. A missing text field counts as
+    an empty hypothesis.
+
+    Returns:
+        Sentence id -> hypothesis text (as printed, e.g. BPE'd).
+
+    Raises:
+        GenerateOutputError: an id occurs twice (e.g. ``--nbest`` > 1) or no ``H-`` line is
+            found; the message names ``source`` and the line.
+    """
+    hyps: dict[int, str] = {}
+    first_line: dict[int, int] = {}
+    for lineno, line in enumerate(lines, start=1):
+        if not line.startswith("H-"):
+            continue
+        m = _H_LINE.match(line.rstrip("\r\n"))
+        if m is None:
+            continue
+        sid = int(m.group(1))
+        if sid in hyps:
+            raise GenerateOutputError(
+                f"{source}: duplicate hypothesis for sentence id {sid} on line {lineno} "
+                f"(first seen on line {first_line[sid]}); "
+                f"was fairseq-generate run with --nbest > 1?"
+            )
+        hyps[sid] = m.group(3) or ""
+        first_line[sid] = lineno
+    if not hyps:
+        raise GenerateOutputError(f"{source}: no 'H-<id>\\t<score>\\t<text>' lines found")
+    return hyps
+
+
+def _ordered_hypotheses(hyps: Mapping[int, str], source: str, n_expected: int | None) -> list[str]:
+    """The hypotheses sorted by sentence id; ids must be exactly ``0..N-1``."""
+    ids = sorted(hyps)
+    n = len(ids)
+    if n_expected is not None and n != n_expected:
+        missing = [i for i in range(n_expected) if i not in hyps][:10]
+        extra = [i for i in ids if i >= n_expected][:10]
+        detail = []
+        if missing:
+            detail.append(f"missing ids (first 10): {missing}")
+        if extra:
+            detail.append(f"ids >= {n_expected}: {extra}")
+        raise GenerateOutputError(
+            f"{source}: found {n} hypotheses, expected {n_expected}"
+            + ("; " + "; ".join(detail) if detail else "")
+        )
+    if ids != list(range(n)):
+        missing = sorted(set(range(ids[-1] + 1)) - set(ids))[:10]
+        raise GenerateOutputError(
+            f"{source}: sentence ids are not contiguous 0..{n - 1} "
+            f"(max id {ids[-1]}, missing ids (first 10): {missing})"
+        )
+    return [hyps[i] for i in range(n)]
+
+
+def extract_hypotheses(
+    generate_output,
+    output=None,
+    remove_bpe_mode: str = "subword_nmt",
+    n_expected: int | None = None,
+) -> list[str]:
+    """Hypotheses in source order, BPE removed, from ``fairseq-generate`` output.
+
+    Args:
+        generate_output: path of the captured ``fairseq-generate`` stdout (run without
+            ``--remove-bpe``).
+        output: if given, write one hypothesis per line (UTF-8) there.
+        remove_bpe_mode: ``subword_nmt`` | ``sentencepiece`` | ``none`` (see
+            :func:`remove_bpe`).
+        n_expected: number of source sentences; if given, the number of hypotheses must
+            match it exactly.
+
+    Returns:
+        The hypotheses, sorted by sentence id 0..N-1.
+
+    Raises:
+        GenerateOutputError: missing, duplicated or unexpected ids.
+        EncodingError: invalid UTF-8 (file and line named).
+    """
+    source = str(generate_output)
+    lines = read_lines(generate_output, "fairseq-generate output")
+    ordered = _ordered_hypotheses(parse_generate_output(lines, source), source, n_expected)
+    out = [remove_bpe(h, remove_bpe_mode) for h in ordered]
+    if output is not None:
+        write_lines(output, out)
+    return out

@@ -1,0 +1,248 @@
+"""Statistics from ``fairseq-train`` logs (``--log-format simple`` or ``json``).
+
+Lines look like::
+
+    21:00:00 | INFO | train_inner | epoch 001:     10 / 50 loss=12.1, ..., num_updates=10
+    21:01:00 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 11.5 | ... | num_updates 50
+    21:01:00 | INFO | train | epoch 001 | loss 12 | ... | num_updates 50
+
+or, with ``--log-format json``, ``| INFO | train_inner | {"epoch": 1, "loss": "12.1", ...}``
+(end-of-epoch records carry keys prefixed with the tag, e.g. ``valid_loss``, stripped here).
+
+The plugin logs per attention module ``qknorm_g_<module>`` (the QKNorm scale g),
+``attn_entropy_<module>`` and ``attn_maxlogit_<module>``, and, once per model build, its
+initial scale as ``QKNorm g0 = <value> (...)`` (read by :func:`qk_norm_g0`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+__all__ = [
+    "LogInputError",
+    "best_valid_record",
+    "final_qk_norm_g",
+    "last_num_updates",
+    "metric_keys",
+    "parse_log",
+    "parse_log_line",
+    "parse_log_text",
+    "qk_norm_g0",
+    "series",
+]
+
+
+class LogInputError(ValueError):
+    """An unreadable log or one without training statistics (the message names the file)."""
+
+
+_LOG_RE = re.compile(
+    r"\|\s*(?:INFO|WARNING|DEBUG)\s*\|\s*(?P<tag>[\w.\-]+)\s*\|\s*(?P<msg>.*?)\s*$"
+)
+_INNER_RE = re.compile(r"^epoch\s+(?P<epoch>\d+):\s+(?P<i>\d+)\s*/\s*(?P<n>\d+)\s*(?P<kv>.*)$")
+_EPOCH_RE = re.compile(r"^epoch\s+(?P<epoch>\d+)$")
+#: the model's one line per build (``QKNorm g0 = 13.028489 (qk_norm_length L = 92)``); the
+#: optional colon also reads the earlier wording ``QKNorm: g0 = 13.0285 (L = 92)``
+_G0_RE = re.compile(r"QKNorm:? g0 = (?P<g0>[-+0-9.eE]+)")
+_UPDATES_RE = re.compile(r"num_updates[ =](\d+)")
+G_PREFIX = "qknorm_g_"
+
+
+def _to_float(v) -> float | None:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _kind(tag: str, msg: str) -> str | None:
+    if tag in ("train_inner", "train"):
+        return tag
+    if (
+        tag.startswith("valid")
+        or re.search(r"\bon '[^']+' subset", msg)
+        or (msg.startswith("{") and f'"{tag}_loss"' in msg)
+    ):
+        return "valid"
+    return None
+
+
+def _json_metrics(tag: str, msg: str) -> tuple[int | None, dict[str, float]] | None:
+    try:
+        d = json.loads(msg)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(d, dict):
+        return None
+    epoch, metrics, prefix = None, {}, tag + "_"
+    for k, v in d.items():
+        key = k[len(prefix) :] if k.startswith(prefix) else k
+        if key == "epoch":
+            epoch = int(v)
+            continue
+        f = _to_float(v)
+        if f is not None:
+            metrics[key] = f
+    return epoch, metrics
+
+
+def _inner_metrics(msg: str) -> tuple[int | None, dict[str, float]] | None:
+    mi = _INNER_RE.match(msg)
+    if not mi:
+        return None
+    metrics = {}
+    for part in mi.group("kv").split(","):
+        if "=" in part:
+            k, v = part.split("=", 1)
+            f = _to_float(v.strip())
+            if f is not None:
+                metrics[k.strip()] = f
+    return int(mi.group("epoch")), metrics
+
+
+def _summary_metrics(msg: str) -> tuple[int | None, dict[str, float]]:
+    epoch, metrics = None, {}
+    for part in msg.split(" | "):
+        part = part.strip()
+        me = _EPOCH_RE.match(part)
+        if me:
+            epoch = int(me.group("epoch"))
+            continue
+        if "subset" in part:
+            continue
+        bits = part.split()
+        if len(bits) == 2:
+            f = _to_float(bits[1])
+            if f is not None:
+                metrics[bits[0]] = f
+    return epoch, metrics
+
+
+def parse_log_line(line: str) -> dict[str, object] | None:
+    """Parse one fairseq-train log line.
+
+    Returns:
+        ``{"kind": "train_inner"|"train"|"valid", "subset": str, "epoch": int|None,
+        "metrics": {key: float}}`` or ``None`` for lines that are not training/validation
+        statistics. ``metrics`` always uses un-prefixed keys (``loss``, ``nll_loss``,
+        ``num_updates``, ...); non-numeric values are dropped.
+    """
+    m = _LOG_RE.search(line)
+    if not m:
+        return None
+    tag, msg = m.group("tag"), m.group("msg")
+    kind = _kind(tag, msg)
+    if kind is None:
+        return None
+    if msg.startswith("{"):
+        parsed = _json_metrics(tag, msg)
+    elif kind == "train_inner":
+        parsed = _inner_metrics(msg)
+    else:
+        parsed = _summary_metrics(msg)
+    if parsed is None or not parsed[1]:
+        return None
+    return {"kind": kind, "subset": tag, "epoch": parsed[0], "metrics": parsed[1]}
+
+
+def parse_log_text(text: str) -> list[dict[str, object]]:
+    """Every statistics record (see :func:`parse_log_line`) of a log's text, in order."""
+    return [r for r in (parse_log_line(line) for line in text.splitlines()) if r is not None]
+
+
+def parse_log(path) -> list[dict[str, object]]:
+    """Parse every statistics line of a fairseq-train log (simple or json format).
+
+    Raises:
+        LogInputError: unreadable file or no statistics lines (file named).
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise LogInputError(f"cannot read log {str(path)!r}: {exc.strerror or exc}") from None
+    recs = parse_log_text(text)
+    if not recs:
+        raise LogInputError(f"no fairseq train/valid statistics found in log {str(path)!r}")
+    return recs
+
+
+def series(records: Sequence[Mapping[str, object]], kind: str, key: str) -> tuple[list, list]:
+    """``(num_updates, values)`` of ``key`` in records of ``kind``, sorted by update.
+
+    Records without ``num_updates`` or without ``key`` are skipped; for repeated
+    ``num_updates`` (e.g. a resumed run) the last value wins.
+    """
+    pts: dict[float, float] = {}
+    for r in records:
+        mt = r["metrics"]
+        if r["kind"] == kind and key in mt and "num_updates" in mt:
+            pts[mt["num_updates"]] = mt[key]
+    xs = sorted(pts)
+    return xs, [pts[x] for x in xs]
+
+
+def metric_keys(
+    records: Sequence[Mapping[str, object]], prefix: str, kind: str | None = None
+) -> list[str]:
+    """All metric keys starting with ``prefix``, encoder modules first, in natural order."""
+    keys = set()
+    for r in records:
+        if kind is None or r["kind"] == kind:
+            keys.update(k for k in r["metrics"] if k.startswith(prefix))
+
+    def natural(k):
+        return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", k)]
+
+    return sorted(keys, key=lambda k: (0 if "_enc" in "_" + k[len(prefix) :] else 1, natural(k)))
+
+
+def qk_norm_g0(text: str) -> float | None:
+    """The QKNorm initial scale ``g0`` the model logged (last model build), else ``None``."""
+    found = _G0_RE.findall(text)
+    return float(found[-1]) if found else None
+
+
+def last_num_updates(text: str) -> int:
+    """The largest ``num_updates`` in a log's text (0 if none)."""
+    return max((int(m) for m in _UPDATES_RE.findall(text)), default=0)
+
+
+def best_valid_record(records: Sequence[Mapping[str, object]]) -> Mapping[str, object] | None:
+    """The validation record of ``checkpoint_best.pt``.
+
+    fairseq logs ``best_<metric>`` in every validation record and saves checkpoint_best
+    whenever ``<metric>`` equals it (ties go to the later record: ``is_better`` is ``<=`` /
+    ``>=``), so the best record is the last one whose metric equals its ``best_`` value.
+    Without any ``best_*`` key, the last validation record.
+    """
+    valid = [r for r in records if r["kind"] == "valid"]
+    best = None
+    for r in valid:
+        mt = r["metrics"]
+        for key, value in mt.items():
+            if key.startswith("best_") and mt.get(key[len("best_") :]) == value:
+                best = r
+    if (
+        best is None
+        and valid
+        and not any(k.startswith("best_") for r in valid for k in r["metrics"])
+    ):
+        best = valid[-1]
+    return best
+
+
+def final_qk_norm_g(records: Sequence[Mapping[str, object]]) -> dict[str, float]:
+    """``{module: g}`` of the QKNorm scales at ``checkpoint_best.pt`` (empty without QKNorm).
+
+    Read from the best validation record (:func:`best_valid_record`), where the model logs
+    ``qknorm_g_<module>`` on every validation; modules are named ``enc{i}_self``,
+    ``dec{i}_self``, ``dec{i}_cross``.
+    """
+    best = best_valid_record(records)
+    if best is None:
+        return {}
+    mt = best["metrics"]
+    return {k[len(G_PREFIX) :]: mt[k] for k in metric_keys([best], G_PREFIX)}

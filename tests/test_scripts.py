@@ -1,0 +1,253 @@
+"""The scripts' shared machinery (scripts/lib.sh): option parsing and usage, the job pool, the
+per-run lock, and what an interrupt (Ctrl-C / TERM) leaves behind: nothing running, wall time
+kept. Trainings are a fake fairseq-train (tests/conftest.py) that runs until stopped."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import REPO, SCRIPTS, alive, make_env, make_tiny_ted, out, run_script
+
+SCRIPT_NAMES = (
+    "prepare_data.sh",
+    "bpe.sh",
+    "binarize.sh",
+    "train.sh",
+    "evaluate.sh",
+    "demo.sh",
+    "reproduce.sh",
+    "ablation.sh",
+)
+
+
+def bash(code: str, env=None, **kw) -> subprocess.CompletedProcess:
+    """Run bash CODE after sourcing scripts/lib.sh."""
+    return subprocess.run(
+        ["bash", "-c", f'source "{SCRIPTS}/lib.sh"; {code}', "test"],
+        env=env or make_env(REPO / "nonexistent"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        **kw,
+    )
+
+
+def wait_for(predicate, timeout=60.0):
+    t0 = time.time()
+    while not predicate():
+        if time.time() - t0 > timeout:
+            raise AssertionError("timed out waiting")
+        time.sleep(0.1)
+
+
+def pids(pid_file):
+    return [int(x) for x in pid_file.read_text().split()] if pid_file.exists() else []
+
+
+def start(args, env):
+    """A script in its own session (its own process group, as a terminal's foreground job)."""
+    return subprocess.Popen(
+        ["bash", *map(str, args)],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def session_procs(sid: int) -> list:
+    """Live processes of a session (everything a script started in its own session)."""
+    found = subprocess.run(["pgrep", "-s", str(sid)], capture_output=True, text=True).stdout.split()
+    return [int(pid) for pid in found if alive(int(pid))]
+
+
+def ctrl_c(proc):
+    """What Ctrl-C in a terminal does: SIGINT to the foreground process group."""
+    os.killpg(proc.pid, signal.SIGINT)
+    return proc.communicate(timeout=60)[0]
+
+
+# ------------------------------------------------------------------------------ usage, options
+@pytest.mark.parametrize("name", SCRIPT_NAMES)
+def test_usage_lists_every_option(name):
+    """-h exits 0 and its usage names every option the script's parser accepts."""
+    src = (SCRIPTS / name).read_text()
+    call = src[src.index("qk_parse_args") :]
+    call = call[: call.index('-- "$@"')]
+    options = set(re.findall(r'"(--[a-z-]+)[| ]', call)) | set(re.findall(r"\|(--[a-z-]+) ", call))
+    assert options, name
+    p = run_script(name, "-h", env=make_env(REPO / "nonexistent"))
+    assert p.returncode == 0 and p.stdout.startswith(f"usage: scripts/{name}"), out(p)
+    missing = [o for o in options if o not in p.stdout and o != "--dropout"]  # bpe.sh's alias
+    assert not missing, (name, missing)
+
+
+def test_parse_args():
+    spec = '"@A_ARG B_ARG?" "--x X" "--y|--yy Y" "--on ON=1"'
+    p = bash(
+        f"B_ARG=dflt X= Y= ON=0; qk_parse_args {spec} -- a --x=1 --yy 2 --on -- rest r2; "
+        f'echo "$A_ARG $B_ARG $X $Y $ON ${{QK_REST[*]}}"'
+    )
+    assert p.returncode == 0 and p.stdout == "a dflt 1 2 1 rest r2\n", out(p)
+    for args, msg in (
+        (["--x"], "--x needs a value"),
+        (["a", "--x", "--on"], "--x needs a value"),
+        ([], "missing A"),
+        (["a", "b", "c"], "unexpected argument 'c'"),
+        (["a", "--on=1"], "--on takes no value"),
+        (["a", "--z"], "unknown option '--z'"),
+    ):
+        p = bash(f"X= Y= ON=0; qk_parse_args {spec} -- {' '.join(args)}")
+        assert p.returncode == 2 and f"error: {msg}" in p.stderr, (args, out(p))
+
+
+def test_other_budget_gets_its_own_runs(tmp_path):
+    """QKNORM_MAX_UPDATE / --max-update other than the profile's: runs/PAIR/PROFILE-max-update-N."""
+    for env_budget, args, label in (
+        (None, [], "cpu-proxy"),
+        ("40", [], "cpu-proxy-max-update-40"),
+        ("40", ["--max-update", "60"], "cpu-proxy-max-update-60"),
+        (None, ["--max-update", "1200"], "cpu-proxy"),
+    ):
+        env = make_env(tmp_path, QKNORM_MAX_UPDATE=env_budget)
+        p = run_script("train.sh", "gl-en", "twt", *args, "--dry-run", env=env)
+        assert p.returncode == 0, out(p)
+        assert f"/runs/gl-en/{label}/twt/seed1/checkpoints " in p.stdout, (label, p.stdout)
+
+
+# ------------------------------------------------------------------------------ the pool
+POOL = """
+job() {  # job NAME SECONDS RC: prints two lines, records its pid
+    echo "$$" >>"$PIDS"; echo "$1 started"; sleep "$2" & wait $!; echo "$1 done"; return "$3"
+}
+qk_pool_init 2
+qk_pool_submit a "" job a 0.2 0
+qk_pool_submit b "$LOGB" job b 0.5 3
+qk_pool_submit c "" job c "$SLOW" 0
+qk_pool_wait
+echo "failed: ${QK_POOL_FAILED[*]}"
+"""
+
+
+def test_pool_prefixes_output_and_reports_failures(tmp_path):
+    env = make_env(tmp_path, PIDS=tmp_path / "pids", LOGB=tmp_path / "b.log", SLOW="0.1")
+    p = bash(POOL, env=env)
+    assert p.returncode == 0, out(p)
+    lines = p.stdout.splitlines()
+    assert {"[a] a started", "[a] a done", "[b] b started", "[b] b done", "[c] c done"} <= set(
+        lines
+    )
+    assert lines[-1] == "failed: b" and "b failed (exit 3)" in p.stderr
+    assert (tmp_path / "b.log").read_text() == "b started\nb done\n"  # the job's own output
+    assert len(pids(tmp_path / "pids")) == 3
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupted_pool_stops_every_job(tmp_path, sig):
+    env = make_env(tmp_path, PIDS=tmp_path / "pids", LOGB="", SLOW="300")
+    code = POOL.replace("0.2 0", "300 0").replace("0.5 3", "300 3")
+    proc = subprocess.Popen(
+        ["bash", "-c", f'source "{SCRIPTS}/lib.sh"; {code}', "test"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    wait_for(lambda: len(pids(tmp_path / "pids")) == 2)  # a and b run, c waits for a slot
+    if sig == signal.SIGINT:
+        ctrl_c(proc)
+    else:  # TERM to the script alone (kill PID), not to its group
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    assert proc.returncode == {signal.SIGINT: 130, signal.SIGTERM: 143}[sig]
+    assert len(pids(tmp_path / "pids")) == 2  # c never started
+    assert not [pid for pid in pids(tmp_path / "pids") if alive(pid)]
+    assert session_procs(proc.pid) == []  # nothing the script started is left (sleeps included)
+
+
+# ------------------------------------------------------------------------------ train.sh
+@pytest.fixture
+def binarized(tmp_path):
+    """A work dir whose data/bin/gl-en counts as binarized (the fake trainer reads nothing)."""
+    work = tmp_path / "work"
+    (work / "data/bin/gl-en").mkdir(parents=True)
+    (work / "data/bin/gl-en/.done").write_text("")
+    return work
+
+
+def test_a_run_is_never_trained_twice_at_once(binarized, fake_fairseq_train):
+    fake_bin, pid_file = fake_fairseq_train
+    env = make_env(binarized, FAKE_TRAIN_PIDS=pid_file, PATH=f"{fake_bin}:{os.environ['PATH']}")
+    first = start([SCRIPTS / "train.sh", "gl-en", "twt", "--max-update", "5"], env)
+    wait_for(lambda: pids(pid_file))
+    run = binarized / "runs/gl-en/cpu-proxy-max-update-5/twt/seed1"
+    for script in ("train.sh", "evaluate.sh"):
+        p = run_script(script, "gl-en", "twt", "--max-update", 5, env=env)
+        assert p.returncode == 1, out(p)
+        assert (
+            f"error: {run} is in use by another process (pid {first.pid}, "
+            f"scripts/train.sh gl-en twt --max-update 5, started " in p.stderr
+        ), p.stderr
+        assert "never trained or evaluated by two processes at once" in p.stderr
+    assert len(pids(pid_file)) == 1  # the second never started a training
+    ctrl_c(first)
+    assert not alive(pids(pid_file)[0])
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_training_and_keeps_wall_time(binarized, fake_fairseq_train):
+    fake_bin, pid_file = fake_fairseq_train
+    env = make_env(binarized, FAKE_TRAIN_PIDS=pid_file, PATH=f"{fake_bin}:{os.environ['PATH']}")
+    run = binarized / "runs/gl-en/cpu-proxy-max-update-5/twt/seed1"
+    proc = start([SCRIPTS / "train.sh", "gl-en", "twt", "--max-update", "5"], env)
+    wait_for(lambda: pids(pid_file))
+    time.sleep(2.2)
+    output = ctrl_c(proc)
+    assert proc.returncode == 130, output
+    assert not alive(pids(pid_file)[0]), "fairseq-train left running"
+    assert session_procs(proc.pid) == []
+    first = int((run / "wall_seconds").read_text())
+    assert first >= 2 and not (run / "train.json").exists()
+    # rerun: resumes (checkpoint_last.pt), finishes, and wall_seconds counts both parts
+    p = run_script(
+        "train.sh", "gl-en", "twt", "--max-update", 5, env={**env, "FAKE_TRAIN_SECONDS": "1"}
+    )
+    assert p.returncode == 0, out(p)
+    assert "resuming from" in p.stderr
+    train = json.loads((run / "train.json").read_text())
+    assert train["wall_seconds"] == int((run / "wall_seconds").read_text()) >= first + 1
+    assert train["updates"] == 2 and train["qk_norm_g0"] == 12.5  # from train.log, both parts
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_demo_stops_both_trainings(tmp_path, fake_fairseq_train):
+    """The issue's case: Ctrl-C on demo.sh left both trainings running as orphans."""
+    fake_bin, pid_file = fake_fairseq_train
+    data = tmp_path / "data_in"
+    make_tiny_ted(data, sizes=(200, 20, 20))
+    env = make_env(
+        tmp_path / "work", FAKE_TRAIN_PIDS=pid_file, PATH=f"{fake_bin}:{os.environ['PATH']}"
+    )
+    proc = start([SCRIPTS / "demo.sh", "gl-en", "--data-dir", data, "--max-update", "5"], env)
+    wait_for(lambda: len(pids(pid_file)) == 2, timeout=300)  # data prepared, both trainings on
+    time.sleep(0.5)
+    output = ctrl_c(proc)
+    assert proc.returncode == 130, output
+    assert [pid for pid in pids(pid_file) if alive(pid)] == []
+    assert session_procs(proc.pid) == []
+    # the two trainings' lines, each prefixed with its system
+    assert re.search(r"^\[twt\] .*train_inner.*num_updates=1", output, flags=re.M), output
+    assert re.search(r"^\[qknorm_paper\] .*train_inner.*num_updates=1", output, flags=re.M), output
+    # a rerun is not blocked by stale locks (flock dies with its holder)
+    p = run_script(
+        "train.sh", "gl-en", "twt", "--max-update", 5, env={**env, "FAKE_TRAIN_SECONDS": "0"}
+    )
+    assert p.returncode == 0, out(p)

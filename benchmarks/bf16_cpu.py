@@ -13,6 +13,10 @@ drift hits both alike:
   Adam), fp32 vs ``--bf16-autocast``. ``--reps`` timed repetitions after one warm-up round;
   the median step time of each, and the speed-up as the ratio of the medians with the
   min-max of the per-repetition ratios (fp32 and bf16 of one repetition run back to back).
+  A third entry, ``bf16_explicit_attention``, runs bf16 with the attention modules' explicit
+  matmul/softmax path (``use_fused = False``) instead of torch's fused
+  ``scaled_dot_product_attention``, whose CPU kernel is slower in bf16 than in fp32 at these
+  short lengths (torch 2.13): what a model-side dispatch by dtype would gain.
 * ``e2e``: ``fairseq-train`` words/s (fairseq's ``wps``, target tokens/s; median of the
   logged intervals after the first) on real gl-en with the cpu-proxy training settings
   (``benchmarks.run.train_cmd``: 4,096-token batches, validation off), fp32 and
@@ -24,6 +28,25 @@ The CPU model, its bf16 features, the native-bf16 verdict of the task's detector
 average at start and end are printed and stored. Without native bf16 the bf16 entries are
 skipped (they would run about 20x slower) unless ``--allow-emulated``. Writes
 ``benchmarks/results/bf16-cpu-DATE.{json,md}`` (``--out``) and prints the Markdown.
+
+Quality at equal updates (not run here: two ~13-minute trainings on 2 idle cores; data from
+``scripts/prepare_data.sh gl-en && scripts/bpe.sh gl-en && scripts/binarize.sh gl-en``)::
+
+    W=/tmp/qknorm-bf16 && mkdir -p "$W" && ln -sfn "$PWD/data" "$W/data"  # own runs/, same data
+    scripts/train.sh gl-en twt --profile cpu-proxy-fast --seed 1
+    scripts/evaluate.sh gl-en twt --profile cpu-proxy-fast --seed 1
+    QKNORM_WORK_DIR="$W" scripts/train.sh gl-en twt --profile cpu-proxy-fast --seed 1 \\
+        -- --task translation_word_dropout --bf16-autocast
+    QKNORM_WORK_DIR="$W" scripts/evaluate.sh gl-en twt --profile cpu-proxy-fast --seed 1
+
+then compare ``test.score.json`` (BLEU) and the dev loss at update 1,000 (``train.log``) of
+``runs/gl-en/cpu-proxy-fast/twt/seed1`` and ``$W/runs/...`` with the seed-to-seed spread
+(the same pair with ``--seed 2``; the README's ablation: TWT 6.46 / 6.29 BLEU, dev losses
+within 0.04), and ``wall_seconds`` of the two ``train.json`` for the end-to-end speed at the
+real profile. The bf16 run logs its dev loss under autocast; its fp32 dev loss:
+``fairseq-validate data/bin/gl-en --user-dir fairseq_qknorm --task translation --cpu
+--path $W/runs/gl-en/cpu-proxy-fast/twt/seed1/checkpoints/checkpoint_last.pt
+--max-tokens 4096 --required-batch-size-multiple 1 --model-overrides "{'bf16_autocast': False}"``.
 """
 
 import argparse
@@ -47,6 +70,9 @@ from . import run as bench
 
 SECTIONS = ("model", "e2e")
 MODES = ("fp32", "bf16")
+#: model-only extra entry: bf16 autocast with the attention modules' explicit matmul/softmax
+#: path instead of torch's fused scaled_dot_product_attention
+EXPLICIT = "bf16_explicit_attention"
 
 
 def mode_flags(a) -> Dict[str, List[str]]:
@@ -78,6 +104,8 @@ def parse_args(argv=None):
     p.add_argument("--e2e-rounds", type=int, default=2, help="fp32/bf16 alternations")
     p.add_argument("--e2e-log-interval", type=int, default=10)
     p.add_argument("--e2e-max-tokens", type=int, default=4096)
+    p.add_argument("--no-explicit-attention", dest="explicit_attention", action="store_false",
+                   help=f"leave out the model-only entry {EXPLICIT}")
     p.add_argument("--allow-emulated", action="store_true",
                    help="time bf16 even without native bf16 (about 20x slower than fp32)")
     p.add_argument("--work-dir", type=Path, help="scratch dir (default: a temp dir, removed)")
@@ -140,29 +168,46 @@ def make_step(task, args, model, batch):
     return step
 
 
+def use_explicit_attention(model) -> int:
+    """Switch every QKNorm/TWT attention module of ``model`` to its explicit matmul/softmax
+    path (``QKNormMultiheadAttention.use_fused = False``); returns how many."""
+    from fairseq_qknorm.modules import QKNormMultiheadAttention
+
+    mods = [m for m in model.modules() if isinstance(m, QKNormMultiheadAttention)]
+    for m in mods:
+        m.use_fused = False
+    return len(mods)
+
+
 def section_model(a, work: Path, bf16_ok: bool, out: Dict) -> None:
     dict_dir = c.write_dict_dir(work / "dict", a.vocab)
     tasks = {mode: plugin_task(dict_dir, mode_flags(a)[mode]) for mode in MODES
              if mode == "fp32" or bf16_ok}
     batch = c.synthetic_batch(tasks["fp32"][0].source_dictionary, a.batch, a.len, a.len)
     batch.update(ntokens=batch["target"].numel(), nsentences=a.batch)  # the criterion's
-    entries, losses = {}, {}
+    entries = {}
     for system in a.systems:
         for mode, (task, args) in tasks.items():
             model, _ = c.build_model(task, system, a.size)
             entries[f"{system}:{mode}"] = make_step(task, args, model, batch)
+            if mode == "bf16" and a.explicit_attention:
+                model, _ = c.build_model(task, system, a.size)
+                if use_explicit_attention(model):
+                    entries[f"{system}:{EXPLICIT}"] = make_step(task, args, model, batch)
     times = c.interleaved(entries, a.reps, warmup=1)
     res = {}
     for system in a.systems:
-        r = {mode: times[f"{system}:{mode}"] for mode in tasks}
-        if "bf16" in r:
-            r["bf16_speedup"] = speedup(r["fp32"]["samples_s"], r["bf16"]["samples_s"])
+        r = {mode: times[f"{system}:{mode}"] for mode in (*MODES, EXPLICIT)
+             if f"{system}:{mode}" in times}
+        r["speedup"] = {mode: speedup(r["fp32"]["samples_s"], r[mode]["samples_s"])
+                        for mode in r if mode != "fp32"}
         res[system] = r
     s = c.SIZES[a.size]
     out.update({"size": a.size, "model": s, "batch_sentences": a.batch, "tokens_per_side":
                 a.batch * a.len, "reps": a.reps, "systems": res,
                 "what": "task.train_step (fairseq label-smoothed CE, fairseq Adam) + "
-                        "optimizer.step; one synthetic batch without padding"})
+                        "optimizer.step; one synthetic batch without padding; "
+                        f"{EXPLICIT}: bf16 with the attention's explicit path (use_fused=False)"})
 
 
 # ------------------------------------------------------------------------ end to end
@@ -215,8 +260,8 @@ def section_e2e(a, work: Path, bf16_ok: bool, out: Dict) -> None:
             r[mode] = {"runs": rs, "wps": wps, "wps_median": c.median(wps) if wps else None}
         if "bf16" in r and r["fp32"]["wps"] and r["bf16"]["wps"]:
             # time per word = 1 / wps; round i of both modes ran back to back
-            r["bf16_speedup"] = speedup([1 / w for w in r["fp32"]["wps"]],
-                                        [1 / w for w in r["bf16"]["wps"]])
+            r["speedup"] = {"bf16": speedup([1 / w for w in r["fp32"]["wps"]],
+                                            [1 / w for w in r["bf16"]["wps"]])}
         res[system] = r
     out.update({"data": str(data), "updates": a.e2e_updates, "rounds": a.e2e_rounds,
                 "max_tokens": a.e2e_max_tokens, "threads": a.threads, "qk_length": qk_length,
@@ -227,16 +272,22 @@ def section_e2e(a, work: Path, bf16_ok: bool, out: Dict) -> None:
 
 # ------------------------------------------------------------------------ report
 def _table(title: str, unit: str, rows: Dict[str, Dict], cell) -> List[str]:
-    """A Markdown table: one row per system, fp32 and bf16 ``cell(entry)``, the speed-up."""
+    """A Markdown table: one row per system; per mode ``cell(entry)`` and, for the bf16
+    modes, the speed-up over fp32 (ratio of medians, per-repetition min-max)."""
     fmt = bench.fmt
-    out = [title, "", f"| system | fp32 {unit} | bf16 {unit} | bf16 speed-up (per-repetition "
-           "min-max) |", "|---|---:|---:|---:|"]
+    modes = [m for m in (*MODES, EXPLICIT) if any(m in r for r in rows.values())]
+    head = ["system", f"fp32 {unit}"]
+    for m in modes[1:]:
+        head += [f"{m} {unit}", f"{m} speed-up (min-max)"]
+    out = [title, "", "| " + " | ".join(head) + " |", "|---" + "|---:" * (len(head) - 1) + "|"]
     for system, r in rows.items():
-        cells = [cell(r[mode]) if r.get(mode) else "skipped" for mode in MODES]
-        s = r.get("bf16_speedup")
-        sp = (f"**{fmt(s['median_ratio'])}x** ({fmt(s['rep_ratio_min'])}-"
-              f"{fmt(s['rep_ratio_max'])})" if s else "–")
-        out.append(f"| {system} | {cells[0]} | {cells[1]} | {sp} |")
+        cells = [system, cell(r["fp32"])]
+        for m in modes[1:]:
+            s = r.get("speedup", {}).get(m)
+            cells += [cell(r[m]) if m in r else "skipped",
+                      f"**{fmt(s['median_ratio'])}x** ({fmt(s['rep_ratio_min'])}-"
+                      f"{fmt(s['rep_ratio_max'])})" if s else "–"]
+        out.append("| " + " | ".join(cells) + " |")
     return out + [""]
 
 

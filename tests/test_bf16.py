@@ -178,6 +178,15 @@ def test_restored_from_checkpoint_is_never_refused(toy_data, monkeypatch, caplog
            "off: this CPU (Fake AVX2 CPU)" in caplog.text
 
 
+def test_refused_for_a_model_off_the_cpu():
+    """CPU autocast does nothing for CUDA tensors: a model elsewhere is an error, not a silent
+    fp32 run (``meta`` stands in for a GPU here)."""
+    cpu_bf16.require_cpu([torch.nn.Linear(2, 2)])
+    with pytest.raises(ValueError, match=r"--bf16-autocast is CPU autocast, but the model is "
+                                         r"on meta: train with --cpu"):
+        cpu_bf16.require_cpu([torch.nn.Linear(2, 2, device="meta")])
+
+
 # ------------------------------------------------------------------------ what runs under it
 class Probe:
     """Records the output dtype of one Linear in the forward, and whether CPU autocast is on
@@ -379,10 +388,11 @@ def test_benchmark_runs_and_reports_both_modes(toy_data, tmp_path):
     assert rc == 0 and res["errors"] == {}, res["errors"]
     assert res["native_bf16"] is NATIVE and res["bf16_detector"] == NATIVE_REASON
     assert res["machine"]["cpu_model"] and "load average" in res["uptime_start"]
-    for section in ("model", "e2e"):
-        r = res[section]["systems"]["twt"]
-        assert r["bf16_speedup"]["median_ratio"] > 0
-    assert res["model"]["systems"]["twt"]["bf16"]["median_s"] > 0
+    model = res["model"]["systems"]["twt"]
+    assert set(model["speedup"]) == {"bf16", "bf16_explicit_attention"}
+    assert all(model[m]["median_s"] > 0 and model["speedup"][m]["median_ratio"] > 0
+               for m in model["speedup"])
+    assert res["e2e"]["systems"]["twt"]["speedup"]["bf16"]["median_ratio"] > 0
     assert all(run["rc"] == 0 for mode in ("fp32", "bf16")
                for run in res["e2e"]["systems"]["twt"][mode]["runs"])
     md = out.with_suffix(".md").read_text()

@@ -116,8 +116,7 @@ def _onednn_bf16() -> Tuple[bool, str]:
     return True, ""
 
 
-def native_bf16_support(cpuinfo: Optional[str] = None,
-                        use_torch_checks: bool = True) -> Tuple[bool, str]:
+def native_bf16_support(cpuinfo: Optional[str] = None) -> Tuple[bool, str]:
     """Whether this CPU computes in bf16 natively, so that bf16 autocast can beat fp32.
 
     Native means a bf16 instruction set (:data:`NATIVE_BF16_FEATURES`: ``avx512_bf16`` or
@@ -127,9 +126,8 @@ def native_bf16_support(cpuinfo: Optional[str] = None,
     AVX512-BF16 (Skylake-X), where bf16 is converted in software.
 
     Args:
-        cpuinfo: a ``/proc/cpuinfo`` text to judge instead of this machine's (tests); with it,
-            only that text is read (no ``sysctl``, no torch CPU checks).
-        use_torch_checks: also ask torch (CPU checks and oneDNN); False judges the text alone.
+        cpuinfo: a ``/proc/cpuinfo`` text to judge instead of this machine (tests); with it,
+            only that text is read (no ``sysctl``, no torch checks).
 
     Returns:
         ``(native, reason)``: ``reason`` names the features found, or says what is missing.
@@ -138,29 +136,25 @@ def native_bf16_support(cpuinfo: Optional[str] = None,
     text = cpuinfo if given else (_read_text("/proc/cpuinfo") or "")
     features = bf16_features_from_cpuinfo(text)
     if not given:
-        features += _macos_bf16_features()
-        if use_torch_checks:
-            features += _torch_bf16_features()
+        features += _macos_bf16_features() + _torch_bf16_features()
     features = [f for f in NATIVE_BF16_FEATURES if f in features]  # ordered, no duplicates
     cpu = cpu_model_name(text)
     if not features:
         return False, (f"this CPU ({cpu}) has no native bf16 instructions (looked for "
                        f"avx512_bf16 or amx_bf16 on x86, bf16 on ARM)")
-    if use_torch_checks and not given:
+    if not given:
         ok, why = _onednn_bf16()
         if not ok:
             return False, f"this CPU ({cpu}) has {', '.join(features)}, but {why}"
     return True, f"native bf16 on this CPU ({cpu}): {', '.join(features)}"
 
 
-def check_native_bf16(options: Iterable[str], allow_emulated: bool,
-                      support: Optional[Tuple[bool, str]] = None) -> Tuple[bool, str]:
+def check_native_bf16(options: Iterable[str], allow_emulated: bool) -> Tuple[bool, str]:
     """Refuse bf16 autocast options on a CPU without native bf16, unless ``allow_emulated``.
 
     Args:
         options: the options asked for (named in the message), e.g. ``["--bf16-autocast"]``.
         allow_emulated: warn instead of raising (``--bf16-autocast-allow-emulated``).
-        support: ``(native, reason)`` to use instead of :func:`native_bf16_support` (tests).
 
     Returns:
         ``(native, reason)`` from the detection.
@@ -169,7 +163,7 @@ def check_native_bf16(options: Iterable[str], allow_emulated: bool,
         ValueError: no native bf16 and not ``allow_emulated``; the message says why, what it
             costs and the two ways out.
     """
-    native, reason = native_bf16_support() if support is None else support
+    native, reason = native_bf16_support()
     if native:
         return native, reason
     asked = " and ".join(options)

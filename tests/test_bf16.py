@@ -310,14 +310,16 @@ def test_fairseq_train_bf16_then_generate_in_fp32(toy_data, tmp_path):
         "--max-tokens", "500", "--max-update", "12", "--validate-interval-updates", "6",
         "--seed", "1", "--required-batch-size-multiple", "1", "--no-epoch-checkpoints",
         "--log-format", "simple", "--log-interval", "1", "--num-workers", "0",
-        "--save-dir", save])
+        "--attn-stats-interval", "4", "--save-dir", save])  # train.sh's attention statistics
     log = proc.stdout + proc.stderr
     assert "bf16 autocast: train_step forward + loss (backward outside) and valid_step" in log
     losses = [float(x) for x in re.findall(r"train_inner .* loss=([0-9.naif-]+),", log)]
     assert len(losses) == 12 and all(math.isfinite(x) for x in losses), losses
-    valid = [float(x) for x in re.findall(r"valid on 'valid' subset \| loss ([0-9.naif-]+)", log)]
+    valid = [float(x) for x in re.findall(r"valid on 'valid' subset .*?\| loss ([0-9.naif-]+)", log)]
     assert len(valid) >= 2 and all(math.isfinite(x) for x in valid), valid  # + epoch ends
     assert losses[-1] < losses[0]
+    stats = [float(x) for x in re.findall(r"attn_(?:entropy|maxlogit)_\w+=([0-9.naif-]+)", log)]
+    assert stats and all(math.isfinite(x) for x in stats)  # the explicit path, under bf16
 
     state = torch.load(save / "checkpoint_last.pt", map_location="cpu", weights_only=False)
     assert state["cfg"]["task"]["bf16_autocast"] is True
@@ -333,7 +335,7 @@ def test_fairseq_train_bf16_then_generate_in_fp32(toy_data, tmp_path):
                    "--path", save / "checkpoint_last.pt", "--max-tokens", "500",
                    "--required-batch-size-multiple", "1", "--num-workers", "0"])
     assert "bf16 autocast:" not in val.stdout + val.stderr
-    fp32_dev = float(re.search(r"valid on 'valid' subset \| loss ([0-9.]+)",
+    fp32_dev = float(re.search(r"valid on 'valid' subset .*?\| loss ([0-9.]+)",
                                val.stdout + val.stderr).group(1))
     assert fp32_dev == pytest.approx(valid[-1], rel=5e-3)
 

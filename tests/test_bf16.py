@@ -399,3 +399,27 @@ def test_benchmark_runs_and_reports_both_modes(toy_data, tmp_path):
                for run in res["e2e"]["systems"]["twt"][mode]["runs"])
     md = out.with_suffix(".md").read_text()
     assert md.startswith("# bf16 autocast vs fp32 on CPU") and "| twt |" in md
+
+
+def test_train_sh_recipe_with_bf16_autocast(tmp_path):
+    """The README's recipe: scripts/train.sh ... -- --task translation_word_dropout
+    --bf16-autocast (the later --task wins), then scripts/evaluate.sh decodes in fp32."""
+    from test_data_pipeline import count_lines, make_env, make_tiny_ted, out, run_script
+
+    sizes = make_tiny_ted(tmp_path / "data_in", sizes=(200, 20, 23))
+    env = make_env(tmp_path / "work", QKNORM_DATA_DIR=tmp_path / "data_in", OMP_NUM_THREADS=1)
+    for step, args in (("prepare_data.sh", ["gl-en"]), ("bpe.sh", ["gl-en", "--merges", 60]),
+                       ("binarize.sh", ["gl-en"])):
+        p = run_script(step, *args, env=env, timeout=300)
+        assert p.returncode == 0, out(p)
+    p = run_script("train.sh", "gl-en", "twt", "--max-update", 2, "--threads", 1, "--",
+                   "--task", "translation_word_dropout", "--bf16-autocast", *EMULATED_OK,
+                   env=env, timeout=300)
+    assert p.returncode == 0, out(p)
+    run = tmp_path / "work/runs/gl-en/cpu-proxy/twt/seed1"
+    assert "task: TranslationWordDropoutTask" in (run / "train.log").read_text()
+    assert "bf16 autocast: train_step" in (run / "train.log").read_text()
+    assert json.loads((run / "train.json").read_text())["updates"] == 2
+    p = run_script("evaluate.sh", "gl-en", "twt", "--threads", 1, env=env, timeout=300)
+    assert p.returncode == 0, out(p)
+    assert count_lines(run / "test.hyp") == sizes["test"]

@@ -1,13 +1,24 @@
-"""``translation_word_dropout``: fairseq's ``translation`` task plus word dropout in training.
+"""``translation_word_dropout``: fairseq's ``translation`` task plus two training options, both
+off by default: word dropout (``--word-dropout P``) and bf16 autocast on CPU
+(``--bf16-autocast``, with ``--bf16-autocast-inference`` for decoding).
 
-Identical to fairseq's :class:`~fairseq.tasks.translation.TranslationTask` except that
-:meth:`TranslationWordDropoutTask.train_step` replaces each non-special token of the model
-*inputs* ``net_input.src_tokens`` and ``net_input.prev_output_tokens`` by ``<unk>`` with
-probability ``--word-dropout P`` before the forward pass. Special symbols (``<s>``, ``<pad>``,
-``</s>``, ``<unk>``: indices below ``Dictionary.nspecial``) are never replaced; the target
-(``sample["target"]``, what the loss is computed on) is never changed; validation
-(``valid_step``, including ``--eval-bleu``), ``fairseq-generate`` and ``fairseq-interactive``
-see the data unchanged.
+Identical to fairseq's :class:`~fairseq.tasks.translation.TranslationTask` except:
+
+* **word dropout**: :meth:`TranslationWordDropoutTask.train_step` replaces each non-special
+  token of the model *inputs* ``net_input.src_tokens`` and ``net_input.prev_output_tokens`` by
+  ``<unk>`` with probability ``--word-dropout P`` before the forward pass. Special symbols
+  (``<s>``, ``<pad>``, ``</s>``, ``<unk>``: indices below ``Dictionary.nspecial``) are never
+  replaced; the target (``sample["target"]``, what the loss is computed on) is never changed;
+  validation (``valid_step``, including ``--eval-bleu``), ``fairseq-generate`` and
+  ``fairseq-interactive`` see the data unchanged.
+* **bf16 autocast** (:mod:`.cpu_bf16`): with ``--bf16-autocast`` the forward pass and loss of
+  ``train_step`` (the backward runs outside autocast) and all of ``valid_step`` (dev loss and
+  its ``--eval-bleu`` decoding) run under ``torch.autocast("cpu", dtype=torch.bfloat16)``;
+  ``--bf16-autocast-inference`` does the same for ``inference_step`` (``fairseq-generate``,
+  ``fairseq-interactive``, the hub's ``translate``). Parameters, gradients and the optimizer
+  stay float32. fairseq's ``--bf16`` is TPU-only and is not used. Both options are refused on
+  a CPU without native bf16 (:func:`.cpu_bf16.native_bf16_support`) unless
+  ``--bf16-autocast-allow-emulated``.
 
 Sources
 -------
@@ -30,10 +41,19 @@ Use::
 
     fairseq-train DATA --user-dir /abs/path/fairseq_qknorm \\
         --task translation_word_dropout --word-dropout 0.1 ...
+    fairseq-train DATA --user-dir /abs/path/fairseq_qknorm --cpu \\
+        --task translation_word_dropout --bf16-autocast ...
 
 Decoding a checkpoint trained with this task works with ``--task translation`` (the model is
-unchanged); fairseq's hub interface restores the checkpoint's task, so it needs the plugin
-imported (``import fairseq_qknorm``).
+unchanged, its parameters float32 whatever the options). ``fairseq-generate`` and
+``fairseq-interactive`` build the task from their own command line, never from the
+checkpoint, so options stored in it do not apply there (``--task translation_word_dropout``
+decodes in fp32 unless ``--bf16-autocast-inference`` is given). fairseq's hub interface and
+``fairseq-validate`` restore the checkpoint's task (they need the plugin imported: ``import
+fairseq_qknorm``) with its stored options; there the bf16 options are kept where the CPU has
+native bf16 and switched off with a warning where it has not (never refused), and
+``--model-overrides "{'bf16_autocast': False}"`` switches them off (fp32 dev loss from
+``fairseq-validate``).
 """
 
 import logging
@@ -47,12 +67,14 @@ from omegaconf import II
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
+from . import cpu_bf16
+
 logger = logging.getLogger(__name__)
 
 
 @dataclass
 class TranslationWordDropoutConfig(TranslationConfig):
-    """fairseq's ``TranslationConfig`` plus ``--word-dropout``."""
+    """fairseq's ``TranslationConfig`` plus ``--word-dropout`` and the bf16 autocast options."""
 
     word_dropout: float = field(
         default=0.0,
@@ -60,6 +82,29 @@ class TranslationWordDropoutConfig(TranslationConfig):
             "help": "word dropout probability P: in training only, each non-special token of "
             "the source and of the decoder input (prev_output_tokens) is replaced by <unk> "
             "with probability P; targets untouched (Nguyen & Salazar 2019, Sec. 4: 0.1)"
+        },
+    )
+    bf16_autocast: bool = field(
+        default=False,
+        metadata={
+            "help": "CPU bf16 training: run train_step's forward pass and loss (backward "
+            "outside) and valid_step (dev loss, --eval-bleu) under torch.autocast('cpu', "
+            "bfloat16); parameters and optimizer stay fp32 (do not combine with fairseq's "
+            "TPU-only --bf16). Refused without native bf16 (avx512_bf16/amx_bf16/ARM bf16)"
+        },
+    )
+    bf16_autocast_inference: bool = field(
+        default=False,
+        metadata={
+            "help": "run inference_step (fairseq-generate, fairseq-interactive, hub "
+            "translate) under torch.autocast('cpu', bfloat16); off: decoding in fp32"
+        },
+    )
+    bf16_autocast_allow_emulated: bool = field(
+        default=False,
+        metadata={
+            "help": "accept --bf16-autocast/--bf16-autocast-inference on a CPU without "
+            "native bf16 (emulated bf16: much slower than fp32)"
         },
     )
     # the run's --seed (fairseq's common.seed), for the word-dropout masks
@@ -98,9 +143,39 @@ def _mask_seed(*parts: int) -> int:
 @register_task("translation_word_dropout", dataclass=TranslationWordDropoutConfig)
 class TranslationWordDropoutTask(TranslationTask):
     """fairseq's ``translation`` task with word dropout on the model inputs in ``train_step``
-    only (see the module docstring for sources and what is and is not changed)."""
+    only and optional bf16 autocast on CPU (see the module docstring for sources and what is
+    and is not changed)."""
 
     cfg: TranslationWordDropoutConfig
+
+    @classmethod
+    def setup_task(cls, cfg, **kwargs):
+        """fairseq's ``setup_task``, after checking that the CPU has native bf16 if a bf16
+        autocast option is on.
+
+        A task built from a checkpoint (``from_checkpoint=True``: the hub interface,
+        ``fairseq-validate``) is never refused: its stored bf16 options are switched off with a
+        warning on a CPU without native bf16, so a checkpoint decodes anywhere.
+
+        Raises:
+            ValueError: a bf16 autocast option on a CPU without native bf16 (from
+                :func:`.cpu_bf16.check_native_bf16`), unless ``--bf16-autocast-allow-emulated``.
+        """
+        asked = [name for name, on in (
+            ("--bf16-autocast", getattr(cfg, "bf16_autocast", False)),
+            ("--bf16-autocast-inference", getattr(cfg, "bf16_autocast_inference", False)),
+        ) if on]
+        if asked:
+            if kwargs.get("from_checkpoint", False):
+                native, reason = cpu_bf16.native_bf16_support()
+                if not native and not getattr(cfg, "bf16_autocast_allow_emulated", False):
+                    logger.warning("%s stored in the checkpoint switched off: %s",
+                                   " and ".join(asked), reason)
+                    cfg.bf16_autocast = cfg.bf16_autocast_inference = False
+            else:
+                cpu_bf16.check_native_bf16(
+                    asked, bool(getattr(cfg, "bf16_autocast_allow_emulated", False)))
+        return super().setup_task(cfg, **kwargs)
 
     def __init__(self, cfg, src_dict, tgt_dict):
         super().__init__(cfg, src_dict, tgt_dict)
@@ -116,6 +191,15 @@ class TranslationWordDropoutTask(TranslationTask):
         if self.word_dropout_p > 0:
             logger.info("word dropout: p = %g on src_tokens and prev_output_tokens (training "
                         "only), replacement <unk>, seed %d", self.word_dropout_p, self._wd_seed)
+        self.bf16_autocast = bool(getattr(cfg, "bf16_autocast", False))
+        self.bf16_autocast_inference = bool(getattr(cfg, "bf16_autocast_inference", False))
+        self._bf16_on_cpu = False  # require_cpu passed once (the model does not move)
+        if self.bf16_autocast:
+            logger.info("bf16 autocast: train_step forward + loss (backward outside) and "
+                        "valid_step under torch.autocast('cpu', bfloat16); parameters, "
+                        "gradients and optimizer fp32")
+        if self.bf16_autocast_inference:
+            logger.info("bf16 autocast: inference_step under torch.autocast('cpu', bfloat16)")
 
     def _generator(self, update_num: int) -> torch.Generator:
         if update_num != self._wd_update:
@@ -147,7 +231,38 @@ class TranslationWordDropoutTask(TranslationTask):
         out["net_input"] = net_input
         return out
 
+    def _check_cpu(self, models) -> None:
+        if not self._bf16_on_cpu:
+            cpu_bf16.require_cpu(models)
+            self._bf16_on_cpu = True
+
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
-        """fairseq's ``train_step`` on :meth:`apply_word_dropout` of the batch."""
+        """fairseq's ``train_step`` on :meth:`apply_word_dropout` of the batch; with
+        ``--bf16-autocast`` its ``criterion(model, sample)`` call (forward pass and loss) runs
+        under bf16 autocast (:class:`.cpu_bf16.Bf16AutocastCriterion`), its backward outside.
+
+        Raises:
+            ValueError: ``--bf16-autocast`` with the model not on the CPU.
+        """
+        if self.bf16_autocast:
+            self._check_cpu([model])
+            criterion = cpu_bf16.Bf16AutocastCriterion(criterion)
         return super().train_step(self.apply_word_dropout(sample, update_num), model, criterion,
                                   optimizer, update_num, ignore_grad=ignore_grad)
+
+    def valid_step(self, sample, model, criterion):
+        """fairseq's ``valid_step`` (dev loss and ``--eval-bleu`` decoding), under bf16
+        autocast with ``--bf16-autocast``."""
+        if self.bf16_autocast:
+            self._check_cpu([model])
+        with cpu_bf16.bf16_autocast(self.bf16_autocast):
+            return super().valid_step(sample, model, criterion)
+
+    def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
+        """fairseq's ``inference_step``, under bf16 autocast with ``--bf16-autocast-inference``
+        (otherwise unchanged: inside ``valid_step`` it keeps ``--bf16-autocast``'s autocast)."""
+        if self.bf16_autocast_inference:
+            self._check_cpu(models)
+        with cpu_bf16.bf16_autocast(self.bf16_autocast_inference):
+            return super().inference_step(generator, models, sample, prefix_tokens=prefix_tokens,
+                                          constraints=constraints)

@@ -1,0 +1,367 @@
+"""bf16 autocast on CPU (``--task translation_word_dropout --bf16-autocast``) against fp32.
+
+    python -m benchmarks.bf16_cpu [--sections model,e2e] [--systems twt,qknorm] [--reps 7]
+                                  [--threads N] [--e2e-data DIR] [--work-dir DIR] [--out JSON]
+
+One command, one process, entries interleaved (fp32, bf16, fp32, bf16, ...) so that machine
+drift hits both alike:
+
+* ``model``: the cpu-proxy model (3+3 layers, d 256, FFN 1024, 4 heads, dropout 0.3, the
+  ``*_proxy`` archs) on one synthetic batch of ``--batch`` x ``--len`` tokens per side
+  (default 146 x 28 = 4,088, a full ``--max-tokens 4096`` batch without padding): one training
+  step through the plugin task's own ``train_step`` (fairseq's label-smoothed criterion and
+  Adam), fp32 vs ``--bf16-autocast``. ``--reps`` timed repetitions after one warm-up round;
+  the median step time of each, and the speed-up as the ratio of the medians with the
+  min-max of the per-repetition ratios (fp32 and bf16 of one repetition run back to back).
+  A third entry, ``bf16_explicit_attention``, runs bf16 with the attention modules' explicit
+  matmul/softmax path (``use_fused = False``) instead of torch's fused
+  ``scaled_dot_product_attention``, whose CPU kernel is slower in bf16 than in fp32 at these
+  short lengths (torch 2.13): what a model-side dispatch by dtype would gain.
+* ``e2e``: ``fairseq-train`` words/s (fairseq's ``wps``, target tokens/s; median of the
+  logged intervals after the first) on real gl-en with the cpu-proxy training settings
+  (``benchmarks.run.train_cmd``: 4,096-token batches, validation off), fp32 and
+  ``--bf16-autocast`` alternating, ``--e2e-rounds`` rounds. Data: ``--e2e-data``, else
+  ``data/bin/gl-en`` of the repository, else built from the raw corpus
+  (``scripts/prepare_data.sh``, ``bpe.sh``, ``binarize.sh``, about 20 s) under ``--work-dir``.
+
+The CPU model, its bf16 features, the native-bf16 verdict of the task's detector and the load
+average at start and end are printed and stored. Without native bf16 the bf16 entries are
+skipped (they would run about 20x slower) unless ``--allow-emulated``. Writes
+``benchmarks/results/bf16-cpu-DATE.{json,md}`` (``--out``) and prints the Markdown.
+
+Quality at equal updates (not run here: two ~13-minute trainings on 2 idle cores; data from
+``scripts/prepare_data.sh gl-en && scripts/bpe.sh gl-en && scripts/binarize.sh gl-en``)::
+
+    W=/tmp/qknorm-bf16 && mkdir -p "$W" && ln -sfn "$PWD/data" "$W/data"  # own runs/, same data
+    scripts/train.sh gl-en twt --profile cpu-proxy-fast --seed 1
+    scripts/evaluate.sh gl-en twt --profile cpu-proxy-fast --seed 1
+    QKNORM_WORK_DIR="$W" scripts/train.sh gl-en twt --profile cpu-proxy-fast --seed 1 \\
+        -- --task translation_word_dropout --bf16-autocast
+    QKNORM_WORK_DIR="$W" scripts/evaluate.sh gl-en twt --profile cpu-proxy-fast --seed 1
+
+then compare ``test.score.json`` (BLEU) and the dev loss at update 1,000 (``train.log``) of
+``runs/gl-en/cpu-proxy-fast/twt/seed1`` and ``$W/runs/...`` with the seed-to-seed spread
+(the same pair with ``--seed 2``; the README's ablation: TWT 6.46 / 6.29 BLEU, dev losses
+within 0.04), and ``wall_seconds`` of the two ``train.json`` for the end-to-end speed at the
+real profile. The bf16 run logs its dev loss under autocast; its fp32 dev loss:
+``fairseq-validate data/bin/gl-en --user-dir fairseq_qknorm --task translation --cpu
+--path $W/runs/gl-en/cpu-proxy-fast/twt/seed1/checkpoints/checkpoint_last.pt
+--max-tokens 4096 --required-batch-size-multiple 1 --model-overrides "{'bf16_autocast': False}"``.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from contextlib import nullcontext
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Dict, List
+
+import torch
+
+from . import common as c
+from . import run as bench
+
+SECTIONS = ("model", "e2e")
+MODES = ("fp32", "bf16")
+#: model-only extra entry: bf16 autocast with the attention modules' explicit matmul/softmax
+#: path instead of torch's fused scaled_dot_product_attention
+EXPLICIT = "bf16_explicit_attention"
+
+
+def mode_flags(a) -> Dict[str, List[str]]:
+    """fairseq-train flags of each mode: CPU, the plugin task, and bf16 autocast or not."""
+    base = ["--cpu", "--task", "translation_word_dropout"]
+    return {"fp32": base,
+            "bf16": base + ["--bf16-autocast"]
+            + (["--bf16-autocast-allow-emulated"] if a.allow_emulated else [])}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m benchmarks.bf16_cpu",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--sections", type=bench.csv(), default=list(SECTIONS),
+                   help=f"comma list of {','.join(SECTIONS)}")
+    p.add_argument("--systems", type=bench.csv(), default=["twt", "qknorm"],
+                   help=f"comma list of {','.join(c.SYSTEMS)} (default: the demo's two)")
+    p.add_argument("--size", default="proxy", help="model size (proxy; smoke for tests)")
+    p.add_argument("--threads", type=int,
+                   default=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                   else os.cpu_count())
+    p.add_argument("--batch", type=int, default=146, help="sentences per synthetic batch")
+    p.add_argument("--len", type=int, default=28, help="tokens per sentence and side, EOS incl.")
+    p.add_argument("--vocab", type=int, default=2048, help="joined vocabulary (gl-en: 2048)")
+    p.add_argument("--reps", type=int, default=7, help="timed repetitions per entry (>= 5)")
+    p.add_argument("--e2e-data", type=Path, help="binarized data (default data/bin/gl-en, "
+                   "else built from ../shared/data under --work-dir)")
+    p.add_argument("--e2e-updates", type=int, default=40, help="updates per fairseq-train run")
+    p.add_argument("--e2e-rounds", type=int, default=2, help="fp32/bf16 alternations")
+    p.add_argument("--e2e-log-interval", type=int, default=10)
+    p.add_argument("--e2e-max-tokens", type=int, default=4096)
+    p.add_argument("--no-explicit-attention", dest="explicit_attention", action="store_false",
+                   help=f"leave out the model-only entry {EXPLICIT}")
+    p.add_argument("--allow-emulated", action="store_true",
+                   help="time bf16 even without native bf16 (about 20x slower than fp32)")
+    p.add_argument("--work-dir", type=Path, help="scratch dir (default: a temp dir, removed)")
+    p.add_argument("--out", type=Path, help="JSON output (default "
+                   "benchmarks/results/bf16-cpu-DATE.json; Markdown next to it)")
+    a = p.parse_args(argv)
+    if set(a.sections) - set(SECTIONS) or set(a.systems) - set(c.SYSTEMS):
+        p.error(f"sections: {SECTIONS}; systems: {c.SYSTEMS}")
+    if a.out is None:
+        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+        a.out = c.REPO / "benchmarks" / "results" / f"bf16-cpu-{stamp}.json"
+    return a
+
+
+def uptime() -> str:
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return f"load average {os.getloadavg()}"
+
+
+def speedup(fp32_s: List[float], bf16_s: List[float]) -> Dict:
+    """Speed of bf16 relative to fp32 (> 1: bf16 faster): ratio of the medians, the min-max
+    of the per-repetition ratios (repetition i of both entries ran back to back), and the
+    ratio of the fastest repetitions (the figure least disturbed by other jobs)."""
+    per_rep = [f / b for f, b in zip(fp32_s, bf16_s)]
+    return {"median_ratio": c.median(fp32_s) / c.median(bf16_s),
+            "rep_ratio_min": min(per_rep), "rep_ratio_max": max(per_rep),
+            "best_ratio": min(fp32_s) / min(bf16_s)}
+
+
+# ------------------------------------------------------------------------ model-only
+def plugin_task(dict_dir: Path, flags: List[str]):
+    """``(task, args)`` as fairseq-train builds them from ``flags`` (:func:`mode_flags`) plus
+    the cpu-proxy criterion and optimizer, on a dictionary-only data dir."""
+    from fairseq import options, tasks
+
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        str(dict_dir), "--user-dir", str(c.PLUGIN_DIR), "-s", "src", "-t", "tgt",
+        "--arch", "transformer_qknorm", "--criterion", "label_smoothed_cross_entropy",
+        "--label-smoothing", "0.1", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)",
+        "--adam-eps", "1e-8", "--lr", "1e-4", *flags])
+    return tasks.setup_task(args), args
+
+
+def make_step(task, args, model, batch):
+    """One fairseq training step: ``task.train_step`` (forward + loss under the task's
+    autocast, backward outside) with fairseq's criterion and Adam, then ``optimizer.step``."""
+    from fairseq import optim
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    criterion = task.build_criterion(args)
+    optimizer = optim.build_optimizer(convert_namespace_to_omegaconf(args).optimizer,
+                                      list(model.parameters()))
+
+    def step() -> float:
+        optimizer.zero_grad()
+        loss, _, _ = task.train_step(batch, model, criterion, optimizer, update_num=1)
+        optimizer.step()
+        return float(loss.detach())
+
+    return step
+
+
+def use_explicit_attention(model) -> int:
+    """Switch every QKNorm/TWT attention module of ``model`` to its explicit matmul/softmax
+    path (``QKNormMultiheadAttention.use_fused = False``); returns how many."""
+    from fairseq_qknorm.modules import QKNormMultiheadAttention
+
+    mods = [m for m in model.modules() if isinstance(m, QKNormMultiheadAttention)]
+    for m in mods:
+        m.use_fused = False
+    return len(mods)
+
+
+def section_model(a, work: Path, bf16_ok: bool, out: Dict) -> None:
+    dict_dir = c.write_dict_dir(work / "dict", a.vocab)
+    tasks = {mode: plugin_task(dict_dir, mode_flags(a)[mode]) for mode in MODES
+             if mode == "fp32" or bf16_ok}
+    batch = c.synthetic_batch(tasks["fp32"][0].source_dictionary, a.batch, a.len, a.len)
+    batch.update(ntokens=batch["target"].numel(), nsentences=a.batch)  # the criterion's
+    entries = {}
+    for system in a.systems:
+        for mode, (task, args) in tasks.items():
+            model, _ = c.build_model(task, system, a.size)
+            entries[f"{system}:{mode}"] = make_step(task, args, model, batch)
+            if mode == "bf16" and a.explicit_attention:
+                model, _ = c.build_model(task, system, a.size)
+                if use_explicit_attention(model):
+                    entries[f"{system}:{EXPLICIT}"] = make_step(task, args, model, batch)
+    times = c.interleaved(entries, a.reps, warmup=1)
+    res = {}
+    for system in a.systems:
+        r = {mode: times[f"{system}:{mode}"] for mode in (*MODES, EXPLICIT)
+             if f"{system}:{mode}" in times}
+        r["speedup"] = {mode: speedup(r["fp32"]["samples_s"], r[mode]["samples_s"])
+                        for mode in r if mode != "fp32"}
+        res[system] = r
+    s = c.SIZES[a.size]
+    out.update({"size": a.size, "model": s, "batch_sentences": a.batch, "tokens_per_side":
+                a.batch * a.len, "reps": a.reps, "systems": res,
+                "what": "task.train_step (fairseq label-smoothed CE, fairseq Adam) + "
+                        "optimizer.step; one synthetic batch without padding; "
+                        f"{EXPLICIT}: bf16 with the attention's explicit path (use_fused=False)"})
+
+
+# ------------------------------------------------------------------------ end to end
+def prepare_gl_en(work: Path) -> Path:
+    """Build data/bin/gl-en under ``work`` with the project's scripts (real corpus from
+    ``../shared/data`` or $QKNORM_DATA_DIR)."""
+    env = dict(c.cli_env(1), QKNORM_WORK_DIR=str(work))
+    for script in ("prepare_data.sh", "bpe.sh", "binarize.sh"):
+        bench.log(f"{script} gl-en -> {work}")
+        proc = subprocess.run([str(c.REPO / "scripts" / script), "gl-en"], env=env,
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"scripts/{script} gl-en failed:\n{proc.stderr[-3000:]}")
+    return work / "data" / "bin" / "gl-en"
+
+
+def section_e2e(a, work: Path, bf16_ok: bool, out: Dict) -> None:
+    data = a.e2e_data
+    if data is None:
+        data = bench.DEFAULT_E2E_DATA if bench.DEFAULT_E2E_DATA.is_dir() else prepare_gl_en(work)
+    src, tgt = bench._guess_langs(data)
+    stats = data.parent.parent / "bpe" / data.name / "length_stats.json"
+    qk_length = (float(json.loads(stats.read_text())["L"]) if stats.is_file()
+                 else c.DEFAULT_QK_LENGTH)
+    cfg = SimpleNamespace(e2e_data=data, e2e_src=src, e2e_tgt=tgt, qk_length=qk_length,
+                          e2e_max_tokens=a.e2e_max_tokens, e2e_log_interval=a.e2e_log_interval)
+    modes = [m for m in MODES if m == "fp32" or bf16_ok]
+    extra = mode_flags(a)
+    runs: Dict[str, List[Dict]] = {f"{s}:{m}": [] for s in a.systems for m in modes}
+    for r in range(a.e2e_rounds):
+        for system in a.systems:
+            for mode in modes:
+                bench.log(f"fairseq-train {system} {mode}, round {r + 1}/{a.e2e_rounds}")
+                save = work / "e2e" / f"{system}-{mode}-{r}"
+                cmd = bench.train_cmd(cfg, system, save, a.e2e_updates, a.size, extra[mode])
+                res = c.run_with_rusage(cmd, c.cli_env(a.threads), save / "train.log")
+                parsed = bench.parse_train_log(res["output"])
+                run = {"rc": res["rc"], "wall_s": res["wall_s"],
+                       "steady_wps": bench.steady_wps(parsed),
+                       "final_train_loss": parsed["summary"].get("loss")}
+                if res["rc"] != 0:
+                    run["error"] = res["output"][-2000:]
+                runs[f"{system}:{mode}"].append(run)
+    res = {}
+    for system in a.systems:
+        r = {}
+        for mode in modes:
+            rs = runs[f"{system}:{mode}"]
+            wps = [x["steady_wps"] for x in rs if x["steady_wps"]]
+            r[mode] = {"runs": rs, "wps": wps, "wps_median": c.median(wps) if wps else None}
+        if "bf16" in r and r["fp32"]["wps"] and r["bf16"]["wps"]:
+            # time per word = 1 / wps; round i of both modes ran back to back
+            r["speedup"] = {"bf16": speedup([1 / w for w in r["fp32"]["wps"]],
+                                            [1 / w for w in r["bf16"]["wps"]])}
+        res[system] = r
+    out.update({"data": str(data), "updates": a.e2e_updates, "rounds": a.e2e_rounds,
+                "max_tokens": a.e2e_max_tokens, "threads": a.threads, "qk_length": qk_length,
+                "what": "fairseq-train wps (target tokens/s), median of the logged intervals "
+                        "after the first; cpu-proxy settings (benchmarks.run.train_cmd)",
+                "systems": res})
+
+
+# ------------------------------------------------------------------------ report
+def _table(title: str, unit: str, rows: Dict[str, Dict], cell) -> List[str]:
+    """A Markdown table: one row per system; per mode ``cell(entry)`` and, for the bf16
+    modes, the speed-up over fp32 (:func:`speedup`)."""
+    fmt = bench.fmt
+    modes = [m for m in (*MODES, EXPLICIT) if any(m in r for r in rows.values())]
+    head = ["system", f"fp32 {unit}"]
+    for m in modes[1:]:
+        head += [f"{m} {unit}", f"{m} speed-up (per-rep min-max; fastest reps)"]
+    out = [title, "", "| " + " | ".join(head) + " |", "|---" + "|---:" * (len(head) - 1) + "|"]
+    for system, r in rows.items():
+        cells = [system, cell(r["fp32"])]
+        for m in modes[1:]:
+            s = r.get("speedup", {}).get(m)
+            cells += [cell(r[m]) if m in r else "skipped",
+                      f"**{fmt(s['median_ratio'])}x** ({fmt(s['rep_ratio_min'])}-"
+                      f"{fmt(s['rep_ratio_max'])}; {fmt(s['best_ratio'])}x)" if s else "–"]
+        out.append("| " + " | ".join(cells) + " |")
+    return out + [""]
+
+
+def markdown(res: Dict) -> str:
+    m = res["machine"]
+    L = ["# bf16 autocast vs fp32 on CPU", "",
+         f"- CPU: {m['cpu_model']}; bf16 detector: {res['bf16_detector']}",
+         f"- CPU flags: {', '.join(m['cpu_flags'])}; torch {m['torch']}, "
+         f"{m['torch_threads']} threads; {m['date_utc']}",
+         f"- load: start `{res['uptime_start']}`; end `{res['uptime_end']}`",
+         f"- command: `{res['command']}`", ""]
+    mo = res.get("model", {})
+    if "systems" in mo:
+        s = mo["model"]
+        L += _table(f"## Model-only training step (`{mo['size']}`: {s['layers']}+{s['layers']} "
+                    f"layers, d {s['dim']}, FFN {s['ffn']}; {mo['tokens_per_side']} tokens per "
+                    f"side; {mo['reps']} interleaved repetitions)",
+                    "median ms (min-max)", mo["systems"],
+                    lambda t: f"{1e3 * t['median_s']:.0f} ({1e3 * t['min_s']:.0f}-"
+                              f"{1e3 * t['max_s']:.0f})")
+    e = res.get("e2e", {})
+    if "systems" in e:
+        L += _table(f"## End to end: fairseq-train on {e['data']} ({e['updates']} updates x "
+                    f"{e['rounds']} rounds, --max-tokens {e['max_tokens']}, {e['threads']} "
+                    "threads)", "words/s (runs)", e["systems"],
+                    lambda t: f"{bench.fmt(t['wps_median'], 0)} "
+                              f"({', '.join(f'{w:.0f}' for w in t['wps'])})"
+                    if t["wps_median"] else "failed")
+    if res["errors"]:
+        L += ["## Errors", ""] + [f"- {k}: {v.strip().splitlines()[-1]}"
+                                  for k, v in res["errors"].items()]
+    return "\n".join(L)
+
+
+def main(argv=None) -> int:
+    from fairseq_qknorm.tasks import cpu_bf16
+
+    a = parse_args(argv)
+    torch.set_num_threads(a.threads)
+    native, reason = cpu_bf16.native_bf16_support()
+    bf16_ok = native or a.allow_emulated
+    command = "python -m benchmarks.bf16_cpu " + " ".join(sys.argv[1:] if argv is None else argv)
+    res: Dict = {"command": command, "machine": c.machine_info(), "uptime_start": uptime(),
+                 "bf16_detector": reason, "native_bf16": native, "errors": {}}
+    bench.log(f"{res['machine']['cpu_model']}: {reason}; {res['uptime_start']}")
+    if not bf16_ok:
+        bench.log("no native bf16: bf16 entries skipped (--allow-emulated to time them)")
+    t0 = time.perf_counter()
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    if a.work_dir is not None:
+        a.work_dir.mkdir(parents=True, exist_ok=True)
+    with (tempfile.TemporaryDirectory(prefix="qknorm-bf16-") if a.work_dir is None
+          else nullcontext(a.work_dir)) as work:
+        for name, fn in (("model", section_model), ("e2e", section_e2e)):
+            if name in a.sections:
+                res[name] = {}
+                try:
+                    fn(a, Path(work), bf16_ok, res[name])
+                except Exception as exc:  # noqa: BLE001  (report it, keep the other section)
+                    res["errors"][name] = traceback.format_exc()
+                    bench.log(f"section {name} failed: {exc}")
+                res["uptime_end"] = uptime()
+                a.out.write_text(json.dumps(res, indent=1, default=str) + "\n")  # partial
+                bench.log(f"section {name} done:\n{markdown(res)}")
+    res["total_wall_s"] = time.perf_counter() - t0
+    a.out.write_text(json.dumps(res, indent=1, default=str) + "\n")
+    md = markdown(res)
+    a.out.with_suffix(".md").write_text(md + "\n")
+    print(md)
+    bench.log(f"wrote {a.out} and {a.out.with_suffix('.md')} in {res['total_wall_s']:.0f}s")
+    return 1 if res["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -296,6 +296,7 @@ def test_training_under_autocast_stays_finite_and_learns(toy_data, batch, system
 
 
 # ------------------------------------------------------------------------ real CLIs
+@pytest.mark.slow
 def test_fairseq_train_bf16_then_generate_in_fp32(toy_data, tmp_path):
     """fairseq-train --cpu --bf16-autocast (no --bf16: TPU-only); fairseq-validate in fp32;
     fairseq-generate from the checkpoint in fp32 with the plain translation task and with the
@@ -373,6 +374,7 @@ def test_fairseq_train_refuses_without_native_bf16(toy_data, tmp_path):
 
 
 # ------------------------------------------------------------------------ the benchmark
+@pytest.mark.slow
 def test_benchmark_runs_and_reports_both_modes(toy_data, tmp_path):
     """``python -m benchmarks.bf16_cpu`` on a tiny model and the toy data: every entry runs
     and reports positive figures (no timing assertion)."""
@@ -401,10 +403,11 @@ def test_benchmark_runs_and_reports_both_modes(toy_data, tmp_path):
     assert md.startswith("# bf16 autocast vs fp32 on CPU") and "| twt |" in md
 
 
+@pytest.mark.slow
 def test_train_sh_recipe_with_bf16_autocast(tmp_path):
     """The README's recipe: scripts/train.sh ... -- --task translation_word_dropout
     --bf16-autocast (the later --task wins), then scripts/evaluate.sh decodes in fp32."""
-    from test_data_pipeline import count_lines, make_env, make_tiny_ted, out, run_script
+    from conftest import count_lines, make_env, make_tiny_ted, out, run_script
 
     sizes = make_tiny_ted(tmp_path / "data_in", sizes=(200, 20, 23))
     env = make_env(tmp_path / "work", QKNORM_DATA_DIR=tmp_path / "data_in", OMP_NUM_THREADS=1)
@@ -416,10 +419,11 @@ def test_train_sh_recipe_with_bf16_autocast(tmp_path):
                    "--task", "translation_word_dropout", "--bf16-autocast", *EMULATED_OK,
                    env=env, timeout=300)
     assert p.returncode == 0, out(p)
-    run = tmp_path / "work/runs/gl-en/cpu-proxy/twt/seed1"
+    run = tmp_path / "work/runs/gl-en/cpu-proxy-max-update-2/twt/seed1"
     assert "task: TranslationWordDropoutTask" in (run / "train.log").read_text()
     assert "bf16 autocast: train_step" in (run / "train.log").read_text()
     assert json.loads((run / "train.json").read_text())["updates"] == 2
-    p = run_script("evaluate.sh", "gl-en", "twt", "--threads", 1, env=env, timeout=300)
+    p = run_script("evaluate.sh", "gl-en", "twt", "--max-update", 2, "--threads", 1, env=env,
+                   timeout=300)
     assert p.returncode == 0, out(p)
     assert count_lines(run / "test.hyp") == sizes["test"]

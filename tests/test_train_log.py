@@ -61,6 +61,9 @@ def test_attention_statistics_only_where_recorded(train_log):
     arch, lines = train_log
     inner = [x for x in lines if "| train_inner |" in x]
     assert len(inner) == 6 and not [x for x in inner if "None" in x]
+    # the statistics come first, fairseq's keys in their order after them, on every line
+    tails = {re.sub(r"^.*?(loss=)", r"\1", x) for x in inner}
+    assert all(re.match(r"loss=[^,]+, nll_loss=[^,]+, ppl=", t) for t in tails), tails
     with_stats = [x for x in inner if STAT.search(x)]
     assert with_stats and len(with_stats) < len(inner)  # recorded every 4 updates, logged every 2
     for line in with_stats:
@@ -86,12 +89,15 @@ def test_none_parameters_are_plain_attributes(toy_task, arch):
 def test_unrecorded_meters_are_dropped_and_come_back():
     from fairseq import metrics
 
-    from fairseq_qknorm.models.transformer_qknorm import drop_unrecorded_stat_meters
+    from fairseq_qknorm.models.transformer_qknorm import STAT_PRIORITY, drop_unrecorded_stat_meters
+
+    def log_stats(entropy):
+        metrics.log_scalar("attn_entropy_enc0_self", entropy, round=3, priority=STAT_PRIORITY)
+        metrics.log_scalar("qknorm_g_enc0_self", 12.0, weight=0, round=3, priority=STAT_PRIORITY)
 
     with metrics.aggregate(new_root=True) as agg:
+        log_stats(1.5)
         metrics.log_scalar("loss", 2.0)
-        metrics.log_scalar("attn_entropy_enc0_self", 1.5, round=3)
-        metrics.log_scalar("qknorm_g_enc0_self", 12.0, weight=0, round=3)
         drop_unrecorded_stat_meters()  # recorded: kept
         assert agg.get_smoothed_values() == {
             "loss": 2.0,
@@ -102,8 +108,13 @@ def test_unrecorded_meters_are_dropped_and_come_back():
         drop_unrecorded_stat_meters()
         assert list(agg.get_smoothed_values()) == ["loss"]  # loss is fairseq's: untouched
         assert [key for _, _, key in agg.priorities] == ["loss"]
-        metrics.log_scalar("attn_entropy_enc0_self", 1.25, round=3)
-        assert agg.get_smoothed_values()["attn_entropy_enc0_self"] == 1.25
+        metrics.log_scalar("loss", 3.0)
+        log_stats(1.25)  # added again: the line keeps its order, statistics first
+        assert list(agg.get_smoothed_values().items()) == [
+            ("attn_entropy_enc0_self", 1.25),
+            ("qknorm_g_enc0_self", 12.0),
+            ("loss", 3.0),
+        ]
         assert agg.state_dict()  # still serializable into a checkpoint
 
 

@@ -54,6 +54,9 @@ logger = logging.getLogger(__name__)
 NORM_TYPES = ("layernorm", "scalenorm")
 #: key prefixes of the attention statistics the model logs (``--attn-stats-interval``)
 STAT_PREFIXES = ("attn_entropy_", "attn_maxlogit_", "qknorm_g_", "qknorm_head_g_")
+#: their fairseq metrics priority: before fairseq's own keys (priority 10 and up), so that the
+#: order of a log line stays the same when they are dropped and added again
+STAT_PRIORITY = 5
 
 
 # --------------------------------------------------------------------- helpers
@@ -229,7 +232,8 @@ def drop_unrecorded_stat_meters() -> None:
     ``AverageMeter`` is logged as ``None``: statistics recorded every ``--attn-stats-interval``
     updates would show as ``None`` in every log interval without a recording. Removing a meter
     takes its key and its entry of ``MetersDict.priorities`` (fairseq/logging/meters.py, kept
-    in step by ``MetersDict.__setitem__``); the next recording adds it again.
+    in step by ``MetersDict.__setitem__``); the next recording adds it again, after fairseq's
+    keys of its priority: the statistics have their own (:data:`STAT_PRIORITY`).
     """
     for agg in metrics.get_active_aggregators():
         empty = {k for k, m in agg.items() if k.startswith(STAT_PREFIXES)
@@ -467,15 +471,19 @@ class TransformerQKNormModel(TransformerModel):
             stats = m.last_stats
             if stats:
                 # averaged over the recorded batches of the logging interval
-                metrics.log_scalar(f"attn_entropy_{name}", float(stats["entropy"]), round=3)
-                metrics.log_scalar(f"attn_maxlogit_{name}", float(stats["max_logit"]), round=3)
+                metrics.log_scalar(f"attn_entropy_{name}", float(stats["entropy"]), round=3,
+                                   priority=STAT_PRIORITY)
+                metrics.log_scalar(f"attn_maxlogit_{name}", float(stats["max_logit"]), round=3,
+                                   priority=STAT_PRIORITY)
             if m.qk_norm_g is not None:
                 # weight 0: the logged value is the latest g, not an average; per-head g:
                 # their mean under the same key, each head under its own
                 g = m.qk_norm_g.detach().float()
-                metrics.log_scalar(f"qknorm_g_{name}", g.mean().item(), weight=0, round=3)
+                metrics.log_scalar(f"qknorm_g_{name}", g.mean().item(), weight=0, round=3,
+                                   priority=STAT_PRIORITY)
                 for h, g_h in enumerate(g.tolist() if g.dim() else []):
-                    metrics.log_scalar(f"qknorm_head_g_{name}_h{h}", g_h, weight=0, round=3)
+                    metrics.log_scalar(f"qknorm_head_g_{name}_h{h}", g_h, weight=0, round=3,
+                                       priority=STAT_PRIORITY)
         return out
 
 

@@ -16,10 +16,11 @@ Modules, one role each:
 * :mod:`.tables` - Markdown, LaTeX and CSV tables
 * :mod:`.ablation` - the 2x2 {LayerNorm, ScaleNorm} x {dot product, QKNorm} report
 * :mod:`.corpus` - raw-corpus checks, checksums, safe extraction, length percentile ``L``
+* :mod:`.progress` - time estimates (ETA) of training and decoding for the scripts
 
 Command lines: ``python -m qknorm_tools.evaluate {extract,score,compare,aggregate,ablation}``,
 ``python -m qknorm_tools.collect``, ``python -m qknorm_tools.plots``,
-``python -m qknorm_tools.corpus``.
+``python -m qknorm_tools.corpus``, ``python -m qknorm_tools.progress``.
 """
 
 __version__ = "0.1.0"

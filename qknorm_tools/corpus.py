@@ -11,6 +11,9 @@ check
 sha256
     Print a file's sha256, or verify it (and its size) against an expected value or a
     ``SHA256SUMS`` file; detects an HTML page served in place of an archive.
+diagnose
+    Say what a data directory holds when it is not a usable copy of a pair (files one level
+    too deep, ``train.src``/``train.tgt``, a dev split named ``valid.*``, ...).
 untar
     Safely extract a (compressed) tar archive: no absolute paths, no ``..``, no links or
     device files. Extracts into a temporary sibling directory that is renamed into place only
@@ -141,6 +144,16 @@ def _check_file_lines(path: str, name: str, max_len: int, errors: list[CorpusErr
                         n,
                     )
                 )
+            nul = raw.find(b"\x00")
+            if nul >= 0:
+                errors.append(
+                    CorpusError(
+                        name,
+                        f"NUL byte (\\x00) at byte offset {nul}: binary data "
+                        "or a UTF-16/UTF-32 file (convert with `iconv -t UTF-8`)",
+                        n,
+                    )
+                )
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as e:
@@ -166,6 +179,23 @@ def _check_file_lines(path: str, name: str, max_len: int, errors: list[CorpusErr
     return n
 
 
+def misaligned_error(src: str, n_src: int, tgt: str, n_tgt: int) -> CorpusError:
+    """The error for parallel files of different lengths (``n_src != n_tgt``).
+
+    Reported at the shorter file's last line (``wc -l`` counts; ``check`` rejects a last line
+    without newline separately): the pairs are known to be misaligned from there on, while the
+    missing or extra line itself can be anywhere before it.
+    """
+    shorter, n_short, longer = (src, n_src, tgt) if n_src < n_tgt else (tgt, n_tgt, src)
+    return CorpusError(
+        shorter,
+        f"misaligned parallel files: {src} has {n_src} lines, {tgt} has {n_tgt} lines "
+        f"(wc -l); {shorter} ends at line {n_short} while {longer} goes on (a line is missing "
+        "or extra somewhere up to here)",
+        n_short if n_short > 0 else None,
+    )
+
+
 def check_pair(
     src: str,
     tgt: str,
@@ -186,16 +216,7 @@ def check_pair(
         counts.append(_check_file_lines(path, name, max_len, errors))
     n_src, n_tgt = counts
     if n_src is not None and n_tgt is not None and n_src != n_tgt:
-        longer = src_name if n_src > n_tgt else tgt_name
-        errors.insert(
-            0,
-            CorpusError(
-                longer,
-                f"misaligned parallel files: {src_name} has {n_src} lines, "
-                f"{tgt_name} has {n_tgt} lines",
-                min(n_src, n_tgt) + 1,
-            ),
-        )
+        errors.insert(0, misaligned_error(src_name, n_src, tgt_name, n_tgt))
     if errors:
         raise CorpusErrors(errors)
     return n_src  # type: ignore[return-value]
@@ -546,12 +567,7 @@ def extract_pair_folder(
         s_path, t_path = _pair_folder_files(pdir, split, src, tgt)
         s_lines, t_lines = _read_lines_checked(s_path), _read_lines_checked(t_path)
         if len(s_lines) != len(t_lines):
-            raise CorpusError(
-                t_path,
-                f"misaligned parallel files: {s_path} has {len(s_lines)} lines, "
-                f"{t_path} has {len(t_lines)} lines",
-                min(len(s_lines), len(t_lines)) + 1,
-            )
+            raise misaligned_error(s_path, len(s_lines), t_path, len(t_lines))
         keep_s, keep_t = [], []
         counts = {"rows": len(s_lines), "kept": 0, "dropped": 0, "dropped_null": 0}
         for s, t in zip(s_lines, t_lines):
@@ -565,6 +581,141 @@ def extract_pair_folder(
         _atomic_write_lines(out_p / f"{split}.{tgt}", keep_t)
         report[split] = counts
     return report
+
+
+# --------------------------------------------------------------------------------------------
+# what a data directory holds (why it is not a usable copy of a pair)
+
+#: Archives and TSVs ``prepare_data.sh`` reads from a data dir (besides pair folders).
+KNOWN_INPUTS = (
+    "qi18naacl-dataset.tar.gz",
+    "ted_talks.tar.gz",
+    "all_talks_train.tsv",
+)
+#: How deep below the data dir ``diagnose`` looks, and how many directories at most.
+DIAGNOSE_DEPTH = 2
+DIAGNOSE_MAX_DIRS = 500
+
+
+def _walk_shallow(root: Path, depth: int, max_dirs: int) -> Iterator[tuple[Path, list[str]]]:
+    """Yield (directory, sorted file names) for ``root`` and its subdirectories.
+
+    Breadth first, down to ``depth`` levels, hidden entries skipped, at most ``max_dirs``
+    directories.
+    """
+    queue = [(root, 0)]
+    seen = 0
+    while queue and seen < max_dirs:
+        d, level = queue.pop(0)
+        seen += 1
+        try:
+            entries = sorted(os.scandir(d), key=lambda e: e.name)
+        except OSError:
+            continue
+        files = [e.name for e in entries if e.is_file() and not e.name.startswith(".")]
+        yield d, files
+        if level < depth:
+            queue.extend(
+                (Path(e.path), level + 1)
+                for e in entries
+                if e.is_dir() and not e.name.startswith(".")
+            )
+
+
+def diagnose_pair_dir(
+    root: str, src: str, tgt: str, folder: str = "", splits: Sequence[str] = SPLITS
+) -> list[str]:
+    """Why ``root`` is not a usable copy of the pair ``src``-``tgt``: one hint per finding.
+
+    ``prepare_data.sh`` reads ``root/folder/{split}.{lang}`` (or those files in ``root``
+    itself) for every split in ``splits`` and both languages; it calls this when a data dir
+    that was given holds neither them nor an archive, so that the error says what is there
+    instead of downloading another corpus. Looks up to :data:`DIAGNOSE_DEPTH` levels down for:
+    the six files one level too deep (a parent was given); some of them missing; a dev split
+    named ``valid.*``; files with other side suffixes (``train.src``/``train.tgt``); the
+    ``{lang}.{split}`` layout; archives or all-talks TSVs one level too deep; pair folders of
+    other pairs.
+
+    Args:
+        root: the data directory.
+        src: source language code (file suffix), e.g. ``gl``.
+        tgt: target language code, e.g. ``en``.
+        folder: the pair folder expected in ``root`` (e.g. ``ted-gl-en``), if any.
+        splits: split names as file prefixes (IWSLT'15: ``train,tst2012,tst2013``).
+
+    Returns:
+        Hints such as ``"found train.src/train.tgt in DIR: name them train.gl/train.en, or
+        write a pair config (CORPUS=local) naming them"``; ``[]`` if ``root`` is unreadable.
+    """
+    root_p = Path(root)
+    langs = (src, tgt)
+    wanted = [f"{sp}.{lang}" for sp in splits for lang in langs]
+    hints: list[str] = []
+    other_folders: list[str] = []
+    first_entries: list[str] = []
+    for d, files in _walk_shallow(root_p, DIAGNOSE_DEPTH, DIAGNOSE_MAX_DIRS):
+        where = str(d)
+        names = set(files)
+        if d == root_p:
+            try:
+                first_entries = sorted(
+                    e.name + ("/" if e.is_dir() else "")
+                    for e in os.scandir(d)
+                    if not e.name.startswith(".")
+                )
+            except OSError:
+                return []
+        elif d.parent == root_p and d.name.startswith(("ted-", "iwslt")) and d.name != folder:
+            other_folders.append(d.name + "/")
+        have = [w for w in wanted if w in names]
+        if len(have) == len(wanted) and d != root_p:
+            parent = f" (or its parent {d.parent})" if folder and d.name == folder else ""
+            hints.append(
+                f"{where} holds {{{','.join(splits)}}}.{{{src},{tgt}}}: pass --data-dir {d}{parent}"
+            )
+        elif (
+            have
+            and len(have) < len(wanted)
+            # some of both sides (else it is another pair's folder), or the folder expected
+            and (
+                all(any(h.endswith(f".{lang}") for h in have) for lang in langs) or d.name == folder
+            )
+        ):
+            missing = [w for w in wanted if w not in names]
+            hints.append(f"{where} has {', '.join(have)} but lacks {', '.join(missing)}")
+        valid = [f"valid.{lang}" for lang in langs if f"valid.{lang}" in names]
+        if valid and "dev" in splits and not any(f"dev.{lang}" in names for lang in langs):
+            hints.append(
+                f"found {'/'.join(valid)} in {where}: the dev split must be named "
+                f"dev.{src}/dev.{tgt} (rename or link them, or write a pair config with "
+                "CORPUS=local naming your files)"
+            )
+        suffixes = sorted(
+            {n.split(".", 1)[1] for n in names if n.startswith("train.")} - set(langs)
+        )
+        if suffixes and not have:
+            shown = "/".join(f"train.{x}" for x in suffixes[:4])
+            hints.append(
+                f"found {shown} in {where}: this pair reads {src}->{tgt} from files named "
+                f"{{{','.join(splits)}}}.{{{src},{tgt}}}; name them so, or write a pair config "
+                "(configs/pairs/PAIR.sh with CORPUS=local) naming your files"
+            )
+        swapped = [f"{lang}.train" for lang in langs if f"{lang}.train" in names]
+        if swapped:
+            hints.append(
+                f"found {'/'.join(swapped)} in {where} (LANG.SPLIT names): name them "
+                f"train.{src}/train.{tgt} (SPLIT.LANG), or write a pair config with CORPUS=local"
+            )
+        if d != root_p:
+            for name in KNOWN_INPUTS:
+                if name in names:
+                    hints.append(f"{where} holds {name}: pass --data-dir {d}")
+    if other_folders and folder:
+        hints.append(f"{root} holds {', '.join(other_folders)} but no {folder}/")
+    if not hints:
+        shown = ", ".join(first_entries[:12]) + (" ..." if len(first_entries) > 12 else "")
+        hints.append(f"{root} holds {shown}" if first_entries else f"{root} is empty")
+    return hints
 
 
 # --------------------------------------------------------------------------------------------
@@ -679,6 +830,12 @@ def _cmd_sha256(a: argparse.Namespace) -> int:
         print(f"ok: {name}: {what} verified ({got})")
     else:
         print(f"{got}  {a.file}")
+    return 0
+
+
+def _cmd_diagnose(a: argparse.Namespace) -> int:
+    for hint in diagnose_pair_dir(a.dir, a.src, a.tgt, a.folder, a.splits.split(",")):
+        print(hint)
     return 0
 
 
@@ -862,6 +1019,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--name", help="name to show in messages (default: the path)")
     s.set_defaults(func=_cmd_sha256)
 
+    d = sub.add_parser(
+        "diagnose",
+        help="what a data dir holds instead of a usable copy of a pair (one hint a line)",
+    )
+    d.add_argument("--dir", required=True, help="the data directory")
+    d.add_argument("--src", required=True)
+    d.add_argument("--tgt", required=True)
+    d.add_argument("--folder", default="", help="pair folder expected in --dir (e.g. ted-gl-en)")
+    d.add_argument("--splits", default=",".join(SPLITS), help="split file prefixes")
+    d.set_defaults(func=_cmd_diagnose)
+
     u = sub.add_parser("untar", help="safely and atomically extract a tar(.gz) archive")
     u.add_argument("--archive", required=True)
     u.add_argument(
@@ -916,7 +1084,11 @@ def build_parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("length-stats", help="show a length_stats.json, or one of its fields")
     ls.add_argument("--stats", required=True, help="length_stats.json (length-percentile --out)")
     ls.add_argument("--get", metavar="FIELD", help="print only this field (e.g. L, tool)")
-    ls.add_argument("--paper-l", type=int, help="the authors' L, shown next to ours")
+    ls.add_argument(
+        "--paper-l",
+        type=lambda text: int(text) if text else None,
+        help="the authors' L, shown next to ours (empty: none, e.g. an own corpus)",
+    )
     ls.set_defaults(func=_cmd_length_stats)
 
     sp = sub.add_parser(

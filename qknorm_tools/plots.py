@@ -38,11 +38,13 @@ __all__ = [
     "build_parser",
     "load_attention",
     "main",
+    "bleu_bars_figure",
     "plot_bleu_bars",
     "plot_curves",
     "plot_g",
     "plot_health",
     "plot_heatmap",
+    "prefixed_figure",
 ]
 
 
@@ -123,46 +125,90 @@ def plot_curves(
     return _save(fig, out)
 
 
-def _pick_kind(recs, prefix: str, split: str) -> str | None:
-    order = {
-        "auto": ("train_inner", "train", "valid"),
-        "train": ("train_inner", "train"),
-        "valid": ("valid",),
-    }[split]
-    for kind in order:
-        if metric_keys(recs, prefix, kind):
-            return kind
+#: the log records each ``--split`` reads, in order of preference
+SPLIT_KINDS = {
+    "auto": ("train_inner", "train", "valid"),
+    "train": ("train_inner", "train"),
+    "valid": ("valid",),
+}
+#: how a panel title names the records it shows
+KIND_TITLES = {
+    "train_inner": "training (train_inner lines)",
+    "train": "training (end-of-epoch averages)",
+    "valid": "validation on dev (valid lines)",
+}
+
+
+def _common_kind(logs: Mapping[str, list], prefixes: Sequence[str], split: str) -> str | None:
+    """The one record kind all panels show.
+
+    The first of ``SPLIT_KINDS[split]`` that every log with any ``prefixes`` key has, else the
+    first that any log has; None when no log has any.
+    """
+    order = SPLIT_KINDS[split]
+    having = [
+        recs
+        for recs in logs.values()
+        if any(metric_keys(recs, p, k) for p in prefixes for k in order)
+    ]
+    for need_all in (True, False):
+        for kind in order:
+            found = [any(metric_keys(recs, p, kind) for p in prefixes) for recs in having]
+            if found and (all(found) if need_all else any(found)):
+                return kind
     return None
 
 
-def _plot_prefixed(
+def _no_offset(ax) -> None:
+    """Plain tick labels (``13.02``), never matplotlib's offset notation (``+1.3e1``)."""
+    ax.ticklabel_format(axis="y", useOffset=False, style="plain")
+
+
+def prefixed_figure(
     named_logs: Mapping[str, str],
     prefixes: Sequence[tuple[str, str]],
-    out,
     split: str = "auto",
     what: str = "",
-) -> str:
+):
+    """The figure of :func:`plot_g` / :func:`plot_health` (rows: prefixes, columns: runs).
+
+    Every panel shows the same record kind (:func:`_common_kind`), named in its title; the
+    y axes have no offset label.
+
+    Returns:
+        The matplotlib ``Figure`` (the caller saves and closes it).
+
+    Raises:
+        PlotInputError: no such keys with ``num_updates`` in any log.
+    """
     plt = _pyplot()
     logs = _named_logs(named_logs)
+    kind = _common_kind(logs, [p for p, _ in prefixes], split)
+    if kind is None:
+        raise PlotInputError(
+            f"no {what or ', '.join(p for p, _ in prefixes)} keys with num_updates in "
+            f"logs {list(named_logs.values())}"
+        )
     n_rows, n_cols = len(prefixes), len(logs)
     fig, axes = plt.subplots(n_rows, n_cols, figsize=(5.2 * n_cols, 3.6 * n_rows), squeeze=False)
-    any_found = False
     for j, (name, recs) in enumerate(logs.items()):
         for i, (prefix, ylabel) in enumerate(prefixes):
             ax = axes[i][j]
-            kind = _pick_kind(recs, prefix, split)
-            if kind is None:
-                ax.text(
-                    0.5, 0.5, f"no {prefix}* keys", ha="center", va="center", transform=ax.transAxes
-                )
-                ax.set_title(f"{name}")
-                continue
+            ax.set_title(f"{name}: {KIND_TITLES[kind]}", fontsize=9)
             keys = metric_keys(recs, prefix, kind)
+            if not keys:
+                ax.text(
+                    0.5,
+                    0.5,
+                    f"no {prefix}* keys in {kind} lines",
+                    ha="center",
+                    va="center",
+                    transform=ax.transAxes,
+                )
+                continue
             cmap = plt.get_cmap("viridis", max(len(keys), 2))
             for k_i, k in enumerate(keys):
                 x, y = series(recs, kind, k)
-                if len(x):
-                    any_found = True
                 ax.plot(
                     x,
                     y,
@@ -172,19 +218,23 @@ def _plot_prefixed(
                     marker="o" if len(x) < 30 else None,
                     ms=2.5,
                 )
-            ax.set_title(f"{name} ({kind})")
             ax.set_xlabel("num_updates")
             ax.set_ylabel(ylabel)
+            _no_offset(ax)
             ax.grid(alpha=0.3)
             ax.legend(fontsize=6, ncol=2 if len(keys) > 8 else 1)
-    if not any_found:
-        plt.close(fig)
-        raise PlotInputError(
-            f"no {what or ', '.join(p for p, _ in prefixes)} keys with num_updates in "
-            f"logs {list(named_logs.values())}"
-        )
     fig.tight_layout()
-    return _save(fig, out)
+    return fig
+
+
+def _plot_prefixed(
+    named_logs: Mapping[str, str],
+    prefixes: Sequence[tuple[str, str]],
+    out,
+    split: str = "auto",
+    what: str = "",
+) -> str:
+    return _save(prefixed_figure(named_logs, prefixes, split, what), out)
 
 
 def plot_g(named_logs: Mapping[str, str], out, split: str = "auto") -> str:
@@ -336,8 +386,9 @@ def plot_heatmap(
 
 
 def _bars_from_json(d: Mapping[str, object], value: str = "auto"):
-    """-> (groups, systems, heights[g][s], err_lo, err_hi, ylabel, pvals)."""
+    """-> (groups, systems, heights[g][s], err_lo, err_hi, ylabel, pvals, notes)."""
     nan = float("nan")
+    baseline = d.get("baseline")
     if "systems" in d and isinstance(d["systems"], list):  # evaluate compare
         systems = [s["name"] for s in d["systems"]]
         h = [[s["score"] for s in d["systems"]]]
@@ -354,8 +405,11 @@ def _bars_from_json(d: Mapping[str, object], value: str = "auto"):
             ]
         ]
         pv = [[s.get("p_ar") for s in d["systems"]]]
-        ylabel = f"{d.get('metric', 'BLEU')} (error bars: 95% bootstrap CI)"
-        return [""], systems, h, lo, hi, ylabel, pv
+        ylabel = f"{d.get('metric', 'BLEU')} (BLEU points)"
+        notes = _bar_notes(
+            "95% bootstrap CI", d.get("n_bootstrap"), d.get("n_ar"), baseline, "", pv
+        )
+        return [""], systems, h, lo, hi, ylabel, pv, notes
     if "pairs" in d:  # evaluate aggregate
         metric = d.get("metric", "bleu_tok")
         groups = list(d["pairs"])
@@ -392,15 +446,98 @@ def _bars_from_json(d: Mapping[str, object], value: str = "auto"):
                     h.append(m["mean"]), lo.append(sd), hi.append(sd)
                     pv.append((e.get("concat") or {}).get("p_ar"))
             H.append(h), LO.append(lo), HI.append(hi), PV.append(pv)
+        sig = d.get("significance") or {}
         ylabel = (
-            f"{metric} on seed-concatenated outputs (95% bootstrap CI)"
+            f"{metric}, seeds concatenated (BLEU points)"
             if use_concat
-            else f"{metric}, mean ± sd over seeds"
+            else f"{metric}, mean over seeds (BLEU points)"
         )
-        return groups, systems, H, LO, HI, ylabel, PV
+        notes = _bar_notes(
+            "95% bootstrap CI" if use_concat else "± sd over seeds",
+            sig.get("n_bootstrap") if use_concat else None,
+            sig.get("n_ar"),
+            baseline,
+            " on the seed-concatenated outputs",
+            PV,
+        )
+        return groups, systems, H, LO, HI, ylabel, PV, notes
     raise PlotInputError(
         "JSON is neither 'evaluate compare' (systems) nor 'evaluate aggregate' (pairs) output"
     )
+
+
+def _bar_notes(errors: str, n_bootstrap, n_ar, baseline, on: str, pvals) -> list[str]:
+    """The caption lines of a BLEU bar chart: what the error bars and the p-values are."""
+    boot = f" ({n_bootstrap:,} resamples)" if n_bootstrap else ""
+    notes = [f"error bars: {errors}{boot}"]
+    if any(p is not None for row in pvals for p in row):
+        trials = f", {n_ar:,} trials" if n_ar else ""
+        notes.append(
+            f"p: paired approximate randomization test (sacreBLEU{trials}) of each system "
+            f"against the baseline {baseline}{on}"
+        )
+    return notes
+
+
+def bleu_bars_figure(results_json, value: str = "auto", title: str = ""):
+    """The figure of :func:`plot_bleu_bars` (the caller saves and closes it).
+
+    Bars start at 0 (BLEU points). One language pair: one bar per system, system names on the
+    x axis; several pairs: groups of bars per pair (x labels), systems in the legend. Above
+    each bar its ``p=`` (paired approximate randomization against the baseline, whose bar
+    says ``baseline``); the caption under the axes names the test, the baseline and the error
+    bars.
+
+    Raises:
+        PlotInputError: unknown JSON layout or unreadable file.
+    """
+    import numpy as np
+
+    plt = _pyplot()
+    try:
+        d = json.loads(Path(results_json).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise PlotInputError(f"cannot read results JSON {str(results_json)!r}: {exc}") from None
+    groups, systems, H, LO, HI, ylabel, PV, notes = _bars_from_json(d, value)
+    baseline = d.get("baseline")
+    n_s, n_g = len(systems), len(groups)
+    one_group = n_g == 1
+    width = 0.8 if one_group else 0.8 / max(n_s, 1)
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.2 * n_s * n_g + 2), 4.6))
+    x = np.arange(n_s if one_group else n_g, dtype=float)
+    for j, s in enumerate(systems):
+        hs = np.array([H[g][j] for g in range(n_g)], dtype=float)
+        err = np.array([[LO[g][j] for g in range(n_g)], [HI[g][j] for g in range(n_g)]])
+        pos = np.array([x[j]]) if one_group else x + (j - (n_s - 1) / 2) * width
+        ax.bar(pos, hs, width * 0.92, yerr=err, capsize=3, color=f"C{j % 10}", label=s, alpha=0.85)
+        for g in range(n_g):
+            if math.isnan(hs[g]):
+                continue
+            p = PV[g][j]
+            text = "baseline" if s == baseline else (f"p={p:.3g}" if p is not None else "")
+            if text:
+                ax.text(pos[g], hs[g] + err[1][g], text, ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(x)
+    if one_group:
+        ax.set_xticklabels(
+            systems, rotation=15 if n_s > 3 else 0, ha="right" if n_s > 3 else "center"
+        )
+        ax.set_xlabel(f"system{f' ({groups[0]})' if groups[0] else ''}")
+    else:
+        ax.set_xticklabels(groups)
+        ax.set_xlabel("language pair")
+        ax.legend(fontsize=8)
+    ax.set_ylabel(ylabel, fontsize=9)
+    finite = [h + hi for row, his in zip(H, HI) for h, hi in zip(row, his) if not math.isnan(h)]
+    ax.set_ylim(0.0, (max(finite) if finite else 1.0) * 1.15 + 0.5)
+    ax.grid(axis="y", alpha=0.3)
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.subplots_adjust(bottom=fig.subplotpars.bottom + 0.05 * len(notes))
+    for k, note in enumerate(notes):
+        fig.text(0.01, 0.01 + 0.045 * (len(notes) - 1 - k), note, fontsize=7, ha="left")
+    return fig
 
 
 def plot_bleu_bars(results_json, out, value: str = "auto", title: str = "") -> str:
@@ -408,9 +545,11 @@ def plot_bleu_bars(results_json, out, value: str = "auto", title: str = "") -> s
 
     * compare JSON: one bar per system, height = corpus score, error bar = sacreBLEU bootstrap
       95% CI (``ci_low``..``ci_high``), AR p-value vs the baseline written above each bar.
-    * aggregate JSON: bars grouped by language pair; with ``value='concat'`` (default when
+    * aggregate JSON: bars per language pair; with ``value='concat'`` (default when
       available) the score on seed-concatenated outputs with its bootstrap 95% CI, with
       ``value='mean'`` the mean ± sd over seeds.
+
+    The layout is :func:`bleu_bars_figure`'s.
 
     Args:
         results_json: the compare or aggregate JSON.
@@ -424,49 +563,7 @@ def plot_bleu_bars(results_json, out, value: str = "auto", title: str = "") -> s
     Raises:
         PlotInputError: unknown JSON layout or unreadable file.
     """
-    import numpy as np
-
-    plt = _pyplot()
-    try:
-        d = json.loads(Path(results_json).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise PlotInputError(f"cannot read results JSON {str(results_json)!r}: {exc}") from None
-    groups, systems, H, LO, HI, ylabel, PV = _bars_from_json(d, value)
-    n_s = len(systems)
-    width = 0.8 / max(n_s, 1)
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * n_s * len(groups) + 2), 4.2))
-    x = np.arange(len(groups))
-    for j, s in enumerate(systems):
-        hs = np.array([H[g][j] for g in range(len(groups))], dtype=float)
-        err = np.array(
-            [[LO[g][j] for g in range(len(groups))], [HI[g][j] for g in range(len(groups))]]
-        )
-        pos = x + (j - (n_s - 1) / 2) * width
-        ax.bar(pos, hs, width * 0.92, yerr=err, capsize=3, color=f"C{j % 10}", label=s, alpha=0.85)
-        for g in range(len(groups)):
-            p = PV[g][j]
-            if p is not None and not math.isnan(hs[g]):
-                ax.text(
-                    pos[g],
-                    hs[g] + err[1][g] + 0.1,
-                    f"p={p:.3g}",
-                    ha="center",
-                    va="bottom",
-                    fontsize=7,
-                )
-    ax.set_xticks(x)
-    ax.set_xticklabels(groups if any(groups) else [""])
-    ax.set_ylabel(ylabel, fontsize=9)
-    finite = [h for row in H for h in row if not math.isnan(h)]
-    if finite:
-        lo_y = max(0.0, min(finite) - 5)
-        ax.set_ylim(lo_y, max(finite) + max(max(r) for r in HI) + 2)
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8)
-    if title:
-        ax.set_title(title)
-    fig.tight_layout()
-    return _save(fig, out)
+    return _save(bleu_bars_figure(results_json, value, title), out)
 
 
 # ---------------------------------------------------------------------------

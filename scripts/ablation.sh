@@ -102,7 +102,7 @@ if ((DRY_RUN)); then
     qk_print_cmd "${BARS[@]}"
     CURVE_DRY=("$QK_PY" -m qknorm_tools.plots curves --out "$OUT/ablation_curves.png" --log)
     for c in "${CELLS[@]}"; do
-        CURVE_DRY+=("$c=$(qk_run_dir "$PAIR" "$LABEL" "${CELL_SYSTEM[$c]}" "${SEED_LIST[0]}")/train.log")
+        CURVE_DRY+=("${CELL_SYSTEM[$c]}=$(qk_run_dir "$PAIR" "$LABEL" "${CELL_SYSTEM[$c]}" "${SEED_LIST[0]}")/train.log")
     done
     qk_print_cmd "${CURVE_DRY[@]}"
     exit 0
@@ -117,13 +117,14 @@ qk_run "${REPRO[@]}" || RC=$?
 qk_log "wrote $OUT/ablation.md and $OUT/ablation.json"
 
 # figures: secondary outputs, a failure is a warning (matplotlib's messages go to plots.log).
-# Curves: each cell's lowest seed whose training finished (train.json, as scripts/train.sh).
+# Curves: each cell's lowest seed whose training finished (train.json, as scripts/train.sh), named
+# by its system as in aggregate.md and ablation_bleu.png.
 CURVES=("$QK_PY" -m qknorm_tools.plots curves --out "$OUT/ablation_curves.png" --log)
 for c in "${CELLS[@]}"; do
     for seed in "${SEED_LIST[@]}"; do
         run="$(qk_run_dir "$PAIR" "$LABEL" "${CELL_SYSTEM[$c]}" "$seed")"
         if [[ -f "$run/train.json" ]]; then
-            CURVES+=("$c=$run/train.log")
+            CURVES+=("${CELL_SYSTEM[$c]}=$run/train.log")
             break
         fi
     done

@@ -19,7 +19,8 @@ source "$SCRIPT_DIR/lib.sh"
 usage() {
     cat <<EOF
 usage: scripts/demo.sh [PAIR] [--seed N] [--max-update N] [--data-dir DIR]
-  PAIR          default gl-en (the pair whose data ships in ../shared/data)
+  PAIR          default gl-en (the pair whose data ships in ../shared/data); any pair, the
+                reverse direction of one (en-gl) or your own configs/pairs/PAIR.sh
   --seed N      seed for both systems (default 1)
   --max-update N  update budget per system (default: the cpu-proxy profile's, 1200); runs and
                 results of another budget go to runs/PAIR/cpu-proxy-max-update-N/ and
@@ -31,17 +32,36 @@ EOF
 
 PAIR_ARG=gl-en SEED=1 MAX_UPDATE_ARG="" DATA_DIR_ARG=""
 qk_parse_args "@PAIR_ARG?" "--seed SEED" "--max-update MAX_UPDATE_ARG" "--data-dir DATA_DIR_ARG" -- "$@"
+# every option and setting is checked before the first data step (a typo never costs the
+# data preparation first)
 qk_check_uint --seed "$SEED"
 [[ -z "$MAX_UPDATE_ARG" ]] || qk_check_uint --max-update "$MAX_UPDATE_ARG"
+[[ -z "${QKNORM_MAX_UPDATE:-}" ]] || qk_check_uint QKNORM_MAX_UPDATE "$QKNORM_MAX_UPDATE"
+[[ -z "${QKNORM_THREADS:-}" ]] || qk_check_posint QKNORM_THREADS "$QKNORM_THREADS"
+if [[ -n "$DATA_DIR_ARG" ]]; then
+    [[ -d "$DATA_DIR_ARG" ]] || qk_usage_error "--data-dir '$DATA_DIR_ARG' is not a directory"
+elif [[ -n "${QKNORM_DATA_DIR:-}" ]]; then
+    [[ -d "$QKNORM_DATA_DIR" ]] || qk_usage_error "QKNORM_DATA_DIR='$QKNORM_DATA_DIR' is not a directory"
+fi
 load_pair_config "$PAIR_ARG"
 load_profile_config cpu-proxy
 [[ -z "$MAX_UPDATE_ARG" ]] || MAX_UPDATE="$MAX_UPDATE_ARG"
+[[ "$MAX_UPDATE" != 0 ]] \
+    || qk_usage_error "a budget of 0 updates (--max-update / QKNORM_MAX_UPDATE) would never stop training (cpu-proxy has no epoch limit)"
 LABEL="$(qk_run_label)"
 BASELINE=twt
 SYSTEMS=(twt qknorm_paper)
 OUT="$QK_WORK_DIR/results/$LABEL/$PAIR"
 REF="$QK_DATA/raw/$PAIR/test.$TGT"
 CELL_OPTS=(--profile cpu-proxy --seed "$SEED" --max-update "$MAX_UPDATE" --threads 1)
+
+for tool in subword-nmt fairseq-preprocess fairseq-train fairseq-generate; do
+    qk_tool "$tool" >/dev/null
+done
+for system in "${SYSTEMS[@]}"; do  # train.sh's own checks (budget, threads, ...), nothing run
+    err="$(bash "$SCRIPT_DIR/train.sh" "$PAIR" "$system" "${CELL_OPTS[@]}" --dry-run 2>&1 >/dev/null)" \
+        || { rc=$?; printf '%s\n' "$err" >&2; exit "$rc"; }
+done
 
 T0="$(date +%s)"
 qk_run bash "$SCRIPT_DIR/prepare_data.sh" "$PAIR" ${DATA_DIR_ARG:+--data-dir "$DATA_DIR_ARG"}

@@ -75,7 +75,14 @@ if [[ "$FORCE" == 0 && -s "$SCORE" && "$SCORE" -nt "$CHECKPOINT" && "$HYP" -nt "
 fi
 
 QK_CLEANUP+=("$GEN.tmp" "$HYP.tmp" "$SCORE.tmp")  # an interrupted step leaves nothing half-written
-qk_log "decoding $PAIR $SPLIT with $CHECKPOINT (beam $BEAM, lenpen $LENPEN)"
+N_REF="$(qk_count_lines "$REF")"
+qk_log "decoding $PAIR $SPLIT with $CHECKPOINT (beam $BEAM, lenpen $LENPEN, $N_REF sentences)"
+# progress with an ETA every 30 s while decoding (qknorm_tools.progress), stopped on exit
+"$QK_PY" -m qknorm_tools.progress decode --output "$GEN.tmp" --total "$N_REF" --pid "$$" \
+    --label "[evaluate] $PAIR $SYSTEM: " &
+WATCH_PID=$!
+stop_watch() { kill "$WATCH_PID" 2>/dev/null || true; wait "$WATCH_PID" 2>/dev/null || true; }
+qk_on_exit stop_watch
 FAIRSEQ_GENERATE="$(qk_tool fairseq-generate)"
 OMP_NUM_THREADS="$THREADS" qk_run "$FAIRSEQ_GENERATE" "$BIN" \
     --user-dir "$QK_REPO_ROOT/fairseq_qknorm" \
@@ -87,8 +94,7 @@ OMP_NUM_THREADS="$THREADS" qk_run "$FAIRSEQ_GENERATE" "$BIN" \
     >"$GEN.tmp" 2>"$RUN/$STEM.gen.log" \
     || { rm -f -- "$GEN.tmp"; die "fairseq-generate failed; see $RUN/$STEM.gen.log"; }
 mv -- "$GEN.tmp" "$GEN"
-
-N_REF="$(qk_count_lines "$REF")"
+stop_watch
 "$QK_PY" -m qknorm_tools.evaluate extract --generate-output "$GEN" --output "$HYP.tmp" \
     --remove-bpe "$REMOVE_BPE" --n-expected "$N_REF" \
     || { rm -f -- "$HYP.tmp"; die "could not extract $N_REF hypotheses from $GEN"; }
@@ -97,4 +103,5 @@ mv -- "$HYP.tmp" "$HYP"
     --src-lang "$SRC" --tgt-lang "$TGT" >"$SCORE.tmp" \
     || { rm -f -- "$SCORE.tmp"; die "scoring $HYP against $REF failed"; }
 mv -- "$SCORE.tmp" "$SCORE"
+qk_log "read bleu_tok in $SCORE (words, against $REF; comparable to the papers), not the BLEU4 line at the end of $GEN (fairseq's scorer on BPE units: README \"Which BLEU to read\")"
 cat "$SCORE"

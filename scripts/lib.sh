@@ -485,14 +485,27 @@ corpus_py() {
 # ---------------------------------------------------------------------------------------------
 # pair configuration
 
+# qk_config_dirs KIND: the folders holding configs/KIND/*.sh: the repository's, and for pairs
+# also configs/pairs/ of the work dir (a researcher's own pairs, README "Own data"; the same
+# folder when QKNORM_WORK_DIR is the repository).
+qk_config_dirs() {
+    printf '%s\n' "$QK_REPO_ROOT/configs/$1"
+    if [[ "$1" == pairs && -d "$QK_WORK_DIR/configs/pairs" ]] \
+        && [[ "$(cd "$QK_WORK_DIR/configs/pairs" && pwd -P)" != "$QK_REPO_ROOT/configs/pairs" ]]; then
+        printf '%s\n' "$QK_WORK_DIR/configs/pairs"
+    fi
+}
+
 # qk_config_names KIND: the names of configs/KIND/*.sh (pairs, systems, profiles), space-separated.
 qk_config_names() {
-    local f out=()
-    for f in "$QK_REPO_ROOT/configs/$1"/*.sh; do
-        [[ -e "$f" ]] || continue
-        f="$(basename "$f")"
-        out+=("${f%.sh}")
-    done
+    local d f out=()
+    while IFS= read -r d; do
+        for f in "$d"/*.sh; do
+            [[ -e "$f" ]] || continue
+            f="$(basename "$f")"
+            out+=("${f%.sh}")
+        done
+    done < <(qk_config_dirs "$1")
     printf '%s\n' "${out[*]}"
 }
 
@@ -500,37 +513,162 @@ qk_known_pairs() { qk_config_names pairs; }
 qk_known_systems() { qk_config_names systems; }
 qk_known_profiles() { qk_config_names profiles; }
 
-# qk_require_name KIND NAME [HINT]: die unless NAME has a configs/KIND/NAME.sh (KIND: pairs,
-# systems, profiles), listing the known names (and HINT).
-qk_require_name() {
-    local kind="$1" name="${2-}"
-    if [[ ! "$name" =~ ^[a-z0-9][a-z0-9_-]*$ ]] || [[ ! -f "$QK_REPO_ROOT/configs/$kind/$name.sh" ]]; then
-        die "unknown ${kind%s} '$name' (known $kind: $(qk_config_names "$kind")${3-})"
-    fi
+# qk_config_file KIND NAME: the path of configs/KIND/NAME.sh (for pairs: in the repository or
+# the work dir; defined in both is an error), or return 1.
+qk_config_file() {
+    local d found=()
+    [[ "${2-}" =~ ^[a-z0-9][a-z0-9_-]*$ ]] || return 1
+    while IFS= read -r d; do
+        [[ ! -f "$d/$2.sh" ]] || found+=("$d/$2.sh")
+    done < <(qk_config_dirs "$1")
+    ((${#found[@]})) || return 1
+    ((${#found[@]} == 1)) || die "pair $2 is defined twice: ${found[*]} (keep one)"
+    printf '%s\n' "${found[0]}"
 }
 
-# load_pair_config PAIR: source configs/base.sh then configs/pairs/PAIR.sh (globals), set PAIR,
-# and check that the required variables are set. Dies listing the known pairs if PAIR is unknown.
+# qk_pair_direction FILE: "SRC TGT" as the pair config FILE sets them (in a subshell).
+qk_pair_direction() {
+    (
+        unset SRC TGT
+        # shellcheck disable=SC1090
+        source "$1" >/dev/null 2>&1 || true
+        printf '%s %s\n' "${SRC-}" "${TGT-}"
+    )
+}
+
+# qk_pair_reverse_of NAME: for NAME = A-B without a config of its own, the configured pair
+# whose direction is B->A (gl-en for en-gl), or return 1. Only a config whose languages match
+# its name counts (he-en is en->he: its reverse he->en cannot be called "he-en", see README).
+qk_pair_reverse_of() {
+    local name="${1-}" a b file
+    [[ "$name" =~ ^([a-zA-Z][a-zA-Z0-9_]*)-([a-zA-Z][a-zA-Z0-9_]*)$ ]] || return 1
+    a="${BASH_REMATCH[1]}" b="${BASH_REMATCH[2]}"
+    file="$(qk_config_file pairs "$b-$a")" || return 1
+    [[ "$(qk_pair_direction "$file")" == "$b $a" ]] || return 1
+    printf '%s\n' "$b-$a"
+}
+
+# qk_require_name KIND NAME [HINT]: a usage error (exit 2, with the script's usage) unless NAME
+# has a configs/KIND/NAME.sh (KIND: pairs, systems, profiles), listing the known names (and
+# HINT). A pair may also be the reverse direction of a configured one (qk_pair_reverse_of).
+qk_require_name() {
+    local kind="$1" name="${2-}" more=""
+    qk_config_file "$kind" "$name" >/dev/null && return 0
+    if [[ "$kind" == pairs ]]; then
+        qk_pair_reverse_of "$name" >/dev/null && return 0
+        more="; the reverse direction of one, e.g. en-gl; or your own configs/pairs/NAME.sh: README \"Own data\""
+        local file
+        if [[ "$name" =~ ^([a-zA-Z0-9_]+)-([a-zA-Z0-9_]+)$ ]] \
+            && file="$(qk_config_file pairs "${BASH_REMATCH[2]}-${BASH_REMATCH[1]}")" \
+            && [[ "$(qk_pair_direction "$file")" == "${BASH_REMATCH[1]} ${BASH_REMATCH[2]}" ]]; then
+            more+="; note: ${BASH_REMATCH[2]}-${BASH_REMATCH[1]} already is ${BASH_REMATCH[1]}->${BASH_REMATCH[2]}"
+        fi
+    fi
+    qk_usage_error "unknown ${kind%s} '$name' (known $kind: $(qk_config_names "$kind")${3-}$more)"
+}
+
+# Settings of a pair: configs/base.sh, then configs/pairs/PAIR.sh. Cleared before a pair is
+# loaded, so that nothing leaks from another pair or from the environment.
+QK_PAIR_VARS=(SRC TGT CORPUS REVERSE_OF TED_LOCAL_DIR QI18_FOLDER IWSLT15_LOCAL_DIR IWSLT15_DEV
+    IWSLT15_TEST IWSLT15_FILES LOCAL_DIR LOCAL_TRAIN_SRC LOCAL_TRAIN_TGT LOCAL_DEV_SRC
+    LOCAL_DEV_TGT LOCAL_TEST_SRC LOCAL_TEST_TGT BPE_MERGES SPM_VOCAB_SIZE PAPER_L
+    PAPER_ARCH_SIZE PAPER_MAX_EPOCH PAPER_TRAIN_PAIRS LINES_TRAIN LINES_DEV LINES_TEST
+    QI18_LINES_TRAIN QI18_LINES_DEV QI18_LINES_TEST)
+# file fields of CORPUS=local, per split and side
+QK_LOCAL_FILE_VARS=(LOCAL_TRAIN_SRC LOCAL_TRAIN_TGT LOCAL_DEV_SRC LOCAL_DEV_TGT LOCAL_TEST_SRC
+    LOCAL_TEST_TGT)
+
+# load_pair_config PAIR: set the pair's settings as globals (configs/base.sh, then
+# configs/pairs/PAIR.sh), PAIR, PAIR_CONFIG (the file, for messages), PAIR_DESC (direction and
+# corpus, for messages) and, for a reverse direction, PAIR_REVERSE_OF. A reverse direction
+# (REVERSE_OF=BASE in its config, or a name A-B without a config when B-A is configured as
+# B->A) is BASE's settings with SRC and TGT swapped: it reads the same corpus files. Checks
+# every field; an unknown PAIR is a usage error, a bad config an error naming file and field.
 load_pair_config() {
-    local pair="${1-}" v
+    local pair="${1-}" v file="" base="" base_file cfg
     qk_require_name pairs "$pair"
+    unset "${QK_PAIR_VARS[@]}" PAIR_REVERSE_OF
     # shellcheck source=configs/base.sh
     source "$QK_REPO_ROOT/configs/base.sh"
-    # shellcheck disable=SC1090
-    source "$QK_REPO_ROOT/configs/pairs/$pair.sh"
+    if file="$(qk_config_file pairs "$pair")"; then
+        # shellcheck disable=SC1090
+        source "$file"
+        base="${REVERSE_OF:-}"
+    else
+        file="" base="$(qk_pair_reverse_of "$pair")"
+    fi
     PAIR="$pair"
-    for v in SRC TGT CORPUS BPE_MERGES SPM_VOCAB_SIZE PAPER_L PAPER_ARCH_SIZE PAPER_MAX_EPOCH \
-        MAX_TOKENS_CHECK BPE_VOCAB_THRESHOLD LENGTH_PERCENTILE PREPROCESS_WORKERS; do
-        [[ -n "${!v:-}" ]] || die "configs/pairs/$pair.sh (or configs/base.sh) does not set $v"
-    done
+    PAIR_CONFIG="${file:-configs/pairs/$base.sh (reversed)}"
+    if [[ -n "$base" ]]; then
+        cfg="${file:-$PAIR_CONFIG}"
+        base_file="$(qk_config_file pairs "$base")" \
+            || die "$cfg: REVERSE_OF=$base: no configs/pairs/$base.sh"
+        [[ "$base" != "$pair" ]] || die "$cfg: REVERSE_OF=$base names the pair itself"
+        unset "${QK_PAIR_VARS[@]}"
+        source "$QK_REPO_ROOT/configs/base.sh"
+        # shellcheck disable=SC1090
+        source "$base_file"
+        [[ -z "${REVERSE_OF:-}" ]] || die "$cfg: REVERSE_OF=$base, which is itself a reverse direction ($base_file)"
+        local base_src="${SRC-}" base_tgt="${TGT-}"
+        SRC="$base_tgt" TGT="$base_src"
+        if [[ -n "$file" ]]; then  # the derived config's own lines override BASE's
+            # shellcheck disable=SC1090
+            source "$file"
+            [[ "$SRC $TGT" == "$base_tgt $base_src" ]] \
+                || die "$file: REVERSE_OF=$base reads $base's corpus with the sides swapped ($base_tgt->$base_src); it cannot set SRC=$SRC TGT=$TGT"
+        fi
+        REVERSE_OF="$base"
+        PAIR_REVERSE_OF="$base"
+    fi
+    cfg="$PAIR_CONFIG"
+    [[ -n "${CORPUS:-}" ]] || die "$cfg does not set CORPUS (ted, iwslt15 or local)"
     case "$CORPUS" in
-        ted | iwslt15) ;;
-        *) die "configs/pairs/$pair.sh: unknown CORPUS '$CORPUS' (ted|iwslt15)" ;;
+        ted) [[ -n "${TED_LOCAL_DIR:-}" ]] || die "$cfg: CORPUS=ted needs TED_LOCAL_DIR" ;;
+        iwslt15) ;;
+        local) ;;
+        *) die "$cfg: unknown CORPUS '$CORPUS' (ted, iwslt15, or local for your own files)" ;;
     esac
+    if [[ "$CORPUS" == local ]]; then
+        # own corpus: what has no papers' value gets ours (README "Own data")
+        SPM_VOCAB_SIZE="${SPM_VOCAB_SIZE:-${BPE_MERGES:-}}"
+        PAPER_ARCH_SIZE="${PAPER_ARCH_SIZE:-base}"
+        PAPER_MAX_EPOCH="${PAPER_MAX_EPOCH:-200}"
+        PAPER_L="${PAPER_L:-}"
+        for v in SRC TGT BPE_MERGES "${QK_LOCAL_FILE_VARS[@]}"; do
+            [[ -n "${!v:-}" ]] || die "$cfg does not set $v (CORPUS=local needs SRC, TGT, BPE_MERGES and the six file names LOCAL_{TRAIN,DEV,TEST}_{SRC,TGT}; README \"Own data\")"
+        done
+    else
+        for v in SRC TGT BPE_MERGES SPM_VOCAB_SIZE PAPER_L PAPER_ARCH_SIZE PAPER_MAX_EPOCH; do
+            [[ -n "${!v:-}" ]] || die "$cfg (or configs/base.sh) does not set $v"
+        done
+    fi
+    for v in MAX_TOKENS_CHECK BPE_VOCAB_THRESHOLD LENGTH_PERCENTILE PREPROCESS_WORKERS; do
+        [[ -n "${!v:-}" ]] || die "configs/base.sh does not set $v"
+    done
+    for v in SRC TGT; do
+        [[ "${!v}" =~ ^[A-Za-z][A-Za-z0-9_]{0,15}$ ]] \
+            || die "$cfg: $v='${!v}' is not a language code (letters, digits, _; it names the files train.$v, ...)"
+    done
+    [[ "$SRC" != "$TGT" ]] || die "$cfg: SRC and TGT are both '$SRC'"
+    for v in BPE_MERGES SPM_VOCAB_SIZE MAX_TOKENS_CHECK PREPROCESS_WORKERS; do
+        qk_is_posint "${!v}" || die "$cfg: $v must be a positive integer, got '${!v}'"
+    done
+    qk_is_uint "$PAPER_MAX_EPOCH" || die "$cfg: PAPER_MAX_EPOCH must be a non-negative integer, got '$PAPER_MAX_EPOCH'"
+    [[ -z "$PAPER_L" || "$PAPER_L" =~ ^[1-9][0-9]*$ && "$PAPER_L" -ge 2 ]] \
+        || die "$cfg: PAPER_L must be empty or an integer >= 2, got '$PAPER_L'"
     case "$PAPER_ARCH_SIZE" in
         small | base) ;;
-        *) die "configs/pairs/$pair.sh: PAPER_ARCH_SIZE must be small or base, got '$PAPER_ARCH_SIZE'" ;;
+        *) die "$cfg: PAPER_ARCH_SIZE must be small or base, got '$PAPER_ARCH_SIZE'" ;;
     esac
+    if [[ "$CORPUS" == local ]]; then
+        local seen=" " f
+        for v in "${QK_LOCAL_FILE_VARS[@]}"; do
+            f="${!v}"
+            [[ "$seen" != *" $f "* ]] || die "$cfg: $v=$f names a file already used by another split or side"
+            seen+="$f "
+        done
+    fi
+    PAIR_DESC="$SRC->$TGT, $CORPUS corpus${PAIR_REVERSE_OF:+, the reverse of $PAIR_REVERSE_OF}"
 }
 
 # ---------------------------------------------------------------------------------------------

@@ -2,18 +2,25 @@
 # scripts/prepare_data.sh: put the raw (tokenized) splits of a pair under
 # $QKNORM_WORK_DIR/data/raw/PAIR/{train,dev,test}.{SRC,TGT}, verified and checked.
 #
-# Source order for the input data:
-#   1. --data-dir DIR, else $QKNORM_DATA_DIR, else <repo>/../shared/data if it exists:
-#      a directory laid out like the project's shared data (ted-gl-en/, iwslt15-en-vi/, a
-#      SHA256SUMS file), or holding the downloaded archives/files themselves
-#      (qi18naacl-dataset.tar.gz, ted_talks.tar.gz, all_talks_*.tsv, train.en, tst2012.vi, ...);
-#   2. archives/files already downloaded to data/download/;
-#   3. a download from the canonical URL (configs/base.sh), checked for size and sha256.
+# Where the input comes from:
+#   * a data dir given with --data-dir DIR or $QKNORM_DATA_DIR is used, or refused: it must hold
+#     a usable copy of the pair (below), else the script stops with an error naming what it
+#     looked for and what it found (python -m qknorm_tools.corpus diagnose); it never falls back
+#     to data/download/ or to a download of another corpus;
+#   * without one, <repo>/../shared/data if it exists (the project's shared data), then archives
+#     already downloaded to data/download/, then a download from the canonical URL
+#     (configs/base.sh), checked for size and sha256; --download skips the local folders.
+# A usable copy: for TED pairs (CORPUS=ted) the pair folder DIR/TED_LOCAL_DIR (e.g. ted-gl-en/)
+# or DIR itself holding {train,dev,test}.{SRC,TGT}, qi18naacl-dataset.tar.gz (gl-en), the
+# all-talks TSVs (DIR or DIR/ted_talks/) or ted_talks.tar.gz; for IWSLT'15 (en-vi) the release
+# files in DIR/iwslt15-en-vi/ or DIR; for an own corpus (CORPUS=local) the six files named by
+# its config. A reverse direction (en-gl) reads its base pair's files with the sides swapped.
 # Local copies are verified against DIR/SHA256SUMS when it lists them (IWSLT'15 files without
 # an entry: against the published checksums); every split goes through
 # `python -m qknorm_tools.corpus check`. Everything is written to a temporary directory that
-# replaces data/raw/PAIR only when complete; data/raw/PAIR/.done holds the checksums and a
-# finished pair is skipped unless --force.
+# replaces data/raw/PAIR only when complete; data/raw/PAIR/.done holds the checksums and
+# .settings the source. A finished pair is skipped unless --force, or unless a data dir or an
+# own corpus is given that is not the one it was prepared from.
 set -euo pipefail
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
 # shellcheck source=scripts/lib.sh
@@ -21,51 +28,107 @@ source "$SCRIPT_DIR/lib.sh"
 
 usage() {
     cat <<EOF
-usage: scripts/prepare_data.sh PAIR [--data-dir DIR] [--force]
-  PAIR            one of: $(qk_known_pairs)
-  --data-dir DIR  local copy/mirror of the corpora (default: \$QKNORM_DATA_DIR, else
-                  <repo>/../shared/data if it exists, else download)
+usage: scripts/prepare_data.sh PAIR [--data-dir DIR | --download] [--force]
+  PAIR            one of: $(qk_known_pairs); or the reverse direction of one (e.g.
+                  en-gl); or your own configs/pairs/PAIR.sh (README "Own data")
+  --data-dir DIR  the local copy of the corpora to use (default: \$QKNORM_DATA_DIR, else
+                  <repo>/../shared/data if it exists); a given DIR is used or refused, never
+                  replaced by a download
+  --download      ignore local data dirs: use data/download/ or download the canonical files
   --force         prepare again even if data/raw/PAIR/.done verifies
 environment: QKNORM_WORK_DIR (output root, default repo root), QKNORM_DATA_DIR,
   QKNORM_OFFLINE=1 (never download), QKNORM_{QI18,TED_TALKS,IWSLT15}_URL (mirror URLs)
 EOF
 }
 
-DATA_DIR_ARG="" FORCE=0
-qk_parse_args "@PAIR_ARG" "--data-dir DATA_DIR_ARG" "--force FORCE=1" -- "$@"
+DATA_DIR_ARG="" DOWNLOAD=0 FORCE=0
+qk_parse_args "@PAIR_ARG" "--data-dir DATA_DIR_ARG" "--download DOWNLOAD=1" "--force FORCE=1" \
+    -- "$@"
+[[ -z "$DATA_DIR_ARG" || "$DOWNLOAD" == 0 ]] || qk_usage_error "--data-dir and --download exclude each other"
 load_pair_config "$PAIR_ARG"
 
 RAW="$QK_DATA/raw/$PAIR"
 DL="$QK_DATA/download"
 SPLIT_NAMES=(train dev test)
 
+# ---------------------------------------------------------------------------------------------
+# where the input comes from
+
+DATA_DIR="" DATA_DIR_FROM="" EXPLICIT=0
+if ((DOWNLOAD)); then
+    [[ "$CORPUS" != local ]] || qk_usage_error "--download: $PAIR is an own corpus ($PAIR_CONFIG), there is nothing to download"
+elif [[ -n "$DATA_DIR_ARG" ]]; then
+    DATA_DIR="$DATA_DIR_ARG" DATA_DIR_FROM="--data-dir" EXPLICIT=1
+elif [[ -n "${QKNORM_DATA_DIR:-}" ]]; then
+    DATA_DIR="$QKNORM_DATA_DIR" DATA_DIR_FROM="QKNORM_DATA_DIR" EXPLICIT=1
+elif [[ -d "$QK_REPO_ROOT/../shared/data" ]]; then
+    DATA_DIR="$QK_REPO_ROOT/../shared/data" DATA_DIR_FROM="default ../shared/data"
+fi
+if [[ -n "$DATA_DIR" ]]; then
+    [[ -d "$DATA_DIR" ]] || die "data dir '$DATA_DIR' (from $DATA_DIR_FROM) is not a directory"
+    DATA_DIR="$(cd "$DATA_DIR" && pwd -P)"
+fi
+
+# LOCAL_FILES: an own corpus's six files (absolute), in the order train src, train tgt, dev ...
+LOCAL_FILES=()
+if [[ "$CORPUS" == local ]]; then
+    if [[ "${LOCAL_DIR:-}" == /* ]]; then
+        LOCAL_BASE="$LOCAL_DIR"
+    else
+        [[ -n "$DATA_DIR" ]] \
+            || die "$PAIR_CONFIG: LOCAL_DIR='${LOCAL_DIR:-}' is ${LOCAL_DIR:+relative to }the data dir: give --data-dir DIR (or QKNORM_DATA_DIR), or make LOCAL_DIR absolute"
+        LOCAL_BASE="$DATA_DIR${LOCAL_DIR:+/$LOCAL_DIR}"
+    fi
+    [[ -d "$LOCAL_BASE" ]] || die "$PAIR_CONFIG: LOCAL_DIR: $LOCAL_BASE is not a directory"
+    LOCAL_BASE="$(cd "$LOCAL_BASE" && pwd -P)"
+    for v in "${QK_LOCAL_FILE_VARS[@]}"; do
+        f="${!v}"
+        [[ "$f" == /* ]] || f="$LOCAL_BASE/$f"
+        LOCAL_FILES+=("$f")
+    done
+fi
+
+# SOURCE_ID: what data/raw/PAIR is prepared from, recorded in its .settings. A data dir given
+# explicitly (or an own corpus) that is not the recorded one is prepared again; a pair prepared
+# from the default source is kept whatever that was.
+SOURCE_SHOWN="${DATA_DIR:-the canonical files}"
+if [[ "$CORPUS" == local ]]; then
+    SOURCE_SHOWN="the unchanged files of $PAIR_CONFIG"
+    SOURCE_ID="files=${LOCAL_FILES[*]}"
+    for f in "${LOCAL_FILES[@]}"; do
+        [[ ! -f "$f" ]] || SOURCE_ID+=" $(stat -c '%s:%Y' -- "$f")"
+    done
+    EXPLICIT=1
+elif ((DOWNLOAD)); then
+    SOURCE_ID="data_dir="
+else
+    SOURCE_ID="data_dir=$DATA_DIR"
+fi
+SETTINGS="pair=$PAIR
+src=$SRC
+tgt=$TGT
+$SOURCE_ID"
+
 if ((FORCE == 0)); then
-    if qk_is_done "$RAW"; then
-        echo "skip: $RAW already prepared (checksums in $RAW/.done verified); use --force to redo"
+    if ((EXPLICIT)) && qk_is_done "$RAW" "$SETTINGS"; then
+        echo "skip: $RAW already prepared from $SOURCE_SHOWN (checksums in $RAW/.done verified); use --force to redo"
+        exit 0
+    elif ((EXPLICIT == 0)) && qk_is_done "$RAW"; then
+        echo "skip: $RAW already prepared (checksums in $RAW/.done verified; source in $RAW/SOURCE); use --force to redo"
         exit 0
     elif [[ -e "$RAW/.done" ]]; then
         qk_log "$QK_DONE_REASON: preparing again"
     fi
 fi
 
-# ---------------------------------------------------------------------------------------------
-# where the input comes from
-
-DATA_DIR=""
-DATA_DIR_FROM=""
-if [[ -n "$DATA_DIR_ARG" ]]; then
-    DATA_DIR="$DATA_DIR_ARG"; DATA_DIR_FROM="--data-dir"
-elif [[ -n "${QKNORM_DATA_DIR:-}" ]]; then
-    DATA_DIR="$QKNORM_DATA_DIR"; DATA_DIR_FROM="QKNORM_DATA_DIR"
-elif [[ -d "$QK_REPO_ROOT/../shared/data" ]]; then
-    DATA_DIR="$QK_REPO_ROOT/../shared/data"; DATA_DIR_FROM="default ../shared/data"
-fi
-if [[ -n "$DATA_DIR" ]]; then
-    [[ -d "$DATA_DIR" ]] || die "data dir '$DATA_DIR' (from $DATA_DIR_FROM) is not a directory"
-    DATA_DIR="$(cd "$DATA_DIR" && pwd -P)"
-    qk_log "$PAIR ($SRC->$TGT): looking for local data in $DATA_DIR ($DATA_DIR_FROM)"
+if [[ "$CORPUS" == local ]]; then
+    qk_log "$PAIR ($PAIR_DESC): own corpus in $LOCAL_BASE"
+elif [[ -n "$DATA_DIR" ]]; then
+    qk_log "$PAIR ($PAIR_DESC): looking for local data in $DATA_DIR ($DATA_DIR_FROM)"
+elif ((DOWNLOAD)); then
+    qk_log "$PAIR ($PAIR_DESC): --download: data/download/ or the canonical files"
 else
-    qk_log "$PAIR ($SRC->$TGT): no local data dir (no --data-dir, QKNORM_DATA_DIR or ../shared/data)"
+    qk_log "$PAIR ($PAIR_DESC): no local data dir (no --data-dir, QKNORM_DATA_DIR or ../shared/data)"
 fi
 if [[ -n "$DATA_DIR" ]]; then
     WHERE_TO_PUT="$DATA_DIR"
@@ -74,16 +137,21 @@ else
 fi
 EXTRA_HINT=""
 
+# SEARCH_DIRS: where input files are looked up. A given data dir alone: never data/download/.
+SEARCH_DIRS=()
+[[ -z "$DATA_DIR" ]] || SEARCH_DIRS+=("$DATA_DIR")
+((EXPLICIT)) || SEARCH_DIRS+=("$DL")
+
 qk_mktemp_dir TMP "$QK_DATA/raw" "$PAIR"
 SOURCE_DESC=""
 WARNED_NO_SUMS=0
 
-# find_input NAME...: first existing file among DATA_DIR/NAME and DL/NAME (for each NAME).
+# find_input NAME...: first existing file among SEARCH_DIRS/NAME (for each NAME).
 find_input() {
     local name d
     for name in "$@"; do
-        for d in "$DATA_DIR" "$DL"; do
-            if [[ -n "$d" && -f "$d/$name" ]]; then
+        for d in "${SEARCH_DIRS[@]+"${SEARCH_DIRS[@]}"}"; do
+            if [[ -f "$d/$name" ]]; then
                 printf '%s\n' "$d/$name"
                 return 0
             fi
@@ -92,18 +160,38 @@ find_input() {
     return 1
 }
 
+# refuse_data_dir WHAT_WAS_LOOKED_FOR [FOLDER [SPLITS]]: a given data dir without a usable
+# copy: die naming what was looked for and what the dir holds instead.
+refuse_data_dir() {
+    local looked="$1" folder="${2-}" splits="${3:-train,dev,test}" found
+    found="$(corpus_py diagnose --dir "$DATA_DIR" --src "$SRC" --tgt "$TGT" --folder "$folder" \
+        --splits "$splits" | sed 's/^/  - /')" || found="  (could not list $DATA_DIR)"
+    die "data dir $DATA_DIR (from $DATA_DIR_FROM) holds no usable copy of $PAIR ($PAIR_DESC).
+Looked for: $looked.
+Found:
+$found
+A data dir that was given is used or refused, never replaced by a download: fix it, or run without --data-dir${QKNORM_DATA_DIR:+ and unset QKNORM_DATA_DIR} (or with --download) to download the canonical files."
+}
+
+# verify_with_sums FILE SUMS KEY: verify FILE against the SHA256SUMS file SUMS (entry KEY).
+# Returns 0 (verified), 3 (not listed) or dies on a mismatch.
+verify_with_sums() {
+    local file="$1" sums="$2" key="$3" rc=0
+    corpus_py sha256 --file "$file" --sums "$sums" --key "$key" --name "$file" >&2 || rc=$?
+    case "$rc" in
+        0 | 3) return "$rc" ;;
+        *) die "checksum verification of $file against $sums failed (see above); wrong or corrupted copy" ;;
+    esac
+}
+
 # verify_local FILE KEY [BYTES SHA256]: verify FILE against DATA_DIR/SHA256SUMS entry KEY when
-# listed, else against BYTES/SHA256 when given (published checksums), else warn.
+# listed, else against BYTES/SHA256 when given (published checksums), else warn once.
 verify_local() {
     local file="$1" key="$2" bytes="${3-}" sha="${4-}" rc=0 sums=""
     if [[ -n "$DATA_DIR" && "$file" == "$DATA_DIR/"* && -f "$DATA_DIR/SHA256SUMS" ]]; then
         sums="$DATA_DIR/SHA256SUMS"
-        corpus_py sha256 --file "$file" --sums "$sums" --key "$key" --name "$file" >&2 || rc=$?
-        case "$rc" in
-            0) return 0 ;;
-            3) ;; # not listed: fall through to the published checksum, if any
-            *) die "checksum verification of $file against $sums failed (see above); wrong or corrupted copy" ;;
-        esac
+        verify_with_sums "$file" "$sums" "$key" || rc=$?
+        ((rc != 0)) || return 0
     fi
     if [[ -n "$sha" ]]; then
         corpus_py sha256 --file "$file" --expected "$sha" --size "$bytes" --name "$file" >&2 \
@@ -116,7 +204,7 @@ verify_local() {
     fi
 }
 
-# check_split SPLIT SRC_FILE TGT_FILE: corpus check (alignment, UTF-8, empty/CRLF/long lines)
+# check_split SPLIT SRC_FILE TGT_FILE: corpus check (alignment, UTF-8, empty/CRLF/NUL/long lines)
 check_split() {
     local split="$1" s="$2" t="$3"
     corpus_py check --src "$s" --tgt "$t" --max-len "$MAX_TOKENS_CHECK" >/dev/null \
@@ -149,22 +237,75 @@ extracted_dir() {
     fi
 }
 
+# copy_checked_splits SRC_TRAIN TGT_TRAIN SRC_DEV TGT_DEV SRC_TEST TGT_TEST: check each split,
+# then copy the six files into TMP/{train,dev,test}.{SRC,TGT}.
 copy_checked_splits() {
-    # copy_checked_splits DIR LABEL: check then copy DIR/{split}.{SRC,TGT} into TMP
-    local dir="$1" split
-    for split in "${SPLIT_NAMES[@]}"; do
-        check_split "$split" "$dir/$split.$SRC" "$dir/$split.$TGT"
+    local files=("$@") i split
+    for i in 0 1 2; do
+        check_split "${SPLIT_NAMES[$i]}" "${files[$((2 * i))]}" "${files[$((2 * i + 1))]}"
     done
-    for split in "${SPLIT_NAMES[@]}"; do
-        cat -- "$dir/$split.$SRC" >"$TMP/$split.$SRC"
-        cat -- "$dir/$split.$TGT" >"$TMP/$split.$TGT"
+    for i in 0 1 2; do
+        split="${SPLIT_NAMES[$i]}"
+        cat -- "${files[$((2 * i))]}" >"$TMP/$split.$SRC"
+        cat -- "${files[$((2 * i + 1))]}" >"$TMP/$split.$TGT"
     done
+}
+
+# split_files DIR: DIR/{train,dev,test}.{SRC,TGT} in copy_checked_splits order.
+split_files() {
+    local split
+    for split in "${SPLIT_NAMES[@]}"; do
+        printf '%s\n%s\n' "$1/$split.$SRC" "$1/$split.$TGT"
+    done
+}
+
+# use_pair_folder DIR KEY_PREFIX SUMS: a pre-extracted pair folder (like ted-gl-en/): every
+# file present (else die naming the missing ones), verified against SUMS (entries
+# KEY_PREFIX<file>) when it lists them, checked, copied.
+use_pair_folder() {
+    local dir="$1" prefix="$2" sums="$3" f missing=() files=() rc
+    mapfile -t files < <(split_files "$dir")
+    for f in "${files[@]}"; do
+        [[ -f "$f" ]] || missing+=("${f##*/}")
+    done
+    ((${#missing[@]} == 0)) || {
+        local found
+        found="$(corpus_py diagnose --dir "$dir" --src "$SRC" --tgt "$TGT" | sed 's/^/  - /')" || true
+        die "$dir lacks ${missing[*]} (a pair folder holds {train,dev,test}.{$SRC,$TGT}); found:
+$found"
+    }
+    qk_log "using the local copy $dir"
+    for f in "${files[@]}"; do
+        rc=3
+        if [[ -n "$sums" ]]; then
+            rc=0
+            verify_with_sums "$f" "$sums" "$prefix${f##*/}" || rc=$?
+        fi
+        if ((rc == 3)) && ((WARNED_NO_SUMS == 0)); then
+            qk_warn "no SHA256SUMS entry for $f${sums:+ in $sums}: local files not verified by checksum"
+            WARNED_NO_SUMS=1
+        fi
+    done
+    copy_checked_splits "${files[@]}"
+    SOURCE_DESC="local copy $dir"
+}
+
+# holds_split_files DIR: DIR holds some {split}.SRC and some {split}.TGT file (a pair folder).
+holds_split_files() {
+    local split s=0 t=0
+    for split in "${SPLIT_NAMES[@]}" valid; do
+        [[ ! -f "$1/$split.$SRC" ]] || s=1
+        [[ ! -f "$1/$split.$TGT" ]] || t=1
+    done
+    ((s && t))
 }
 
 find_tsv_dir() {
     local d
     for d in "$DATA_DIR" "$DATA_DIR/ted_talks" "$DL/ted_talks"; do
-        if [[ -n "$DATA_DIR" || "$d" == "$DL/"* ]] && [[ -f "$d/all_talks_train.tsv" && -f "$d/all_talks_dev.tsv" && -f "$d/all_talks_test.tsv" ]]; then
+        [[ -n "$DATA_DIR" || "$d" == "$DL/"* ]] || continue
+        ((EXPLICIT == 0)) || [[ "$d" != "$DL/"* ]] || continue
+        if [[ -f "$d/all_talks_train.tsv" && -f "$d/all_talks_dev.tsv" && -f "$d/all_talks_test.tsv" ]]; then
             printf '%s\n' "$d"
             return 0
         fi
@@ -201,66 +342,88 @@ extract_from_qi18() {
     SOURCE_DESC="$QI18_FOLDER of $QI18_FILE"
 }
 
+# counts_of PREFIX: "train / dev / test" line counts of LINES_* (PREFIX "") or QI18_LINES_*.
+counts_of() {
+    local v out=() n
+    for v in TRAIN DEV TEST; do
+        n="${1}LINES_$v"
+        out+=("${!n:-?}")
+    done
+    printf '%s / %s / %s' "${out[@]}"
+}
+
 prepare_ted() {
-    local local_dir="$DATA_DIR/$TED_LOCAL_DIR" split lang all=1 tsvdir
+    local local_dir="$DATA_DIR/$TED_LOCAL_DIR" tsvdir sums=""
     EXTRA_HINT=" Alternatively put a pre-extracted copy $TED_LOCAL_DIR/{train,dev,test}.{$SRC,$TGT} (with a SHA256SUMS) or all_talks_{train,dev,test}.tsv there."
-    # 1. a pre-extracted copy (like ../shared/data/ted-gl-en)
+    # 1. a pre-extracted pair folder: DATA_DIR/TED_LOCAL_DIR (like ../shared/data/ted-gl-en), or
+    #    (given data dir) DATA_DIR itself, verified against its own or its parent's SHA256SUMS
     if [[ -n "$DATA_DIR" && -d "$local_dir" ]]; then
-        for split in "${SPLIT_NAMES[@]}"; do
-            for lang in "$SRC" "$TGT"; do
-                [[ -f "$local_dir/$split.$lang" ]] || { all=0; qk_warn "$local_dir/$split.$lang missing"; }
-            done
-        done
-        if ((all)); then
-            qk_log "using the local copy $local_dir"
-            for split in "${SPLIT_NAMES[@]}"; do
-                for lang in "$SRC" "$TGT"; do
-                    verify_local "$local_dir/$split.$lang" "$TED_LOCAL_DIR/$split.$lang"
-                done
-            done
-            copy_checked_splits "$local_dir"
-            SOURCE_DESC="local copy $local_dir"
-            return 0
+        [[ ! -f "$DATA_DIR/SHA256SUMS" ]] || sums="$DATA_DIR/SHA256SUMS"
+        use_pair_folder "$local_dir" "$TED_LOCAL_DIR/" "$sums"
+        return 0
+    fi
+    if ((EXPLICIT)) && holds_split_files "$DATA_DIR"; then
+        if [[ -f "$DATA_DIR/SHA256SUMS" ]]; then
+            use_pair_folder "$DATA_DIR" "" "$DATA_DIR/SHA256SUMS"
+        elif [[ -f "$DATA_DIR/../SHA256SUMS" ]]; then
+            use_pair_folder "$DATA_DIR" "${DATA_DIR##*/}/" "$(cd "$DATA_DIR/.." && pwd -P)/SHA256SUMS"
+        else
+            use_pair_folder "$DATA_DIR" "" ""
         fi
+        return 0
     fi
     # 2. the papers' pair folder from qi18naacl-dataset.tar.gz (gl-en only)
-    if [[ -n "${QI18_FOLDER:-}" ]] && { [[ -f "$DL/qi18naacl-dataset/.qknorm_extracted" ]] || find_input "$QI18_FILE" >/dev/null; }; then
+    if [[ -n "${QI18_FOLDER:-}" ]] && { find_input "$QI18_FILE" >/dev/null \
+        || { ((EXPLICIT == 0)) && [[ -f "$DL/qi18naacl-dataset/.qknorm_extracted" ]]; }; }; then
         extract_from_qi18
     # 3. all-talks TSVs, already extracted
     elif tsvdir="$(find_tsv_dir)"; then
         extract_from_tsv "$tsvdir"
     # 4. ted_talks.tar.gz (local, cached, else downloaded); gl-en downloads the qi18 archive
-    else
-        if [[ -n "${QI18_FOLDER:-}" ]] && ! find_input "$TED_TALKS_FILE" >/dev/null; then
-            qk_log "no local copy of $PAIR: fetching the papers' set ($QI18_FOLDER of $QI18_FILE)"
-            extract_from_qi18
-        else
-            if [[ -n "$DATA_DIR" ]]; then
-                qk_log "no $TED_LOCAL_DIR/, all_talks_*.tsv or archive for $PAIR in $DATA_DIR"
-            fi
-            extracted_dir "$TED_TALKS_FILE" "$TED_TALKS_URL" "$TED_TALKS_BYTES" "$TED_TALKS_SHA256" "$DL/ted_talks"
-            tsvdir="$(find "$DL/ted_talks" -name all_talks_train.tsv -print -quit)"
-            tsvdir="${tsvdir%/all_talks_train.tsv}"
-            [[ -n "$tsvdir" ]] || die "$DL/ted_talks holds no all_talks_train.tsv: not the expected ted_talks.tar.gz"
-            extract_from_tsv "$tsvdir"
+    elif find_input "$TED_TALKS_FILE" >/dev/null || { ((EXPLICIT == 0)) && [[ -z "${QI18_FOLDER:-}" ]]; }; then
+        if [[ -n "$DATA_DIR" ]] && ! find_input "$TED_TALKS_FILE" >/dev/null; then
+            qk_log "no $TED_LOCAL_DIR/, all_talks_*.tsv or archive for $PAIR in $DATA_DIR ($DATA_DIR_FROM)"
         fi
+        extracted_dir "$TED_TALKS_FILE" "$TED_TALKS_URL" "$TED_TALKS_BYTES" "$TED_TALKS_SHA256" "$DL/ted_talks"
+        tsvdir="$(find "$DL/ted_talks" -name all_talks_train.tsv -print -quit)"
+        tsvdir="${tsvdir%/all_talks_train.tsv}"
+        [[ -n "$tsvdir" ]] || die "$DL/ted_talks holds no all_talks_train.tsv: not the expected ted_talks.tar.gz"
+        extract_from_tsv "$tsvdir"
+    elif ((EXPLICIT)); then
+        refuse_data_dir "$TED_LOCAL_DIR/{train,dev,test}.{$SRC,$TGT} (or those six files in the dir itself)${QI18_FOLDER:+, $QI18_FILE}, all_talks_{train,dev,test}.tsv (in the dir or ted_talks/), $TED_TALKS_FILE" \
+            "$TED_LOCAL_DIR"
+    else
+        qk_log "no local copy of $PAIR${DATA_DIR:+ in $DATA_DIR} or data/download/: downloading the papers' set, the $QI18_FOLDER folder of $QI18_FILE ($QI18_BYTES bytes): $(counts_of QI18_) train / dev / test pairs, a different corpus from the $(counts_of "") all-talks extraction of ../shared/data/$TED_LOCAL_DIR"
+        extract_from_qi18
     fi
-    copy_checked_splits "$TMP/extracted"
-    rm -rf -- "$TMP/extracted" "$TMP/extract.log"
+    local extracted=()
+    mapfile -t extracted < <(split_files "$TMP/extracted")
+    copy_checked_splits "${extracted[@]}"
 }
 
 # iwslt_file NAME: the verified local/cached/downloaded path of an IWSLT'15 release file.
 iwslt_file() {
     local name="$1" bytes sha line path rel
     line="$(printf '%s\n' "$IWSLT15_FILES" | awk -v n="$name" '$1 == n')"
-    [[ -n "$line" ]] || die "configs/pairs/en-vi.sh: no size/sha256 for $name in IWSLT15_FILES"
+    [[ -n "$line" ]] || die "$PAIR_CONFIG: no size/sha256 for $name in IWSLT15_FILES"
     read -r _ bytes sha <<<"$line"
     if path="$(find_input "$IWSLT15_LOCAL_DIR/$name" "$name")"; then
         rel="${path#"$DATA_DIR"/}"
         verify_local "$path" "$rel" "$bytes" "$sha" >&2
     else
+        local where="$DL/$IWSLT15_LOCAL_DIR/"
+        if ((EXPLICIT)); then
+            where="$DATA_DIR/$IWSLT15_LOCAL_DIR/ or $DATA_DIR/"
+        elif [[ -n "$DATA_DIR" ]]; then
+            where="$DATA_DIR/$IWSLT15_LOCAL_DIR/, $DATA_DIR/ or $where"
+        fi
+        local what="$name is missing: not found in $where."
+        local get="Get $name ($bytes bytes, sha256 $sha) from $IWSLT15_URL/$name and put it in $IWSLT15_LOCAL_DIR/ of $WHERE_TO_PUT"
+        if ((EXPLICIT)); then
+            die "$what $get, or run without --data-dir${QKNORM_DATA_DIR:+ and unset QKNORM_DATA_DIR} to download it (a data dir that was given is never completed by downloads).${VERIFIED_MSG:-}"
+        fi
         qk_download "$IWSLT15_URL/$name" "$DL/$IWSLT15_LOCAL_DIR/$name" "$bytes" "$sha" \
-            "$name is missing: not found in ${DATA_DIR:+$DATA_DIR/$IWSLT15_LOCAL_DIR/, $DATA_DIR/ or }$DL/$IWSLT15_LOCAL_DIR/. Get $name ($bytes bytes, sha256 $sha) from $IWSLT15_URL/$name and put it in $IWSLT15_LOCAL_DIR/ of $WHERE_TO_PUT (or in $DL/$IWSLT15_LOCAL_DIR/).${VERIFIED_MSG:-}"
+            "$what $get (or in $DL/$IWSLT15_LOCAL_DIR/).${VERIFIED_MSG:-}"
         path="$DL/$IWSLT15_LOCAL_DIR/$name"
     fi
     printf '%s\n' "$path"
@@ -269,6 +432,11 @@ iwslt_file() {
 prepare_iwslt15() {
     local split prefix s t
     VERIFIED_MSG=""
+    if ((EXPLICIT)) && ! find_input "$IWSLT15_LOCAL_DIR/$IWSLT15_DEV.$SRC" "$IWSLT15_DEV.$SRC" \
+        "$IWSLT15_LOCAL_DIR/train.$SRC" "train.$SRC" >/dev/null; then
+        refuse_data_dir "$IWSLT15_LOCAL_DIR/{train,$IWSLT15_DEV,$IWSLT15_TEST}.{$SRC,$TGT} (or those files in the dir itself)" \
+            "$IWSLT15_LOCAL_DIR" "train,$IWSLT15_DEV,$IWSLT15_TEST"
+    fi
     # dev and test first, so that they are verified even when train has to be fetched
     for split in dev test; do
         if [[ "$split" == dev ]]; then prefix="$IWSLT15_DEV"; else prefix="$IWSLT15_TEST"; fi
@@ -288,10 +456,35 @@ prepare_iwslt15() {
     SOURCE_DESC="IWSLT'15 $SRC-$TGT release (train, dev=$IWSLT15_DEV, test=$IWSLT15_TEST) from $(dirname "$s")"
 }
 
+# prepare_local: an own corpus (CORPUS=local): the six files its config names, each present
+# (else die naming the field), verified against LOCAL_BASE/SHA256SUMS when it lists them.
+prepare_local() {
+    local i f v
+    for i in "${!LOCAL_FILES[@]}"; do
+        f="${LOCAL_FILES[$i]}" v="${QK_LOCAL_FILE_VARS[$i]}"
+        if [[ ! -f "$f" ]]; then
+            local found
+            found="$(corpus_py diagnose --dir "$(dirname -- "$f")" --src "$SRC" --tgt "$TGT" | sed 's/^/  - /')" || true
+            die "$PAIR_CONFIG: $v=${!v}: $f not found (LOCAL_DIR: $LOCAL_BASE); found:
+$found"
+        fi
+    done
+    if [[ -f "$LOCAL_BASE/SHA256SUMS" ]]; then
+        for f in "${LOCAL_FILES[@]}"; do
+            [[ "$f" != "$LOCAL_BASE/"* ]] || verify_with_sums "$f" "$LOCAL_BASE/SHA256SUMS" "${f#"$LOCAL_BASE"/}" || true
+        done
+    fi
+    qk_log "own corpus of $PAIR_CONFIG: ${LOCAL_FILES[*]}"
+    copy_checked_splits "${LOCAL_FILES[@]}"
+    SOURCE_DESC="own corpus ($PAIR_CONFIG): ${LOCAL_FILES[*]}"
+}
+
 case "$CORPUS" in
     ted) prepare_ted ;;
     iwslt15) prepare_iwslt15 ;;
+    local) prepare_local ;;
 esac
+rm -rf -- "$TMP/extracted" "$TMP/extract.log"
 
 # ---------------------------------------------------------------------------------------------
 # expected line counts (warning only: the checksums are the guard), marker, install
@@ -305,7 +498,7 @@ for split in "${SPLIT_NAMES[@]}"; do
     var="LINES_${split^^}"
     if [[ "$SOURCE_DESC" == *"$QI18_FILE"* ]]; then var="QI18_$var"; fi
     if [[ -n "${!var:-}" && "${!var}" != "$n" ]]; then
-        qk_warn "$PAIR $split has $n lines, expected ${!var} ($var in configs/pairs/$PAIR.sh) for the canonical data"
+        qk_warn "$PAIR $split has $n lines, expected ${!var} ($var in $PAIR_CONFIG) for the canonical data"
     fi
 done
 
@@ -313,6 +506,6 @@ printf 'pair=%s\nsrc=%s\ntgt=%s\nsource=%s\nprepared=%s\n' "$PAIR" "$SRC" "$TGT"
     "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$TMP/SOURCE"
 # .done covers the data files only, so that the fingerprint later steps record (sha256 of .done)
 # changes only when the data change, not when SOURCE's timestamp does
-qk_write_done "$TMP" "pair=$PAIR" "${files[@]}"
+qk_write_done "$TMP" "$SETTINGS" "${files[@]}"
 qk_replace_dir "$TMP" "$RAW"
 echo "prepared $RAW: ${counts[*]} lines; source: $SOURCE_DESC"

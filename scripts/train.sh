@@ -39,6 +39,30 @@ qk_parse_args "@PAIR_ARG SYSTEM_ARG" "--profile PROFILE_ARG" "--seed SEED" \
     "--max-update MAX_UPDATE_ARG" "--threads THREADS_ARG" "--dry-run DRY_RUN=1" "--force FORCE=1" \
     -- "$@"
 EXTRA=("${QK_REST[@]+"${QK_REST[@]}"}")
+# The `--` guard: extra fairseq-train arguments may add settings, never replace the ones this
+# script manages (argparse would let the last occurrence win silently).
+for ((i = 0; i < ${#EXTRA[@]}; i++)); do
+    arg="${EXTRA[$i]}"
+    case "${arg%%=*}" in
+        --seed) use="train.sh --seed N" ;;
+        --save-dir) use="the run directory runs/PAIR/LABEL/SYSTEM/seedN (QKNORM_WORK_DIR moves it)" ;;
+        --user-dir) use="nothing: train.sh always loads this repository's plugin" ;;
+        --arch) use="a system (configs/systems: its arch family) and a profile (its size)" ;;
+        --task) use="a profile (TRAIN_TASK, TASK_FLAGS in configs/profiles)" ;;
+        --source-lang | --target-lang | -s | -t) use="the pair's direction (configs/pairs; the reverse direction of gl-en is en-gl)" ;;
+        --max-update) use="train.sh --max-update N (its runs go to PROFILE-max-update-N)" ;;
+        --max-epoch) use="a profile (MAX_EPOCH)" ;;
+        --tensorboard-logdir) use="nothing: the run's tensorboard/ folder" ;;
+        --qk-norm-length) use="nothing: train.sh passes the data's L (data/bpe/PAIR/length_stats.json) to QKNorm systems; another g0 is another system (configs/systems)" ;;
+        -*) continue ;;
+        *)
+            prev="${EXTRA[$((i - 1))]-}"
+            [[ "$i" == 0 || "$prev" != -* || "$prev" == *=* ]] || continue
+            qk_usage_error "unexpected argument '$arg' after --: fairseq-train's data dir is data/bin/PAIR (scripts/binarize.sh), options come as --name value"
+            ;;
+    esac
+    qk_usage_error "$arg after -- would override a setting train.sh manages: use $use"
+done
 qk_check_uint --seed "$SEED"
 
 load_pair_config "$PAIR_ARG"
@@ -66,13 +90,14 @@ if [[ "$SYSTEM_QKNORM" == 1 ]]; then
         L="$(corpus_py length-stats --stats "$BPE_DIR/length_stats.json" --get L)" \
             || die "cannot read L from $BPE_DIR/length_stats.json"
     elif ((DRY_RUN)); then
-        L="$PAPER_L"  # dry run before BPE: show the command with the authors' L
+        L="${PAPER_L:-L}"  # dry run before BPE: show the command with the authors' L
         L_NOTE=" (dry run without data/bpe/$PAIR: authors' L shown)"
+        [[ -n "$PAPER_L" ]] || L_NOTE=" (dry run without data/bpe/$PAIR: L comes from scripts/bpe.sh)"
     else
         die "$BPE_DIR/length_stats.json not found: run scripts/bpe.sh $PAIR first (QKNorm needs the data's L)"
     fi
     QKNORM_FLAGS=(--qk-norm-length "$L")
-    L_NOTE="QKNorm L = $L (authors' L for $PAIR: $PAPER_L); the model logs its g0 = log2(L^2 - L)$L_NOTE"
+    L_NOTE="QKNorm L = $L (authors' L for $PAIR: ${PAPER_L:-none}); the model logs its g0 = log2(L^2 - L)$L_NOTE"
 fi
 DROPOUT_FLAGS=()
 [[ -z "${TRAIN_DROPOUT:-}" ]] || DROPOUT_FLAGS=(--dropout "$TRAIN_DROPOUT")  # a profile's training setting
@@ -134,13 +159,20 @@ add_wall_time() {
     START=""
 }
 qk_on_exit add_wall_time
+# train_with_eta: fairseq-train's output goes unchanged to train.log; what is shown gets an ETA
+# on each progress line (qknorm_tools.progress; tee -p keeps logging should the display end)
+train_with_eta() {
+    "${CMD[@]}" 2>&1 | tee -p -a -- "$RUN/train.log" \
+        | "$QK_PY" -m qknorm_tools.progress train --max-update "$MAX_UPDATE" --max-epoch "${MAX_EPOCH:-0}"
+    return "${PIPESTATUS[0]}"
+}
 RC=0
-OMP_NUM_THREADS="$THREADS" MKL_NUM_THREADS="$THREADS" qk_run_tee "$RUN/train.log" "${CMD[@]}" || RC=$?
+OMP_NUM_THREADS="$THREADS" MKL_NUM_THREADS="$THREADS" qk_run train_with_eta || RC=$?
 add_wall_time
 ((RC == 0)) || die "fairseq-train failed (exit $RC) for $RUN; see $RUN/train.log (rerun to resume)"
 [[ -f "$RUN/checkpoints/checkpoint_last.pt" ]] || die "fairseq-train wrote no checkpoint in $RUN/checkpoints"
 
 SUMMARY="$("$QK_PY" -m qknorm_tools.collect train-json "$RUN" --pair "$PAIR" --profile "$LABEL" \
     --system "$SYSTEM" --seed "$SEED" --arch "$ARCH" ${L:+--qk-norm-length "$L"} \
-    --paper-qk-norm-length "$PAPER_L")" || die "could not write $RUN/train.json"
+    ${PAPER_L:+--paper-qk-norm-length "$PAPER_L"})" || die "could not write $RUN/train.json"
 qk_log "finished $RUN: $SUMMARY"

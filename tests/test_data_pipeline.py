@@ -238,8 +238,9 @@ BAD_CASES = {
     "misaligned": (
         "train.en",
         lambda lines: lines[:-1],
-        ["misaligned", "train.gl has 300 lines", "train.en has 299 lines"],
+        ["train.en:299: misaligned", "train.gl has 300 lines", "train.en has 299 lines"],
     ),
+    "nul_byte": ("dev.gl", _set_line(4, b"ola\x00mundo ."), ["dev.gl:4: NUL byte"]),
     "empty_line": ("dev.en", _set_line(3, b""), ["dev.en:3: empty line"]),
     "invalid_utf8": ("train.gl", _set_line(5, b"ol\xff \xfe mundo"), ["train.gl:5: invalid UTF-8"]),
     "crlf": ("test.en", _set_line(2, b"the house .\r"), ["test.en:2: CRLF"]),
@@ -350,10 +351,8 @@ def test_html_page_download_rejected_without_partial_file(tmp_path):
     work = tmp_path / "work"
     page = tmp_path / "page.html"
     page.write_bytes(HTML_PAGE)
-    empty = tmp_path / "empty"
-    empty.mkdir()
     env = make_env(work, QKNORM_OFFLINE=None, QKNORM_QI18_URL=f"file://{page}")
-    p = run_script("prepare_data.sh", "gl-en", "--data-dir", empty, env=env)
+    p = run_script("prepare_data.sh", "gl-en", "--download", env=env)
     assert p.returncode != 0
     assert "got an HTML page" in p.stderr and "nothing kept" in p.stderr
     dl = work / "data" / "download"
@@ -363,11 +362,9 @@ def test_html_page_download_rejected_without_partial_file(tmp_path):
 
 def test_download_failure_is_clear(tmp_path):
     work = tmp_path / "work"
-    empty = tmp_path / "empty"
-    empty.mkdir()
     url = "http://127.0.0.1:9/ted_talks.tar.gz"  # nothing listens on the discard port
     env = make_env(work, QKNORM_OFFLINE=None, QKNORM_TED_TALKS_URL=url)
-    p = run_script("prepare_data.sh", "sk-en", "--data-dir", empty, env=env)
+    p = run_script("prepare_data.sh", "sk-en", "--download", env=env)
     assert p.returncode != 0
     assert f"download of {url} failed" in p.stderr
     assert "ted_talks.tar.gz (352222045 bytes" in p.stderr  # says what to fetch instead
@@ -391,7 +388,9 @@ def test_en_vi_train_missing_offline(tmp_path):
     p = run_script("prepare_data.sh", "en-vi", "--data-dir", data, env=make_env(work))
     assert p.returncode != 0
     assert p.stderr.count("sha256 verified") == 4
-    assert "train.en is missing" in p.stderr and "QKNORM_OFFLINE=1" in p.stderr
+    # a data dir that was given is never completed by a download: no download is attempted
+    assert "train.en is missing" in p.stderr and "downloading" not in p.stderr
+    assert "never completed by downloads" in p.stderr and "verified OK" in p.stderr
     assert not (work / "data" / "raw" / "en-vi").exists()
 
     # with train files present the pair is complete: dev = tst2012, test = tst2013
@@ -571,10 +570,10 @@ def test_extract_pair_folder_from_tarball(tmp_path, layout):
 
 
 def test_prepare_from_previously_extracted_archives(tmp_path):
-    """Archives extracted once (safely, with marker) to data/download/ are reused by prepare:
-    gl-en from the qi18 pair folder, sk-en from ted_talks' TSVs (nested folder)."""
-    work, empty = tmp_path / "work", tmp_path / "empty"
-    empty.mkdir()
+    """Archives extracted once (safely, with marker) to data/download/ are reused by prepare
+    when no data dir is given (--download): gl-en from the qi18 pair folder, sk-en from
+    ted_talks' TSVs (nested folder)."""
+    work = tmp_path / "work"
     dl = work / "data" / "download"
     arc = tmp_path / "qi18naacl-dataset.tar.gz"
     make_tar(arc, qi18_members())
@@ -586,14 +585,14 @@ def test_prepare_from_previously_extracted_archives(tmp_path):
     assert run_corpus("untar", "--archive", arc2, "--dest", dl / "ted_talks").returncode == 0
 
     env = make_env(work)
-    p = run_script("prepare_data.sh", "gl-en", "--data-dir", empty, env=env)
+    p = run_script("prepare_data.sh", "gl-en", "--download", env=env)
     assert p.returncode == 0, out(p)
     raw = work / "data" / "raw" / "gl-en"
     assert (raw / "train.gl").read_text(encoding="utf-8") == "Ola mundo .\nGrazas .\n"
     assert "gl_to_en of qi18naacl-dataset.tar.gz" in (raw / "SOURCE").read_text()
     assert "expected 10017" in p.stderr  # line count differs from the real set's: warned
 
-    p = run_script("prepare_data.sh", "sk-en", "--data-dir", empty, env=env)
+    p = run_script("prepare_data.sh", "sk-en", "--download", env=env)
     assert p.returncode == 0, out(p)
     assert (work / "data" / "raw" / "sk-en" / "dev.sk").read_text(
         encoding="utf-8"
@@ -718,7 +717,11 @@ def test_check_cli_reports_every_problem_with_file_and_line(tmp_path):
     p = run_corpus("check", "--src", s, "--tgt", t)
     assert p.returncode == 2
     lines = p.stderr.splitlines()
-    assert f"error: {t}:4: misaligned parallel files: {s} has 3 lines, {t} has 4 lines" in lines
+    # at the shorter file's last line, with both counts (wc -l)
+    assert any(
+        x.startswith(f"error: {s}:3: misaligned parallel files: {s} has 3 lines, {t} has 4 lines")
+        for x in lines
+    ), lines
     assert f"error: {s}:2: empty line" in lines
     assert any(x.startswith(f"error: {s}:3: CRLF line ending") for x in lines)
     assert any(x.startswith(f"error: {t}:2: invalid UTF-8") for x in lines)

@@ -429,18 +429,18 @@ def test_reproduce_jobs_2_gives_each_cell_one_thread(work):
     [
         (
             ["--pairs", "xx-en", "--systems", "twt"],
-            1,
+            2,  # a usage error: the message and the usage line
             "unknown pair 'xx-en' (known pairs: ar-en en-vi gl-en he-en sk-en",
         ),
         (
             ["--pairs", "gl-en", "--systems", "twt,bogus"],
-            1,
+            2,  # a usage error: the message and the usage line
             "unknown system 'bogus' (known systems: postnorm_layernorm prenorm_fixnorm_layernorm "
             "prenorm_layernorm qknorm_paper scalenorm_qknorm twt",
         ),
         (
             ["--pairs", "gl-en", "--systems", "twt", "--profile", "gpu"],
-            1,
+            2,  # a usage error: the message and the usage line
             "unknown profile 'gpu' (known profiles: cpu-proxy-fast cpu-proxy paper)",
         ),
         (["--pairs", "gl-en", "--systems", "twt", "--seeds", "1,x"], 2, "bad --seeds list '1,x'"),
@@ -604,4 +604,5 @@ def test_ablation_dry_run_names_the_four_cells(work):
 
 def test_ablation_rejects_unknown_pair(work):
     proc = script("ablation.sh", "xx-yy", "--dry-run", work_dir=work, check=False)
-    assert proc.returncode == 1 and "known pairs: ar-en en-vi gl-en he-en sk-en" in proc.stderr
+    assert proc.returncode == 2 and "known pairs: ar-en en-vi gl-en he-en sk-en" in proc.stderr
+    assert "usage: scripts/ablation.sh" in proc.stderr

@@ -24,6 +24,7 @@ from typing import Optional
 
 from fairseq import metrics
 from fairseq.distributed import fsdp_wrap
+from fairseq.logging.meters import AverageMeter
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
     TransformerDecoder,
@@ -51,6 +52,11 @@ from ..modules import (
 logger = logging.getLogger(__name__)
 
 NORM_TYPES = ("layernorm", "scalenorm")
+#: key prefixes of the attention statistics the model logs (``--attn-stats-interval``)
+STAT_PREFIXES = ("attn_entropy_", "attn_maxlogit_", "qknorm_g_", "qknorm_head_g_")
+#: their fairseq metrics priority: before fairseq's own keys (priority 10 and up), so that the
+#: order of a log line stays the same when they are dropped and added again
+STAT_PRIORITY = 5
 
 
 # --------------------------------------------------------------------- helpers
@@ -198,6 +204,44 @@ def _wrap_layer(layer, cfg):
         layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
     min_params_to_wrap = cfg.min_params_to_wrap if not checkpoint else 0
     return fsdp_wrap(layer, min_num_params=min_params_to_wrap)
+
+
+def drop_none_parameters(model) -> None:
+    """Turn the ``None`` entries of every submodule's ``_parameters`` into plain attributes.
+
+    ``qk_norm_g`` without l2 QKNorm, ``bias=False`` biases (fairseq's output projection, the
+    per-head LayerNorm of ``--qk-norm-type layernorm``) are registered as ``None`` parameters.
+    fairseq's trainer catalogs shared parameters by identity over ``module._parameters``,
+    ``None`` included (fairseq/trainer.py, ``_catalog_shared_params``, and the "detected shared
+    parameter" loop of ``Trainer.__init__``), so all of them look like one shared parameter and
+    it logs a line for each (nine for the TWT proxy: ``...qk_norm_g <- ...qk_norm_g``, ``<-
+    decoder.output_projection.bias``). A ``None`` parameter holds nothing (``parameters()``,
+    ``state_dict()`` and ``.to()`` skip it); as an attribute it reads the same.
+    """
+    for module in model.modules():
+        for name in [n for n, p in module._parameters.items() if p is None]:
+            del module._parameters[name]
+            setattr(module, name, None)
+
+
+def drop_unrecorded_stat_meters() -> None:
+    """Remove the attention-statistic meters holding no value from the active aggregators.
+
+    fairseq empties its ``train_inner`` meters after each log line but keeps their keys
+    (fairseq_cli/train.py, ``metrics.reset_meters("train_inner")``), and an empty
+    ``AverageMeter`` is logged as ``None``: statistics recorded every ``--attn-stats-interval``
+    updates would show as ``None`` in every log interval without a recording. Removing a meter
+    takes its key and its entry of ``MetersDict.priorities`` (fairseq/logging/meters.py, kept
+    in step by ``MetersDict.__setitem__``); the next recording adds it again, after fairseq's
+    keys of its priority: the statistics have their own (:data:`STAT_PRIORITY`).
+    """
+    for agg in metrics.get_active_aggregators():
+        empty = {k for k, m in agg.items() if k.startswith(STAT_PREFIXES)
+                 and isinstance(m, AverageMeter) and m.count == 0 and m.val is None}
+        if empty:
+            for key in empty:
+                del agg[key]
+            agg.priorities = [p for p in agg.priorities if p[2] not in empty]
 
 
 # ---------------------------------------------------------------------- layers
@@ -364,6 +408,7 @@ class TransformerQKNormModel(TransformerModel):
         if args.qk_norm_init is not None:
             logger.info(qk_norm_g0_log_line(args.qk_norm_init, args.qk_norm_length))
         model = super().build_model(args, task)
+        drop_none_parameters(model)  # no "detected shared parameter" lines for None
         model._stats_interval = int(args.attn_stats_interval or 0)
         return model
 
@@ -408,6 +453,8 @@ class TransformerQKNormModel(TransformerModel):
         if interval > 0:
             self._stats_step = getattr(self, "_stats_step", -1) + 1
             record = (not self.training) or self._stats_step % interval == 0
+            if self.training:
+                drop_unrecorded_stat_meters()  # log statistics only where recorded
         modules = self.attention_modules() if record else {}
         for m in modules.values():
             m.record_stats = True
@@ -424,15 +471,19 @@ class TransformerQKNormModel(TransformerModel):
             stats = m.last_stats
             if stats:
                 # averaged over the recorded batches of the logging interval
-                metrics.log_scalar(f"attn_entropy_{name}", float(stats["entropy"]), round=3)
-                metrics.log_scalar(f"attn_maxlogit_{name}", float(stats["max_logit"]), round=3)
+                metrics.log_scalar(f"attn_entropy_{name}", float(stats["entropy"]), round=3,
+                                   priority=STAT_PRIORITY)
+                metrics.log_scalar(f"attn_maxlogit_{name}", float(stats["max_logit"]), round=3,
+                                   priority=STAT_PRIORITY)
             if m.qk_norm_g is not None:
                 # weight 0: the logged value is the latest g, not an average; per-head g:
                 # their mean under the same key, each head under its own
                 g = m.qk_norm_g.detach().float()
-                metrics.log_scalar(f"qknorm_g_{name}", g.mean().item(), weight=0, round=3)
+                metrics.log_scalar(f"qknorm_g_{name}", g.mean().item(), weight=0, round=3,
+                                   priority=STAT_PRIORITY)
                 for h, g_h in enumerate(g.tolist() if g.dim() else []):
-                    metrics.log_scalar(f"qknorm_head_g_{name}_h{h}", g_h, weight=0, round=3)
+                    metrics.log_scalar(f"qknorm_head_g_{name}_h{h}", g_h, weight=0, round=3,
+                                       priority=STAT_PRIORITY)
         return out
 
 

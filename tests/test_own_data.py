@@ -1,0 +1,254 @@
+"""A researcher's own corpus (one config file, configs/pairs/NAME.sh with CORPUS=local) and the
+reverse direction of a built-in pair (en-gl from gl-en's files) run the same pipeline with the
+same checks: prepare -> bpe -> binarize -> train a few updates -> evaluate (and demo.sh for
+en-gl); bad configs are errors naming the config and the field."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, SCRIPTS, count_lines, make_env, make_tiny_ted, out, run_script
+
+#: own file names: the side is not the language code, the dev split is "valid"
+OWN_NAMES = {
+    ("train", "src"): "train.src",
+    ("train", "tgt"): "train.tgt",
+    ("dev", "src"): "valid.src",
+    ("dev", "tgt"): "valid.tgt",
+    ("test", "src"): "test.src",
+    ("test", "tgt"): "test.tgt",
+}
+
+
+def readme_pair_config(local_dir: str) -> str:
+    """The own-corpus config shown in the README, with LOCAL_DIR set to ``local_dir``."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"```bash\n(# configs/pairs/de-en\.sh\n.*?)```", text, flags=re.S)
+    assert block, "README: no configs/pairs/de-en.sh example"
+    config, n = re.subn(r"^LOCAL_DIR=\S+", f"LOCAL_DIR={local_dir}", block.group(1), flags=re.M)
+    assert n == 1
+    return config
+
+
+@pytest.fixture
+def own_corpus(tmp_path):
+    """(data dir, corpus folder) with a tiny corpus under its own file names."""
+    ted = tmp_path / "ted"
+    sizes = make_tiny_ted(ted, sizes=(300, 30, 37))
+    corpus = tmp_path / "data" / "my-corpus"
+    corpus.mkdir(parents=True)
+    for (split, side), name in OWN_NAMES.items():
+        lang = "gl" if side == "src" else "en"
+        shutil.copy(ted / "ted-gl-en" / f"{split}.{lang}", corpus / name)
+    return tmp_path / "data", corpus, sizes
+
+
+def write_config(work: Path, name: str, text: str) -> Path:
+    path = work / "configs" / "pairs" / f"{name}.sh"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def run_steps(env, pair, merges=60):
+    for step, args in (
+        ("prepare_data.sh", [pair]),
+        ("bpe.sh", [pair, "--merges", merges]),
+        ("binarize.sh", [pair]),
+    ):
+        p = run_script(step, *args, env=env, timeout=300)
+        assert p.returncode == 0, out(p)
+    return p
+
+
+@pytest.mark.slow
+def test_own_corpus_from_the_readme_config_runs_the_pipeline(tmp_path, own_corpus):
+    data, corpus, sizes = own_corpus
+    work = tmp_path / "work"
+    # LOCAL_DIR relative to the data dir given by QKNORM_DATA_DIR
+    write_config(work, "de-en", readme_pair_config("my-corpus"))
+    env = make_env(work, QKNORM_DATA_DIR=data, OMP_NUM_THREADS=1)
+    run_steps(env, "de-en")
+    raw = work / "data/raw/de-en"
+    assert (raw / "train.de").read_bytes() == (corpus / "train.src").read_bytes()
+    assert (raw / "dev.en").read_bytes() == (corpus / "valid.tgt").read_bytes()
+    assert count_lines(raw / "test.de") == sizes["test"]
+    assert "own corpus" in (raw / "SOURCE").read_text()
+    assert (work / "data/bin/de-en/train.de-en.de.bin").is_file()
+    stats = json.loads((work / "data/bpe/de-en/length_stats.json").read_text())
+
+    p = run_script(
+        "train.sh", "de-en", "qknorm_paper", "--max-update", 3, "--threads", 1,
+        "--", "--log-interval", 1,  # a progress line per update (adds to what train.sh manages)
+        env=env, timeout=300,
+    )  # fmt: skip
+    assert p.returncode == 0, out(p)
+    run = work / "runs/de-en/cpu-proxy-max-update-3/qknorm_paper/seed1"
+    # the terminal gets an ETA on progress lines, train.log fairseq's lines unchanged
+    assert re.search(r"train_inner .*num_updates=\d+.* \| ETA \d+:\d\d \(\d/3 updates\)", p.stdout)
+    log = (run / "train.log").read_text()
+    assert "train_inner" in log and "ETA" not in log
+    train = json.loads((run / "train.json").read_text())
+    assert (train["pair"], train["updates"]) == ("de-en", 3)
+    assert train["qk_norm_length"] == stats["L"] and train["paper_qk_norm_length"] is None
+    assert "--source-lang de --target-lang en" in (run / "command.txt").read_text()
+    assert (run / "command.txt").read_text().rstrip().endswith("--log-interval 1")
+
+    p = run_script(
+        "evaluate.sh", "de-en", "qknorm_paper", "--max-update", 3, "--threads", 1, env=env,
+        timeout=300,
+    )  # fmt: skip
+    assert p.returncode == 0, out(p)
+    assert "read bleu_tok in" in p.stderr and "not the BLEU4 line" in p.stderr
+    score = json.loads((run / "test.score.json").read_text())
+    assert score["n_lines"] == sizes["test"] and 0.0 <= score["bleu_tok"] <= 100.0
+    # fairseq-generate's own BLEU4 is on BPE units, not on the words bleu_tok scores
+    assert re.search(r"^Generate test with beam=4: BLEU4 = ", (run / "test.gen.out").read_text(),
+                     flags=re.M)  # fmt: skip
+
+    # a changed file is prepared again; the same files are skipped
+    p = run_script("prepare_data.sh", "de-en", env=env)
+    assert p.stdout.startswith("skip:"), out(p)
+    with open(corpus / "test.tgt", "a") as f, open(corpus / "test.src", "a") as g:
+        f.write("one more line .\n")
+        g.write("unha liña máis .\n")
+    p = run_script("prepare_data.sh", "de-en", env=env)
+    assert p.returncode == 0 and count_lines(raw / "test.en") == sizes["test"] + 1, out(p)
+
+
+@pytest.mark.slow
+def test_reverse_direction_en_gl_runs_demo_from_the_gl_en_files(tmp_path):
+    data = tmp_path / "data_in"
+    sizes = make_tiny_ted(data, sizes=(200, 20, 23))
+    work = tmp_path / "work"
+    env = make_env(work, OMP_NUM_THREADS=1)
+    p = run_script("demo.sh", "en-gl", "--data-dir", data, "--max-update", 3, env=env, timeout=900)
+    assert p.returncode == 0, out(p)[-4000:]
+    raw = work / "data/raw/en-gl"
+    for split in ("train", "dev", "test"):
+        for lang in ("en", "gl"):  # the same files, source and target swapped
+            assert (raw / f"{split}.{lang}").read_bytes() == (
+                data / "ted-gl-en" / f"{split}.{lang}"
+            ).read_bytes()
+    assert (work / "data/bin/en-gl/train.en-gl.en.idx").is_file()
+    label = "cpu-proxy-max-update-3"
+    for system in ("twt", "qknorm_paper"):
+        run = work / f"runs/en-gl/{label}/{system}/seed1"
+        assert "--source-lang en --target-lang gl" in (run / "command.txt").read_text()
+        score = json.loads((run / "test.score.json").read_text())
+        assert score["n_lines"] == sizes["test"] and "|lang:en-gl|" in score["signatures"]["bleu"]
+    for system in ("twt", "qknorm_paper"):  # both trainings' lines, prefixed
+        assert re.search(rf"^\[{system}\] .*done training in", p.stdout, flags=re.M), system
+    results = work / f"results/{label}/en-gl"
+    for name in ("demo.md", "demo_compare.json", "demo_bleu.png", "demo_curves.png"):
+        assert (results / name).is_file(), name
+
+
+def test_reverse_direction_dry_run_and_listing(tmp_path):
+    env = make_env(tmp_path)
+    p = run_script("train.sh", "en-gl", "qknorm_paper", "--profile", "paper", "--dry-run", env=env)
+    assert p.returncode == 0, out(p)
+    assert "--source-lang en --target-lang gl --arch transformer_qknorm_paper_small" in p.stdout
+    assert "--qk-norm-length 79 " in p.stdout  # gl-en's settings (L over both sides)
+    assert "/data/bin/en-gl " in p.stdout
+    p = run_script("train.sh", "vi-en", "twt", "--dry-run", env=env)
+    assert p.returncode == 0 and "--source-lang vi --target-lang en" in p.stdout
+
+
+def bash_lib(code: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", "-c", f'source "{SCRIPTS}/lib.sh"; {code}'],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+LOCAL_OK = """SRC=de
+TGT=en
+CORPUS=local
+LOCAL_DIR={dir}
+LOCAL_TRAIN_SRC=train.src
+LOCAL_TRAIN_TGT=train.tgt
+LOCAL_DEV_SRC=valid.src
+LOCAL_DEV_TGT=valid.tgt
+LOCAL_TEST_SRC=test.src
+LOCAL_TEST_TGT=test.tgt
+BPE_MERGES=100
+"""
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (("LOCAL_TEST_TGT=test.tgt\n", ""), "does not set LOCAL_TEST_TGT (CORPUS=local needs"),
+        (("CORPUS=local", "CORPUS=files"), "unknown CORPUS 'files' (ted, iwslt15, or local"),
+        (("SRC=de", "SRC=en"), "SRC and TGT are both 'en'"),
+        (("SRC=de", "SRC=de-DE"), "SRC='de-DE' is not a language code"),
+        (("LOCAL_DEV_SRC=valid.src", "LOCAL_DEV_SRC=train.src"),
+         "LOCAL_DEV_SRC=train.src names a file already used"),
+        (("BPE_MERGES=100", "BPE_MERGES=8k"), "BPE_MERGES must be a positive integer, got '8k'"),
+        (("BPE_MERGES=100", "BPE_MERGES=100\nPAPER_ARCH_SIZE=large"),
+         "PAPER_ARCH_SIZE must be small or base"),
+        (("LOCAL_DIR={dir}", "LOCAL_DIR=/no/such/dir"),
+         "LOCAL_DIR: /no/such/dir is not a directory"),
+        (("LOCAL_TEST_SRC=test.src", "LOCAL_TEST_SRC=tst.src"),
+         "LOCAL_TEST_SRC=tst.src: {dir}/tst.src not found"),
+    ],
+)  # fmt: skip
+def test_bad_own_config_is_an_error_naming_config_and_field(tmp_path, own_corpus, edit, message):
+    _, corpus, _ = own_corpus
+    work = tmp_path / "work"
+    text = LOCAL_OK.replace(*edit).replace("{dir}", str(corpus))
+    cfg = write_config(work, "mine", text)
+    p = run_script("prepare_data.sh", "mine", env=make_env(work))
+    assert p.returncode == 1, out(p)
+    assert f"error: {cfg}" in p.stderr and message.replace("{dir}", str(corpus)) in p.stderr
+    assert not (work / "data" / "raw" / "mine").exists()
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("REVERSE_OF=xx-yy\n", "REVERSE_OF=xx-yy: no configs/pairs/xx-yy.sh"),
+        ("REVERSE_OF=gl-en\nSRC=de\n", "cannot set SRC=de TGT=gl"),
+        ("REVERSE_OF=he2en\n", "names the pair itself"),
+    ],
+)
+def test_bad_reverse_config(tmp_path, text, message):
+    work = tmp_path / "work"
+    write_config(work, "he2en", text)
+    p = bash_lib("load_pair_config he2en", make_env(work))
+    assert p.returncode == 1 and message in p.stderr, out(p)
+
+
+def test_reverse_config_file_names_a_new_direction(tmp_path):
+    """he-en is en->he; its reverse needs a name of its own: REVERSE_OF in a config."""
+    work = tmp_path / "work"
+    write_config(work, "he2en", "REVERSE_OF=he-en\n")
+    p = bash_lib(
+        'load_pair_config he2en; echo "$SRC $TGT $CORPUS $PAIR_REVERSE_OF"', make_env(work)
+    )
+    assert p.returncode == 0 and p.stdout == "he en ted he-en\n", out(p)
+    # a config in the work dir must not shadow a built-in pair
+    write_config(work, "gl-en", "SRC=gl\n")
+    p = bash_lib("load_pair_config gl-en", make_env(work))
+    assert p.returncode == 1 and "pair gl-en is defined twice" in p.stderr
+
+
+def test_own_pairs_are_listed(tmp_path, own_corpus):
+    _, corpus, _ = own_corpus
+    work = tmp_path / "work"
+    write_config(work, "mine", LOCAL_OK.replace("{dir}", str(corpus)))
+    p = run_script("reproduce.sh", "--list", env=make_env(work))
+    assert p.returncode == 0, out(p)
+    assert re.search(r"^  mine\s+de->en\s+local\s+BPE\s+100 merges", p.stdout, flags=re.M)
+    p = run_script("prepare_data.sh", "mine", "--download", env=make_env(work))
+    assert p.returncode == 2 and "nothing to download" in p.stderr

@@ -18,7 +18,7 @@ source "$SCRIPT_DIR/lib.sh"
 usage() {
     cat <<EOF
 usage: scripts/train.sh PAIR SYSTEM [--profile P] [--seed N] [--max-update N] [--threads N]
-                        [--dry-run] [--force] [-- EXTRA_FAIRSEQ_TRAIN_ARGS...]
+                        [--bf16-autocast] [--dry-run] [--force] [-- EXTRA_FAIRSEQ_TRAIN_ARGS...]
   PAIR         one of: $(qk_known_pairs)
   SYSTEM       one of: $(qk_known_systems)
   --profile P  one of: $(qk_known_profiles) (default: cpu-proxy)
@@ -26,6 +26,10 @@ usage: scripts/train.sh PAIR SYSTEM [--profile P] [--seed N] [--max-update N] [-
   --max-update N  update budget instead of the profile's (the run goes to
                runs/PAIR/PROFILE-max-update-N/, never over the profile's runs)
   --threads N  intra-op CPU threads (default: the profile's THREADS)
+  --bf16-autocast  forward pass and loss in bf16 on CPU (the plugin task
+               translation_word_dropout's --bf16-autocast; a profile without word dropout
+               gets --word-dropout 0); refused on a CPU without native bf16 unless
+               -- --bf16-autocast-allow-emulated
   --dry-run    print the resolved fairseq-train command and exit
   --force      retrain even if the run is finished (its directory is emptied)
   -- ARGS      passed on to fairseq-train (a run made with other ARGS is never reused)
@@ -34,10 +38,10 @@ environment: QKNORM_WORK_DIR (outputs under \$QKNORM_WORK_DIR/runs), QKNORM_MAX_
 EOF
 }
 
-PROFILE_ARG=cpu-proxy SEED=1 MAX_UPDATE_ARG="" THREADS_ARG="" DRY_RUN=0 FORCE=0
+PROFILE_ARG=cpu-proxy SEED=1 MAX_UPDATE_ARG="" THREADS_ARG="" DRY_RUN=0 FORCE=0 BF16=0
 qk_parse_args "@PAIR_ARG SYSTEM_ARG" "--profile PROFILE_ARG" "--seed SEED" \
     "--max-update MAX_UPDATE_ARG" "--threads THREADS_ARG" "--dry-run DRY_RUN=1" "--force FORCE=1" \
-    -- "$@"
+    "--bf16-autocast BF16=1" -- "$@"
 EXTRA=("${QK_REST[@]+"${QK_REST[@]}"}")
 # The `--` guard: extra fairseq-train arguments may add settings, never replace the ones this
 # script manages (argparse would let the last occurrence win silently).
@@ -48,7 +52,8 @@ for ((i = 0; i < ${#EXTRA[@]}; i++)); do
         --save-dir) use="the run directory runs/PAIR/LABEL/SYSTEM/seedN (QKNORM_WORK_DIR moves it)" ;;
         --user-dir) use="nothing: train.sh always loads this repository's plugin" ;;
         --arch) use="a system (configs/systems: its arch family) and a profile (its size)" ;;
-        --task) use="a profile (TRAIN_TASK, TASK_FLAGS in configs/profiles)" ;;
+        --task) use="a profile (TRAIN_TASK, TASK_FLAGS in configs/profiles), or train.sh --bf16-autocast" ;;
+        --bf16-autocast) use="train.sh --bf16-autocast (it also selects the plugin task)" ;;
         --source-lang | --target-lang | -s | -t) use="the pair's direction (configs/pairs; the reverse direction of gl-en is en-gl)" ;;
         --max-update) use="train.sh --max-update N (its runs go to PROFILE-max-update-N)" ;;
         --max-epoch) use="a profile (MAX_EPOCH)" ;;
@@ -99,6 +104,15 @@ if [[ "$SYSTEM_QKNORM" == 1 ]]; then
     QKNORM_FLAGS=(--qk-norm-length "$L")
     L_NOTE="QKNorm L = $L (authors' L for $PAIR: ${PAPER_L:-none}); the model logs its g0 = log2(L^2 - L)$L_NOTE"
 fi
+if ((BF16)); then
+    # --bf16-autocast is an option of the plugin task (fairseq_qknorm/tasks); a profile on stock
+    # translation gets it with word dropout off, which is stock translation's training.
+    if [[ "${TRAIN_TASK:-translation}" == translation ]]; then
+        TRAIN_TASK=translation_word_dropout
+        TASK_FLAGS=(--word-dropout 0)
+    fi
+    TASK_FLAGS+=(--bf16-autocast)
+fi
 DROPOUT_FLAGS=()
 [[ -z "${TRAIN_DROPOUT:-}" ]] || DROPOUT_FLAGS=(--dropout "$TRAIN_DROPOUT")  # a profile's training setting
 
@@ -132,7 +146,7 @@ NEW_COMMAND="$(CMD[0]=fairseq-train; qk_print_cmd "${CMD[@]}")"
 if [[ "$FORCE" == 0 && -f "$RUN/command.txt" ]] \
     && [[ "$(sed '1s/^[^ ]*fairseq-train /fairseq-train /' "$RUN/command.txt")" != "$NEW_COMMAND" ]]; then
     # a finished (or resumable) run made with other settings is never reused silently
-    die "$RUN was trained with another command (see $RUN/command.txt): retrain it with scripts/train.sh $PAIR $SYSTEM --profile $PROFILE --seed $SEED${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG} --force, or remove $RUN"
+    die "$RUN was trained with another command (see $RUN/command.txt): retrain it with scripts/train.sh $PAIR $SYSTEM --profile $PROFILE --seed $SEED${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG}$( ((BF16)) && echo " --bf16-autocast") --force, or remove $RUN"
 fi
 if [[ -f "$RUN/train.json" && "$FORCE" == 0 ]]; then
     qk_log "skip: $RUN is finished; --force to retrain"

@@ -405,8 +405,8 @@ def test_benchmark_runs_and_reports_both_modes(toy_data, tmp_path):
 
 @pytest.mark.slow
 def test_train_sh_recipe_with_bf16_autocast(tmp_path):
-    """The README's recipe: scripts/train.sh ... -- --task translation_word_dropout
-    --bf16-autocast (the later --task wins), then scripts/evaluate.sh decodes in fp32."""
+    """The README's recipe: scripts/train.sh ... --bf16-autocast (the plugin task with word
+    dropout off), then scripts/evaluate.sh decodes in fp32."""
     from conftest import count_lines, make_env, make_tiny_ted, out, run_script
 
     sizes = make_tiny_ted(tmp_path / "data_in", sizes=(200, 20, 23))
@@ -415,13 +415,15 @@ def test_train_sh_recipe_with_bf16_autocast(tmp_path):
                        ("binarize.sh", ["gl-en"])):
         p = run_script(step, *args, env=env, timeout=300)
         assert p.returncode == 0, out(p)
-    p = run_script("train.sh", "gl-en", "twt", "--max-update", 2, "--threads", 1, "--",
-                   "--task", "translation_word_dropout", "--bf16-autocast", *EMULATED_OK,
+    p = run_script("train.sh", "gl-en", "twt", "--max-update", 2, "--threads", 1,
+                   "--bf16-autocast", "--", *EMULATED_OK,
                    env=env, timeout=300)
     assert p.returncode == 0, out(p)
     run = tmp_path / "work/runs/gl-en/cpu-proxy-max-update-2/twt/seed1"
     assert "task: TranslationWordDropoutTask" in (run / "train.log").read_text()
     assert "bf16 autocast: train_step" in (run / "train.log").read_text()
+    assert "--task translation_word_dropout --word-dropout 0 --bf16-autocast" in (
+        run / "command.txt").read_text()
     assert json.loads((run / "train.json").read_text())["updates"] == 2
     p = run_script("evaluate.sh", "gl-en", "twt", "--max-update", 2, "--threads", 1, env=env,
                    timeout=300)

@@ -72,7 +72,13 @@ def _cmd_extract(a) -> int:
 
 
 def _cmd_score(a) -> int:
-    res = score_files(a.hyp, a.ref, src_lang=a.src_lang, tgt_lang=a.tgt_lang)
+    res = score_files(
+        a.hyp,
+        a.ref,
+        src_lang=a.src_lang,
+        tgt_lang=a.tgt_lang,
+        allow_bpe_markers=a.allow_bpe_markers,
+    )
     print(_dump(res) if a.json else format_scores(res))
     return 0
 
@@ -226,6 +232,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--src-lang", default=None, help="source language (in the signatures)")
     s.add_argument(
         "--tgt-lang", default="en", help="target language for detokenization (default en)"
+    )
+    s.add_argument(
+        "--allow-bpe-markers",
+        action="store_true",
+        help="score text that still holds '@@' / '\u2581' (default: refused, the segmentation "
+        "was not removed)",
     )
     s.set_defaults(fn=_cmd_score)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 __all__ = [
     "BPE_MODES",
+    "BPEMarkerError",
     "EmptyFileError",
     "EncodingError",
     "EvaluationError",
@@ -22,6 +23,7 @@ __all__ = [
     "ResultsError",
     "check_same_length",
     "extract_hypotheses",
+    "find_bpe_markers",
     "load_hyp_ref",
     "parse_generate_output",
     "read_lines",
@@ -59,6 +61,16 @@ class ResultsError(EvaluationError):
     """Malformed or incomplete run records (aggregate / ablation input)."""
 
 
+class BPEMarkerError(EvaluationError):
+    """Text to be scored still holds subword markers (``@@`` or ``\u2581``)."""
+
+
+_BOM = "\ufeff"
+
+#: subword-nmt's continuation marker ending a token, or sentencepiece's word-boundary piece
+_BPE_MARKER = re.compile(r"\S@@(?=\s|$)|\u2581")
+
+
 def warn(msg: str) -> None:
     """Print ``warning: msg`` on stderr."""
     print(f"warning: {msg}", file=sys.stderr)
@@ -73,7 +85,10 @@ def read_lines(path, what: str = "file") -> list[str]:
 
     Lines are split on ``\\n`` only (not on Unicode line separators, which
     ``str.splitlines`` would break on); a final newline does not create an extra empty
-    line, and a trailing ``\\r`` is kept (sacreBLEU strips it).
+    line, and a trailing ``\\r`` is kept (sacreBLEU strips it). A UTF-8 byte order mark
+    (U+FEFF) at the start of the file or of a line is removed with a warning: it is an
+    encoding signature (Windows editors write one), not text, and kept it would glue itself
+    to the first word, so that identical text no longer scores BLEU 100.
 
     Args:
         path: file to read.
@@ -97,15 +112,25 @@ def read_lines(path, what: str = "file") -> list[str]:
     raw = data.split(b"\n")
     if raw[-1] == b"":
         raw.pop()
-    lines = []
+    lines, bom_lines = [], []
     for i, line in enumerate(raw, start=1):
         try:
-            lines.append(line.decode("utf-8"))
+            text = line.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise EncodingError(
                 f"{what} file {str(path)!r}: invalid UTF-8 on line {i} "
                 f"(byte offset {exc.start} in that line: {line[exc.start : exc.start + 4]!r})"
             ) from None
+        if text.startswith(_BOM):
+            bom_lines.append(i)
+            text = text.lstrip(_BOM)
+        lines.append(text)
+    if bom_lines:
+        where = ", ".join(map(str, bom_lines[:5])) + (" ..." if len(bom_lines) > 5 else "")
+        warn(
+            f"{what} file {str(path)!r}: removed a UTF-8 byte order mark (BOM) at the start of "
+            f"{len(bom_lines)} line(s) (line {where}); it is not text and would change the scores"
+        )
     return lines
 
 
@@ -118,18 +143,37 @@ def write_lines(path, lines: Iterable[str]) -> None:
             f.write(line + "\n")
 
 
-def check_same_length(hyps: Sequence[str], hyp_path, refs: Sequence[str], ref_path) -> None:
-    """Check that hypotheses and references are non-empty and aligned.
+def find_bpe_markers(lines: Sequence[str]) -> list[int]:
+    """The 1-based numbers of the lines that hold a subword marker.
+
+    A marker is a token ending in ``@@`` (subword-nmt's continuation mark; ``@@`` alone or
+    inside a token is text) or the sentencepiece word-boundary symbol U+2581.
+    """
+    return [i for i, line in enumerate(lines, start=1) if _BPE_MARKER.search(line)]
+
+
+def check_same_length(
+    hyps: Sequence[str],
+    hyp_path,
+    refs: Sequence[str],
+    ref_path,
+    allow_bpe_markers: bool = False,
+) -> None:
+    """Check that hypotheses and references are non-empty, aligned and free of BPE.
 
     Args:
         hyps: hypothesis lines.
         hyp_path: their file (or a name) for messages.
         refs: reference lines.
         ref_path: their file (or a name) for messages.
+        allow_bpe_markers: score text holding ``@@`` / ``\u2581`` (a warning instead of an
+            error), for text where these are really part of it.
 
     Raises:
         EmptyFileError: either side has 0 lines.
         LineCountError: different numbers of lines (both files and counts named).
+        BPEMarkerError: subword markers left in either side (segmentation not removed; the
+            file, the number of lines and the first one are named), unless allowed.
     """
     if len(hyps) == 0:
         raise EmptyFileError(
@@ -143,12 +187,32 @@ def check_same_length(hyps: Sequence[str], hyp_path, refs: Sequence[str], ref_pa
             f"line count mismatch: hypothesis file {str(hyp_path)!r} has {len(hyps)} lines, "
             f"reference file {str(ref_path)!r} has {len(refs)} lines"
         )
+    for kind, lines, path in (("hypothesis", hyps, hyp_path), ("reference", refs, ref_path)):
+        marked = find_bpe_markers(lines)
+        if not marked:
+            continue
+        msg = (
+            f"{kind} file {str(path)!r} still holds subword markers ('@@' or '\u2581') on "
+            f"{len(marked)} of {len(lines)} lines (first: line {marked[0]}: "
+            f"{lines[marked[0] - 1][:80]!r}): BLEU on subword pieces is not comparable"
+        )
+        if not allow_bpe_markers:
+            raise BPEMarkerError(
+                msg + "; remove the segmentation first (python -m qknorm_tools.evaluate extract "
+                "--bpe-dir data/bpe/PAIR), or score with --allow-bpe-markers if they are text"
+            )
+        warn(msg + " (scored as is: --allow-bpe-markers)")
     if all(not h.strip() for h in hyps):
-        warn(f"every line of hypothesis file {str(hyp_path)!r} is empty")
+        warn(
+            f"every one of the {len(hyps)} lines of hypothesis file {str(hyp_path)!r} is empty: "
+            f"its scores are 0"
+        )
 
 
-def load_hyp_ref(hyp_path, ref_path) -> tuple[list[str], list[str]]:
-    """Read and validate a hypothesis file and its reference.
+def load_hyp_ref(
+    hyp_path, ref_path, allow_bpe_markers: bool = False
+) -> tuple[list[str], list[str]]:
+    """Read and validate a hypothesis file and its reference (:func:`check_same_length`).
 
     Returns:
         ``(hyps, refs)``, lists of equal, non-zero length.
@@ -157,10 +221,11 @@ def load_hyp_ref(hyp_path, ref_path) -> tuple[list[str], list[str]]:
         EncodingError: invalid UTF-8 (file and line named).
         EmptyFileError: a file with 0 lines.
         LineCountError: different line counts (both files and counts named).
+        BPEMarkerError: subword markers left (unless ``allow_bpe_markers``).
     """
     refs = read_lines(ref_path, "reference")
     hyps = read_lines(hyp_path, "hypothesis")
-    check_same_length(hyps, hyp_path, refs, ref_path)
+    check_same_length(hyps, hyp_path, refs, ref_path, allow_bpe_markers)
     return hyps, refs
 
 

@@ -1,5 +1,6 @@
 """Inputs that used to change scores silently: a UTF-8 byte order mark, subword markers left in
-a hypothesis, all-empty hypotheses."""
+a hypothesis, all-empty hypotheses; and the segmentation itself: sentencepiece's normalization
+and vocabulary size, BPE-dropout's length statistics."""
 
 import json
 import subprocess
@@ -10,6 +11,7 @@ import sacrebleu
 
 from qknorm_tools import scoring, textio
 
+from conftest import SHARED, make_env, make_tiny_ted, out, run_script
 
 REFS = [
     "the cat sat on the mat .",
@@ -105,3 +107,125 @@ def test_all_empty_hypotheses_warn_once_with_a_plain_label(tmp_path):
         f"its scores are 0"
     ]
     assert json.loads(p.stdout)["bleu_tok"] == 0.0
+
+
+# ----------------------------------------------------------------------- sentencepiece
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    """A prepared tiny gl-en pair whose lines hold characters NFKC would rewrite."""
+    root = tmp_path_factory.mktemp("spm")
+    make_tiny_ted(root / "data_in")
+    special = "o 1º de xaneiro , ﬁn e ＡＢＣ ½ ."  # ordinal, ligature, full width, fraction
+    for split in ("train", "dev", "test"):
+        for lang in ("gl", "en"):
+            path = root / "data_in" / "ted-gl-en" / f"{split}.{lang}"
+            lines = path.read_text(encoding="utf-8").splitlines()
+            lines[0] = special
+            path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (root / "data_in" / "SHA256SUMS").unlink()
+    env = make_env(root / "work", QKNORM_DATA_DIR=root / "data_in", OMP_NUM_THREADS=1)
+    p = run_script("prepare_data.sh", "gl-en", env=env, timeout=300)
+    assert p.returncode == 0, out(p)
+    return root / "work", env, special
+
+
+def test_sentencepiece_segmentation_decodes_back_to_the_raw_text(prepared):
+    """Identity normalization: the pieces of every line decode to the raw line (NFKC turned
+    '1º' into '1o', so no hypothesis could ever match such a reference)."""
+    pytest.importorskip("sentencepiece")
+    from fairseq.data.data_utils import post_process
+
+    work, env, special = prepared
+    p = run_script("bpe.sh", "gl-en", "--tool", "sentencepiece", "--vocab-size", "120", env=env)
+    assert p.returncode == 0, out(p)
+    for split in ("train", "dev", "test"):
+        for lang in ("gl", "en"):
+            raw = (work / f"data/raw/gl-en/{split}.{lang}").read_text(encoding="utf-8")
+            seg = (work / f"data/bpe/gl-en/{split}.{lang}").read_text(encoding="utf-8")
+            decoded = [post_process(s, "sentencepiece") for s in seg.splitlines()]
+            assert decoded == raw.splitlines(), (split, lang)
+    assert decoded[0] == special
+    bpe = json.loads((work / "data/bpe/gl-en/bpe.json").read_text())
+    assert bpe["normalization"] == "identity"
+
+
+@pytest.mark.parametrize(
+    "size, message",
+    [
+        ("5", "sentencepiece cannot train a 5-piece BPE model: Vocabulary size is smaller "
+              "than required_chars. 5 vs"),
+        ("5000", "sentencepiece cannot train a 5000-piece BPE model: Vocabulary size too high "
+                 "(5000). Please set it to a value <="),
+    ],
+)  # fmt: skip
+def test_sentencepiece_vocabulary_it_cannot_build_is_a_clear_error(prepared, size, message):
+    """Too small: sentencepiece's own reason (not 'is sentencepiece installed?'); too large:
+    refused (it used to give fewer pieces silently), saying which sizes work. Nothing is lost."""
+    pytest.importorskip("sentencepiece")
+    work, env, _ = prepared
+    p = run_script("bpe.sh", "gl-en", "--tool", "sentencepiece", "--vocab-size", size, env=env)
+    assert p.returncode != 0
+    assert message in p.stderr, p.stderr
+    assert "installed" not in p.stderr
+
+
+def test_sentencepiece_reports_pieces_the_data_do_not_use(prepared):
+    pytest.importorskip("sentencepiece")
+    work, env, _ = prepared
+    p = run_script("bpe.sh", "gl-en", "--tool", "sentencepiece", "--vocab-size", "150", env=env)
+    assert p.returncode == 0, out(p)
+    assert "warning: only " in p.stderr and "of the 150 sentencepiece pieces occur" in p.stderr
+
+
+# ----------------------------------------------------------------------- BPE-dropout
+@pytest.mark.parametrize(
+    "tool_args",
+    [["--merges", "60"], ["--tool", "sentencepiece", "--vocab-size", "120"]],
+    ids=["subword-nmt", "sentencepiece"],
+)
+def test_bpe_dropout_L_comes_from_the_deterministic_segmentation(prepared, tool_args):
+    """QKNorm's L (and g0) is a property of the model's deterministic segmentation; the
+    sampled training split is longer. The sample is static, and bpe.sh says so."""
+    if "sentencepiece" in tool_args:
+        pytest.importorskip("sentencepiece")
+    work, env, _ = prepared
+    bpe = work / "data/bpe/gl-en"
+    p = run_script("bpe.sh", "gl-en", *tool_args, "--force", env=env)
+    assert p.returncode == 0, out(p)
+    plain = json.loads((bpe / "length_stats.json").read_text())
+    p = run_script("bpe.sh", "gl-en", *tool_args, "--bpe-dropout", "0.5", env=env)
+    assert p.returncode == 0, out(p)
+    assert "one static sample" in p.stderr and "not resampled per epoch" in p.stderr
+    stats = json.loads((bpe / "length_stats.json").read_text())
+    assert stats["L"] == plain["L"] and stats["segmentation"] == "deterministic"
+    sampled = subprocess.run(
+        [sys.executable, "-m", "qknorm_tools.corpus", "length-percentile", "--file",
+         bpe / "train.gl", "--file", bpe / "train.en"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert json.loads(sampled.stdout)["L"] > stats["L"]  # the sample really is longer
+    manifest = json.loads((bpe / "bpe.json").read_text())
+    assert manifest["bpe_dropout"]["p"] == 0.5 and "static" in manifest["bpe_dropout"]["sample"]
+    assert not (bpe / ".deterministic").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (SHARED / "ted-gl-en").is_dir(), reason=f"no shared data at {SHARED}")
+def test_real_gl_en_sentencepiece_round_trip(tmp_path):
+    """The 14 gl-en lines NFKC changed (1 test, 2 dev, 11 train) now decode to themselves."""
+    pytest.importorskip("sentencepiece")
+    from fairseq.data.data_utils import post_process
+
+    from qknorm_tools.corpus import spm_segment
+
+    spm_segment(str(SHARED / "ted-gl-en"), str(tmp_path), "gl", "en", 3000)
+    for split in ("train", "dev", "test"):
+        for lang in ("gl", "en"):
+            raw = (SHARED / "ted-gl-en" / f"{split}.{lang}").read_text(encoding="utf-8")
+            seg = (tmp_path / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()
+            bad = [
+                (i, r)
+                for i, (r, s) in enumerate(zip(raw.splitlines(), seg), 1)
+                if post_process(s, "sentencepiece") != " ".join(r.split())
+            ]
+            assert bad == [], (split, lang, bad[:3])

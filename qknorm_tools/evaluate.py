@@ -30,6 +30,7 @@ from pathlib import Path
 
 from .ablation import ABLATION_CELLS, ablation_report, write_ablation_report
 from .aggregate import aggregate_results
+from .provenance import check_one_data_version
 from .records import RunRecord, load_records
 from .scoring import SCORE_FIELDS, format_scores, score_files
 from .significance import TOKENIZE_TO_METRIC, compare_files, format_compare
@@ -62,6 +63,7 @@ def _load_all(sources: Sequence[str]) -> list[RunRecord]:
     records = []
     for src in sources:
         records.extend(load_records(src))
+    check_one_data_version(records)  # a report never mixes data versions of a pair
     return records
 
 
@@ -79,6 +81,8 @@ def _cmd_score(a) -> int:
         tgt_lang=a.tgt_lang,
         allow_bpe_markers=a.allow_bpe_markers,
     )
+    if a.data_id:
+        res["data_id"] = a.data_id
     print(_dump(res) if a.json else format_scores(res))
     return 0
 
@@ -171,6 +175,7 @@ def _cmd_ablation(a) -> int:
     else:
         raise ResultsError("ablation needs --spec or --results")
     ref_path = a.ref or ref_path
+    check_one_data_version([r for recs in cells.values() for r in recs])
     significance = not a.no_significance
     counts = {c: len(recs) for c, recs in cells.items()}
     if significance and all(counts.values()) and len(set(counts.values())) > 1:
@@ -238,6 +243,10 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="score text that still holds '@@' / '\u2581' (default: refused, the segmentation "
         "was not removed)",
+    )
+    s.add_argument(
+        "--data-id",
+        help="identity of the data scored (python -m qknorm_tools.provenance), kept in the JSON",
     )
     s.set_defaults(fn=_cmd_score)
 

@@ -7,8 +7,11 @@
 #                        and the papers), detokenized sacreBLEU and chrF, each with its signature,
 #                        scored against the raw reference file data/raw/PAIR/{test}.TGT (never T- lines)
 # (--checkpoint last writes {test}.last.gen.out, .hyp, .score.json instead.)
-# Steps whose outputs are newer than the checkpoint are skipped. The run's lock (RUN/.lock) is
-# held while decoding, so a run being trained is never evaluated.
+# The run is evaluated only on the data it was trained on (its data identity,
+# RUN/data_identity.json, equals the current data/bin/PAIR/identity.json; python -m
+# qknorm_tools.provenance), also with --force; the score records that identity.
+# Steps whose outputs are newer than the checkpoint and made on the same data are skipped. The
+# run's lock (RUN/.lock) is held while decoding, so a run being trained is never evaluated.
 set -euo pipefail
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
 # shellcheck source=scripts/lib.sh
@@ -26,7 +29,8 @@ usage: scripts/evaluate.sh PAIR SYSTEM [--profile P] [--seed N] [--max-update N]
   --split S    test (default) or dev
   --checkpoint C  best (default) or last
   --threads N  intra-op CPU threads of fairseq-generate (default: the profile's THREADS)
-  --force      decode and score again even if the outputs are up to date
+  --force      decode and score again even if the outputs are up to date (never with other
+               data than the run was trained on)
 environment: QKNORM_WORK_DIR, QKNORM_MAX_UPDATE, QKNORM_THREADS
 EOF
 }
@@ -56,6 +60,11 @@ REF="$QK_DATA/raw/$PAIR/$SPLIT.$TGT"
 [[ -f "$RUN/train.json" ]] || die "$RUN is not a finished run: run scripts/train.sh $PAIR $SYSTEM --profile $PROFILE --seed $SEED${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG} first"
 [[ -f "$CHECKPOINT" ]] || die "checkpoint $CHECKPOINT not found"
 [[ -f "$REF" ]] || die "reference $REF not found: run scripts/prepare_data.sh $PAIR"
+# the current data must be consistent, and the ones this run was trained on
+DATA_ID="$("$QK_PY" -m qknorm_tools.provenance check --pair "$PAIR" --data "$QK_DATA")" \
+    || die "the data of $PAIR are not consistent (above): nothing was evaluated"
+"$QK_PY" -m qknorm_tools.provenance run "$RUN" --identity "$BIN/identity.json" >/dev/null \
+    || die "$RUN was trained on other data than the current $BIN (above): it is never decoded with another dictionary or scored against another reference; retrain it with scripts/train.sh $PAIR $SYSTEM --profile $PROFILE --seed $SEED${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG} --force, or restore the data it was trained on"
 REMOVE_BPE=subword_nmt
 if [[ -f "$QK_DATA/bpe/$PAIR/length_stats.json" ]] \
     && [[ "$(corpus_py length-stats --stats "$QK_DATA/bpe/$PAIR/length_stats.json" --get tool)" == sentencepiece ]]; then
@@ -68,8 +77,9 @@ STEM="$SPLIT"
 GEN="$RUN/$STEM.gen.out"
 HYP="$RUN/$STEM.hyp"
 SCORE="$RUN/$STEM.score.json"
-if [[ "$FORCE" == 0 && -s "$SCORE" && "$SCORE" -nt "$CHECKPOINT" && "$HYP" -nt "$CHECKPOINT" ]]; then
-    qk_log "skip: $SCORE is up to date"
+if [[ "$FORCE" == 0 && -s "$SCORE" && "$SCORE" -nt "$CHECKPOINT" && "$HYP" -nt "$CHECKPOINT" ]] \
+    && [[ "$("$QK_PY" -m qknorm_tools.provenance get "$SCORE" data_id)" == "$DATA_ID" ]]; then
+    qk_log "skip: $SCORE is up to date (data ${DATA_ID:0:12})"
     cat "$SCORE"
     exit 0
 fi
@@ -94,7 +104,7 @@ N_REF="$(qk_count_lines "$REF")"
     || { rm -f -- "$HYP.tmp"; die "could not extract $N_REF hypotheses from $GEN"; }
 mv -- "$HYP.tmp" "$HYP"
 "$QK_PY" -m qknorm_tools.evaluate score --hyp "$HYP" --ref "$REF" --json \
-    --src-lang "$SRC" --tgt-lang "$TGT" >"$SCORE.tmp" \
+    --src-lang "$SRC" --tgt-lang "$TGT" --data-id "$DATA_ID" >"$SCORE.tmp" \
     || { rm -f -- "$SCORE.tmp"; die "scoring $HYP against $REF failed"; }
 mv -- "$SCORE.tmp" "$SCORE"
 cat "$SCORE"

@@ -10,6 +10,9 @@
 # A finished run (train.json present) is skipped; a killed run resumes from
 # checkpoints/checkpoint_last.pt (fairseq's own resume); wall_seconds accumulates over resumes,
 # interrupted parts included. RUN/.lock keeps a second process off the run.
+# The run records the identity of the data it trains on (RUN/data_identity.json, train.json:
+# raw corpus, BPE and binarized data checksums, python -m qknorm_tools.provenance); a run made
+# on other data than the current data/bin/PAIR is refused, finished or not, naming both.
 set -euo pipefail
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
 # shellcheck source=scripts/lib.sh
@@ -102,6 +105,9 @@ if ((DRY_RUN)); then
 fi
 
 [[ -f "$BIN/.done" ]] || die "$BIN is not binarized: run scripts/binarize.sh $PAIR first"
+# the data must be one consistent chain raw -> BPE -> binarized (else: which step to rerun)
+DATA_ID="$("$QK_PY" -m qknorm_tools.provenance check --pair "$PAIR" --data "$QK_DATA")" \
+    || die "the data of $PAIR are not consistent (above); nothing was trained"
 qk_lock_run "$RUN"
 NEW_COMMAND="$(CMD[0]=fairseq-train; qk_print_cmd "${CMD[@]}")"
 if [[ "$FORCE" == 0 && -f "$RUN/command.txt" ]] \
@@ -109,12 +115,15 @@ if [[ "$FORCE" == 0 && -f "$RUN/command.txt" ]] \
     # a finished (or resumable) run made with other settings is never reused silently
     die "$RUN was trained with another command (see $RUN/command.txt): retrain it with scripts/train.sh $PAIR $SYSTEM --profile $PROFILE --seed $SEED${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG} --force, or remove $RUN"
 fi
-if [[ -f "$RUN/train.json" && "$FORCE" == 0 ]]; then
-    qk_log "skip: $RUN is finished; --force to retrain"
-    exit 0
-fi
 if ((FORCE)); then  # empty the run directory, keeping the lock this script holds
     find "$RUN" -mindepth 1 -maxdepth 1 ! -name .lock -exec rm -rf -- {} +
+fi
+# a run (finished or resumable) made on other data is never reused; a new run records the data
+"$QK_PY" -m qknorm_tools.provenance run "$RUN" --identity "$BIN/identity.json" --record >/dev/null \
+    || die "$RUN belongs to other data than the current $BIN: retrain it on the current data with scripts/train.sh $PAIR $SYSTEM --profile $PROFILE --seed $SEED${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG} --force (or restore the data it was trained on)"
+if [[ -f "$RUN/train.json" ]]; then
+    qk_log "skip: $RUN is finished (data ${DATA_ID:0:12}); --force to retrain"
+    exit 0
 fi
 FAIRSEQ_TRAIN="$(qk_tool fairseq-train)"
 CMD[0]="$FAIRSEQ_TRAIN"

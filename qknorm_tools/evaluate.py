@@ -3,7 +3,11 @@
 ``python -m qknorm_tools.evaluate <command> --help``:
 
 ``extract``
-    Parse ``fairseq-generate`` output, restore source order, remove BPE.
+    Parse ``fairseq-generate`` output, restore source order, remove BPE (``--bpe-dir``: the
+    way the tool recorded in ``data/bpe/PAIR/bpe.json`` requires).
+``bpe-symbol``
+    The fairseq ``post_process`` symbol that undoes a pair's segmentation (``subword_nmt`` or
+    ``sentencepiece``), for ``--eval-bleu-remove-bpe`` and ``--post-process``.
 ``score``
     Tokenized BLEU (``bleu_tok``, as reported by the papers; equals ``multi-bleu.perl``),
     detokenized sacreBLEU (``bleu``) and chrF, each with its sacreBLEU signature.
@@ -35,7 +39,16 @@ from .records import RunRecord, load_records
 from .scoring import SCORE_FIELDS, format_scores, score_files
 from .significance import TOKENIZE_TO_METRIC, compare_files, format_compare
 from .tables import write_aggregate_tables
-from .textio import BPE_MODES, EvaluationError, ResultsError, extract_hypotheses, read_lines, warn
+from .textio import (
+    BPE_MODES,
+    BPE_TOOL_SYMBOL,
+    EvaluationError,
+    ResultsError,
+    bpe_tool,
+    extract_hypotheses,
+    read_lines,
+    warn,
+)
 
 __all__ = ["build_parser", "main", "parse_kv"]
 
@@ -68,8 +81,14 @@ def _load_all(sources: Sequence[str]) -> list[RunRecord]:
 
 
 def _cmd_extract(a) -> int:
-    hyps = extract_hypotheses(a.generate_output, a.output, a.remove_bpe, a.n_expected)
+    mode = BPE_TOOL_SYMBOL[bpe_tool(a.bpe_dir)] if a.bpe_dir else a.remove_bpe
+    hyps = extract_hypotheses(a.generate_output, a.output, mode, a.n_expected)
     print(f"wrote {len(hyps)} hypotheses to {a.output}", file=sys.stderr)
+    return 0
+
+
+def _cmd_bpe_symbol(a) -> int:
+    print(BPE_TOOL_SYMBOL[a.tool or bpe_tool(a.bpe_dir)])
     return 0
 
 
@@ -221,14 +240,25 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("extract", help="hypotheses from fairseq-generate output, in source order")
     e.add_argument("--generate-output", required=True, help="captured fairseq-generate stdout")
     e.add_argument("--output", required=True, help="hypothesis file to write (one per line, UTF-8)")
-    e.add_argument(
+    how = e.add_mutually_exclusive_group()
+    how.add_argument(
         "--remove-bpe",
         choices=BPE_MODES,
         default="subword_nmt",
         help="subword removal (default: subword_nmt, i.e. '@@ ')",
     )
+    how.add_argument(
+        "--bpe-dir",
+        help="remove the segmentation of the tool recorded in DIR/bpe.json (data/bpe/PAIR)",
+    )
     e.add_argument("--n-expected", type=int, default=None, help="required number of hypotheses")
     e.set_defaults(fn=_cmd_extract)
+
+    y = sub.add_parser("bpe-symbol", help="the post_process symbol undoing a pair's BPE")
+    src = y.add_mutually_exclusive_group(required=True)
+    src.add_argument("--bpe-dir", help="a segmented pair, data/bpe/PAIR (its bpe.json)")
+    src.add_argument("--tool", choices=sorted(BPE_TOOL_SYMBOL), help="a BPE tool by name")
+    y.set_defaults(fn=_cmd_bpe_symbol)
 
     s = sub.add_parser("score", help="tokenized BLEU, detokenized sacreBLEU and chrF")
     s.add_argument("--hyp", required=True, help="hypotheses, one per line")

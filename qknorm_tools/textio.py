@@ -6,6 +6,7 @@ offending file and line; the command lines turn them into ``error: ...`` and exi
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -13,6 +14,7 @@ from pathlib import Path
 
 __all__ = [
     "BPE_MODES",
+    "BPE_TOOL_SYMBOL",
     "BPEMarkerError",
     "EmptyFileError",
     "EncodingError",
@@ -21,6 +23,7 @@ __all__ = [
     "InputFileError",
     "LineCountError",
     "ResultsError",
+    "bpe_tool",
     "check_same_length",
     "extract_hypotheses",
     "find_bpe_markers",
@@ -233,6 +236,45 @@ def load_hyp_ref(
 # fairseq-generate output -> plain hypotheses
 
 BPE_MODES = ("subword_nmt", "sentencepiece", "none")
+
+#: ``scripts/bpe.sh`` tool (``bpe.json`` "tool") -> the fairseq ``post_process`` symbol that
+#: undoes it (``--eval-bleu-remove-bpe``, ``--post-process``, :func:`remove_bpe`). fairseq's
+#: ``--eval-bleu-remove-bpe`` without a value means ``"@@ "``, right for subword-nmt only.
+BPE_TOOL_SYMBOL = {"subword-nmt": "subword_nmt", "sentencepiece": "sentencepiece"}
+
+
+def bpe_tool(bpe_dir) -> str:
+    """The segmentation tool ``scripts/bpe.sh`` recorded in ``bpe_dir/bpe.json``.
+
+    Args:
+        bpe_dir: a segmented pair directory, ``data/bpe/PAIR``.
+
+    Returns:
+        ``subword-nmt`` or ``sentencepiece`` (a key of :data:`BPE_TOOL_SYMBOL`).
+
+    Raises:
+        InputFileError: no readable ``bpe.json`` (the directory was not made by
+            ``scripts/bpe.sh``, or by a version before it wrote one).
+        EvaluationError: ``bpe.json`` is not JSON or names another tool.
+    """
+    path = Path(bpe_dir) / "bpe.json"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputFileError(
+            f"cannot read {str(path)!r} ({exc.strerror or exc}): the BPE tool of the data is "
+            f"unknown; segment with scripts/bpe.sh PAIR (it writes bpe.json)"
+        ) from None
+    try:
+        tool = json.loads(text).get("tool")
+    except (json.JSONDecodeError, AttributeError):
+        raise EvaluationError(f"{str(path)!r} is not a JSON object") from None
+    if tool not in BPE_TOOL_SYMBOL:
+        raise EvaluationError(
+            f"{str(path)!r}: 'tool' must be one of {sorted(BPE_TOOL_SYMBOL)}, got {tool!r}"
+        )
+    return tool
+
 
 _H_LINE = re.compile(r"^H-(\d+)\t([^\t]*)(?:\t(.*))?$")
 

@@ -13,6 +13,8 @@
 # The run records the identity of the data it trains on (RUN/data_identity.json, train.json:
 # raw corpus, BPE and binarized data checksums, python -m qknorm_tools.provenance); a run made
 # on other data than the current data/bin/PAIR is refused, finished or not, naming both.
+# Settings that cannot work together (profile values, -- EXTRA arguments, the data's BPE tool)
+# are refused before anything runs (python -m qknorm_tools.train_check).
 set -euo pipefail
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
 # shellcheck source=scripts/lib.sh
@@ -79,6 +81,18 @@ if [[ "$SYSTEM_QKNORM" == 1 ]]; then
 fi
 DROPOUT_FLAGS=()
 [[ -z "${TRAIN_DROPOUT:-}" ]] || DROPOUT_FLAGS=(--dropout "$TRAIN_DROPOUT")  # a profile's training setting
+# validation BLEU removes exactly the data's segmentation (bpe.json's tool): fairseq's bare
+# --eval-bleu-remove-bpe means "@@ ", which leaves sentencepiece pieces in the BLEU
+if [[ -f "$BPE_DIR/bpe.json" ]]; then
+    REMOVE_BPE="$("$QK_PY" -m qknorm_tools.evaluate bpe-symbol --bpe-dir "$BPE_DIR")" \
+        || die "cannot read the BPE tool of $PAIR from $BPE_DIR/bpe.json"
+elif ((DRY_RUN)); then
+    REMOVE_BPE="$("$QK_PY" -m qknorm_tools.evaluate bpe-symbol --tool "$BPE_TOOL")"  # the pair's default
+else
+    die "$BPE_DIR/bpe.json not found: run scripts/bpe.sh $PAIR (then scripts/binarize.sh $PAIR) first"
+fi
+EVAL_BLEU_FLAGS=()
+[[ " ${VALID_FLAGS[*]} " != *" --eval-bleu "* ]] || EVAL_BLEU_FLAGS=(--eval-bleu-remove-bpe "$REMOVE_BPE")
 
 CMD=(fairseq-train "$BIN"
     --user-dir "$QK_REPO_ROOT/fairseq_qknorm"
@@ -89,14 +103,18 @@ CMD=(fairseq-train "$BIN"
     "${OPTIM_FLAGS[@]}"
     --criterion label_smoothed_cross_entropy --label-smoothing "$LABEL_SMOOTHING"
     --max-tokens "$MAX_TOKENS" --max-update "$MAX_UPDATE" --max-epoch "$MAX_EPOCH"
-    "${VALID_FLAGS[@]}"
+    "${VALID_FLAGS[@]}" "${EVAL_BLEU_FLAGS[@]+"${EVAL_BLEU_FLAGS[@]}"}"
     # fairseq (upstream main) drops a last batch that is not a multiple of this value, also in
     # validation: 1 keeps every sentence
     --required-batch-size-multiple 1
-    --seed "$SEED" --save-dir "$RUN/checkpoints" --no-epoch-checkpoints
+    --seed "$SEED" --save-dir "$RUN/checkpoints"
     --log-format simple --log-interval 50 --tensorboard-logdir "$RUN/tensorboard"
     --attn-stats-interval 100 --num-workers 0
     "${EXTRA[@]+"${EXTRA[@]}"}")
+
+"$QK_PY" -m qknorm_tools.train_check --remove-bpe "$REMOVE_BPE" \
+    --what "profile $PROFILE (configs/profiles/$PROFILE.sh)${EXTRA[*]:+ with -- ${EXTRA[*]}}" \
+    -- "${CMD[@]:1}" || die "refusing to train: settings that cannot work together (above)"
 
 if ((DRY_RUN)); then
     [[ -z "$L_NOTE" ]] || qk_log "$L_NOTE"

@@ -35,6 +35,17 @@ TINY_MODEL = [
     "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
 ]  # fmt: skip
 
+#: the CPU profiles: update-based, best by dev loss; 4 updates per tiny epoch, so validation and
+#: checkpoint_E_U.pt every 3 updates (checkpoint_E_U.pt at 3, 6, 9, 15: 12 ends epoch 3)
+CPU_PROFILE = {
+    "metric": "loss",
+    "scheduler": "inverse_sqrt",
+    "word_dropout": None,
+    "max_update": 15,
+    "overrides": ["--warmup-updates", "4", "--validate-interval-updates", "3",
+                  "--save-interval-updates", "3"],
+}  # fmt: skip
+
 #: per profile: the selection metric, scheduler and word dropout its real run must show, and
 #: the test-made overrides that scale its schedule down (budget: train.sh --max-update)
 EXPECT = {
@@ -46,22 +57,8 @@ EXPECT = {
         "overrides": ["--warmup-updates", "4", "--lr-patience", "0", "--patience", "3",
                       "--max-epoch", "40"],
     },
-    "cpu-proxy": {
-        "metric": "loss",
-        "scheduler": "inverse_sqrt",
-        "word_dropout": None,
-        "max_update": 15,  # 4 updates per epoch: checkpoint_E_U.pt at 3, 6, 9, 15 (12 ends
-        "overrides": ["--warmup-updates", "4", "--validate-interval-updates", "3",  # epoch 3)
-                      "--save-interval-updates", "3"],
-    },
-    "cpu-proxy-fast": {
-        "metric": "loss",
-        "scheduler": "inverse_sqrt",
-        "word_dropout": None,
-        "max_update": 15,  # 4 updates per epoch: checkpoint_E_U.pt at 3, 6, 9, 15 (12 ends
-        "overrides": ["--warmup-updates", "4", "--validate-interval-updates", "3",  # epoch 3)
-                      "--save-interval-updates", "3"],
-    },
+    "cpu-proxy": CPU_PROFILE,
+    "cpu-proxy-fast": CPU_PROFILE,
 }  # fmt: skip
 
 SYSTEM = "qknorm_paper"

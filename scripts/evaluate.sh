@@ -66,18 +66,20 @@ CHECKPOINT="$RUN/checkpoints/checkpoint_$CKPT.pt"
 BIN="$QK_DATA/bin/$PAIR"
 REF="$QK_DATA/raw/$PAIR/$SPLIT.$TGT"
 [[ ! -d "$RUN" ]] || qk_lock_run "$RUN"  # before anything else: a run in training is busy
-[[ -f "$RUN/train.json" ]] || die "$RUN is not a finished run: run scripts/train.sh $PAIR $SYSTEM --profile $PROFILE --seed $SEED${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG} first"
+TRAIN_CMD="scripts/train.sh $PAIR $SYSTEM --profile $PROFILE --seed $SEED${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG}"
+[[ -f "$RUN/train.json" ]] || die "$RUN is not a finished run: run $TRAIN_CMD first"
 [[ -n "$N_AVERAGE" || -f "$CHECKPOINT" ]] || die "checkpoint $CHECKPOINT not found"
 [[ -f "$REF" ]] || die "reference $REF not found: run scripts/prepare_data.sh $PAIR"
 # the current data must be consistent, and the ones this run was trained on
 DATA_ID="$("$QK_PY" -m qknorm_tools.provenance check --pair "$PAIR" --data "$QK_DATA")" \
     || die "the data of $PAIR are not consistent (above): nothing was evaluated"
 "$QK_PY" -m qknorm_tools.provenance run "$RUN" --identity "$BIN/identity.json" >/dev/null \
-    || die "$RUN was trained on other data than the current $BIN (above): it is never decoded with another dictionary or scored against another reference; retrain it with scripts/train.sh $PAIR $SYSTEM --profile $PROFILE --seed $SEED${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG} --force, or restore the data it was trained on"
+    || die "$RUN was trained on other data than the current $BIN (above): it is never decoded with another dictionary or scored against another reference; retrain it with $TRAIN_CMD --force, or restore the data it was trained on"
 
 if [[ -n "$N_AVERAGE" ]]; then
-    # CHECKPOINT = checkpoint_avgN.pt: the average of the last N checkpoints the profile keeps: update checkpoints
-    # (checkpoint_E_U.pt, --keep-interval-updates) or else epoch ones (checkpointE.pt, --keep-last-epochs)
+    # CHECKPOINT is checkpoint_avgN.pt, the average of the last N checkpoints the profile keeps:
+    # update checkpoints (checkpoint_E_U.pt, --keep-interval-updates), else epoch ones
+    # (checkpointE.pt, --keep-last-epochs)
     if ((FORCE)) || [[ ! "$CHECKPOINT" -nt "$RUN/checkpoints/checkpoint_last.pt" ]]; then
         WHICH=--num-epoch-checkpoints
         if compgen -G "$RUN/checkpoints/checkpoint_*_*.pt" >/dev/null; then WHICH=--num-update-checkpoints; fi

@@ -61,6 +61,7 @@ BIN="$QK_DATA/bin/$PAIR"
 BPE_DIR="$QK_DATA/bpe/$PAIR"
 LABEL="$(qk_run_label)"
 RUN="$(qk_run_dir "$PAIR" "$LABEL" "$SYSTEM" "$SEED")"
+RETRAIN="scripts/train.sh $PAIR $SYSTEM --profile $PROFILE --seed $SEED${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG} --force"
 ARCH="$(qk_arch)"
 
 QKNORM_FLAGS=()
@@ -131,14 +132,14 @@ NEW_COMMAND="$(CMD[0]=fairseq-train; qk_print_cmd "${CMD[@]}")"
 if [[ "$FORCE" == 0 && -f "$RUN/command.txt" ]] \
     && [[ "$(sed '1s/^[^ ]*fairseq-train /fairseq-train /' "$RUN/command.txt")" != "$NEW_COMMAND" ]]; then
     # a finished (or resumable) run made with other settings is never reused silently
-    die "$RUN was trained with another command (see $RUN/command.txt): retrain it with scripts/train.sh $PAIR $SYSTEM --profile $PROFILE --seed $SEED${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG} --force, or remove $RUN"
+    die "$RUN was trained with another command (see $RUN/command.txt): retrain it with $RETRAIN, or remove $RUN"
 fi
 if ((FORCE)); then  # empty the run directory, keeping the lock this script holds
     find "$RUN" -mindepth 1 -maxdepth 1 ! -name .lock -exec rm -rf -- {} +
 fi
 # a run (finished or resumable) made on other data is never reused; a new run records the data
 "$QK_PY" -m qknorm_tools.provenance run "$RUN" --identity "$BIN/identity.json" --record >/dev/null \
-    || die "$RUN belongs to other data than the current $BIN: retrain it on the current data with scripts/train.sh $PAIR $SYSTEM --profile $PROFILE --seed $SEED${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG} --force (or restore the data it was trained on)"
+    || die "$RUN belongs to other data than the current $BIN: retrain it on the current data with $RETRAIN (or restore the data it was trained on)"
 if [[ -f "$RUN/train.json" ]]; then
     qk_log "skip: $RUN is finished (data ${DATA_ID:0:12}); --force to retrain"
     exit 0

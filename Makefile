@@ -31,7 +31,8 @@ test: install
 LINT_PATHS ?= qknorm_tools setup.py benchmarks/common.py tests/conftest.py tests/test_benchmarks.py \
     tests/test_collect.py tests/test_data_pipeline.py tests/test_evaluate.py tests/test_grid.py \
     tests/test_pipeline_train.py tests/test_plots.py tests/test_scripts.py tests/test_bad_input.py \
-    tests/test_figures.py tests/test_own_data.py tests/test_train_log.py
+    tests/test_figures.py tests/test_own_data.py tests/test_train_log.py tests/test_profiles.py \
+    tests/test_provenance.py tests/test_scoring_inputs.py tests/fairseq_train_counting.py
 lint: install
 	$(PY) -m ruff check $(LINT_PATHS)
 	$(PY) -m ruff format --check $(LINT_PATHS)

@@ -29,10 +29,12 @@ from fairseq.data.encoders import register_bpe
 from fairseq.data.encoders.sentencepiece_bpe import SentencepieceBPE, SentencepieceConfig
 from fairseq.dataclass import FairseqDataclass
 
+# fairseq post_process / --post-process symbol that undoes each tool's segmentation: one table
+# for this plugin, --eval-bleu-remove-bpe (scripts/train.sh) and evaluate.sh's extraction
+from qknorm_tools.textio import BPE_TOOL_SYMBOL as POST_PROCESS
+
 MANIFEST = "bpe.json"
-TOOLS = ("subword-nmt", "sentencepiece")
-# fairseq post_process / --post-process symbol that undoes each tool's segmentation
-POST_PROCESS = {"subword-nmt": "subword_nmt", "sentencepiece": "sentencepiece"}
+TOOLS = tuple(POST_PROCESS)
 
 
 def read_manifest(bpe_dir) -> Dict[str, object]:

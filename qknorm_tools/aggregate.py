@@ -13,6 +13,7 @@ import os
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 
+from .provenance import check_one_data_version
 from .records import RunRecord, as_record
 from .scoring import SCORE_FIELDS
 from .significance import RESULT_KEYS, paired_significance
@@ -229,15 +230,19 @@ def aggregate_results(
 
     Returns:
         A JSON-ready dict (NaN -> None) with keys ``metric``, ``baseline``, ``significance``,
-        ``pairs``, ``avg_delta``, ``notes``.
+        ``pairs`` (each with the ``data_id`` its runs trained on), ``avg_delta``, ``notes``.
 
     Raises:
         ResultsError: missing baseline / fields / references, unequal numbers of seeds.
+        DataMismatchError: runs of one pair trained on different data
+            (:func:`~.provenance.check_one_data_version`).
     """
     if metric not in SCORE_FIELDS:
         raise ResultsError(f"metric must be one of {SCORE_FIELDS}, got {metric!r}")
     refs, tgt_lang = dict(refs or {}), dict(tgt_lang or {})
-    pairs = group_by_pair(as_record(r) for r in records)
+    records = [as_record(r) for r in records]
+    data_ids = check_one_data_version(records)  # a table never mixes data versions of a pair
+    pairs = group_by_pair(records)
     if not pairs:
         raise ResultsError("no result records")
     out_pairs = {}
@@ -278,6 +283,7 @@ def aggregate_results(
                 "signatures": None,
                 "systems": stats,
             }
+        out_pairs[pair]["data_id"] = data_ids[pair]
     return {
         "metric": metric,
         "baseline": baseline,

@@ -2,7 +2,9 @@
 
 ``python -m qknorm_tools.collect runs --run DIR ... --work-dir W --out-dir RESULTS`` reads the
 given run directories (:func:`~.records.read_run`; unfinished ones are listed and skipped),
-writes ``RESULTS/runs.json`` and, on request, the reports built from those records:
+refuses runs of one pair trained on different data (each record carries its ``data_id``,
+:mod:`~.provenance`), writes ``RESULTS/runs.json`` and, on request, the reports built from
+those records:
 
 * ``--runs-table STEM``: one row per run, ``STEM.md`` and ``STEM.json`` (``make demo``);
 * ``--aggregate``: mean ± sd over seeds and paired tests against ``--baseline``,
@@ -26,6 +28,7 @@ from pathlib import Path
 
 from .aggregate import aggregate_results, select_for_aggregate
 from .evaluate import parse_kv
+from .provenance import check_one_data_version
 from .records import read_run, relative_path, run_status, save_records, write_train_json
 from .tables import write_aggregate_tables, write_runs_table
 from .textio import EvaluationError, warn
@@ -51,6 +54,7 @@ def _cmd_runs(a) -> int:
         records.append(rec)
     if unfinished and a.require_all:
         raise EvaluationError("unfinished runs: " + "; ".join(unfinished))
+    check_one_data_version(records)  # results never mix data versions of a pair
     for u in unfinished:
         _log(f"not finished, left out: {u}")
     out = Path(a.out_dir)

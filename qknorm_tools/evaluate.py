@@ -3,7 +3,11 @@
 ``python -m qknorm_tools.evaluate <command> --help``:
 
 ``extract``
-    Parse ``fairseq-generate`` output, restore source order, remove BPE.
+    Parse ``fairseq-generate`` output, restore source order, remove BPE (``--bpe-dir``: the
+    way the tool recorded in ``data/bpe/PAIR/bpe.json`` requires).
+``bpe-symbol``
+    The fairseq ``post_process`` symbol that undoes a pair's segmentation (``subword_nmt`` or
+    ``sentencepiece``), for ``--eval-bleu-remove-bpe`` and ``--post-process``.
 ``score``
     Tokenized BLEU (``bleu_tok``, as reported by the papers; equals ``multi-bleu.perl``),
     detokenized sacreBLEU (``bleu``) and chrF, each with its sacreBLEU signature.
@@ -30,11 +34,21 @@ from pathlib import Path
 
 from .ablation import ABLATION_CELLS, ablation_report, write_ablation_report
 from .aggregate import aggregate_results
+from .provenance import check_one_data_version
 from .records import RunRecord, load_records
 from .scoring import SCORE_FIELDS, format_scores, score_files
 from .significance import TOKENIZE_TO_METRIC, compare_files, format_compare
 from .tables import write_aggregate_tables
-from .textio import BPE_MODES, EvaluationError, ResultsError, extract_hypotheses, read_lines, warn
+from .textio import (
+    BPE_MODES,
+    BPE_TOOL_SYMBOL,
+    EvaluationError,
+    ResultsError,
+    bpe_tool,
+    extract_hypotheses,
+    read_lines,
+    warn,
+)
 
 __all__ = ["build_parser", "main", "parse_kv"]
 
@@ -62,17 +76,32 @@ def _load_all(sources: Sequence[str]) -> list[RunRecord]:
     records = []
     for src in sources:
         records.extend(load_records(src))
+    check_one_data_version(records)  # a report never mixes data versions of a pair
     return records
 
 
 def _cmd_extract(a) -> int:
-    hyps = extract_hypotheses(a.generate_output, a.output, a.remove_bpe, a.n_expected)
+    mode = BPE_TOOL_SYMBOL[bpe_tool(a.bpe_dir)] if a.bpe_dir else a.remove_bpe
+    hyps = extract_hypotheses(a.generate_output, a.output, mode, a.n_expected)
     print(f"wrote {len(hyps)} hypotheses to {a.output}", file=sys.stderr)
     return 0
 
 
+def _cmd_bpe_symbol(a) -> int:
+    print(BPE_TOOL_SYMBOL[a.tool or bpe_tool(a.bpe_dir)])
+    return 0
+
+
 def _cmd_score(a) -> int:
-    res = score_files(a.hyp, a.ref, src_lang=a.src_lang, tgt_lang=a.tgt_lang)
+    res = score_files(
+        a.hyp,
+        a.ref,
+        src_lang=a.src_lang,
+        tgt_lang=a.tgt_lang,
+        allow_bpe_markers=a.allow_bpe_markers,
+    )
+    if a.data_id:
+        res["data_id"] = a.data_id
     print(_dump(res) if a.json else format_scores(res))
     return 0
 
@@ -165,6 +194,7 @@ def _cmd_ablation(a) -> int:
     else:
         raise ResultsError("ablation needs --spec or --results")
     ref_path = a.ref or ref_path
+    check_one_data_version([r for recs in cells.values() for r in recs])
     significance = not a.no_significance
     counts = {c: len(recs) for c, recs in cells.items()}
     if significance and all(counts.values()) and len(set(counts.values())) > 1:
@@ -210,14 +240,25 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("extract", help="hypotheses from fairseq-generate output, in source order")
     e.add_argument("--generate-output", required=True, help="captured fairseq-generate stdout")
     e.add_argument("--output", required=True, help="hypothesis file to write (one per line, UTF-8)")
-    e.add_argument(
+    how = e.add_mutually_exclusive_group()
+    how.add_argument(
         "--remove-bpe",
         choices=BPE_MODES,
         default="subword_nmt",
         help="subword removal (default: subword_nmt, i.e. '@@ ')",
     )
+    how.add_argument(
+        "--bpe-dir",
+        help="remove the segmentation of the tool recorded in DIR/bpe.json (data/bpe/PAIR)",
+    )
     e.add_argument("--n-expected", type=int, default=None, help="required number of hypotheses")
     e.set_defaults(fn=_cmd_extract)
+
+    y = sub.add_parser("bpe-symbol", help="the post_process symbol undoing a pair's BPE")
+    src = y.add_mutually_exclusive_group(required=True)
+    src.add_argument("--bpe-dir", help="a segmented pair, data/bpe/PAIR (its bpe.json)")
+    src.add_argument("--tool", choices=sorted(BPE_TOOL_SYMBOL), help="a BPE tool by name")
+    y.set_defaults(fn=_cmd_bpe_symbol)
 
     s = sub.add_parser("score", help="tokenized BLEU, detokenized sacreBLEU and chrF")
     s.add_argument("--hyp", required=True, help="hypotheses, one per line")
@@ -226,6 +267,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--src-lang", default=None, help="source language (in the signatures)")
     s.add_argument(
         "--tgt-lang", default="en", help="target language for detokenization (default en)"
+    )
+    s.add_argument(
+        "--allow-bpe-markers",
+        action="store_true",
+        help="score text that still holds '@@' / '\u2581' (default: refused, the segmentation "
+        "was not removed)",
+    )
+    s.add_argument(
+        "--data-id",
+        help="identity of the data scored (python -m qknorm_tools.provenance), kept in the JSON",
     )
     s.set_defaults(fn=_cmd_score)
 

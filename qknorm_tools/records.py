@@ -5,7 +5,8 @@ what ``scripts/train.sh`` and ``scripts/evaluate.sh`` wrote:
 
 * ``train.json`` - the run's identity and training facts (:func:`write_train_json`);
 * ``train.log`` - fairseq-train's log (QKNorm ``g0`` as the model logged it, the final ``g``);
-* ``{split}.score.json`` and ``{split}.hyp`` - scores and hypotheses.
+* ``{split}.score.json`` and ``{split}.hyp`` - scores and hypotheses;
+* ``data_identity.json`` - the identity of the data it trained on (:mod:`.provenance`).
 
 :func:`read_run` turns one into a :class:`RunRecord` by running every reader in
 :data:`RUN_READERS`; a later feature (provenance, cluster status) adds its reader there and
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import trainlog
+from .provenance import RUN_IDENTITY_FILE, short_id
 from .textio import InputFileError, ResultsError
 
 __all__ = [
@@ -52,7 +54,9 @@ class RunRecord:
     Scores are BLEU / chrF points (0-100). ``qk_norm_length`` is the data's ``L`` (97.5th
     percentile BPE length) passed to the model, ``qk_norm_g0`` the initial QKNorm scale the
     model logged, ``qk_norm_g_final`` the scale per attention module at ``checkpoint_best.pt``
-    (``{"enc0_self": g, ...}``). Paths are absolute in memory.
+    (``{"enc0_self": g, ...}``). ``data_id`` is the identity (sha256) of the data the run
+    trained on and was scored with (:mod:`.provenance`; ``None`` for runs made before data
+    identities were recorded). Paths are absolute in memory.
     """
 
     pair: str
@@ -68,6 +72,7 @@ class RunRecord:
     paper_qk_norm_length: float | None = None
     qk_norm_g0: float | None = None
     qk_norm_g_final: dict[str, float] = field(default_factory=dict)
+    data_id: str | None = None
     bleu_tok: float | None = None
     bleu: float | None = None
     chrf: float | None = None
@@ -193,6 +198,7 @@ def _read_train_json(run: Path, rec: RunRecord, split: str) -> None:
         "qk_norm_length",
         "paper_qk_norm_length",
         "qk_norm_g0",
+        "data_id",
     ):
         if data.get(k) is not None:
             setattr(rec, k, data[k])
@@ -216,11 +222,24 @@ def _read_scores(run: Path, rec: RunRecord, split: str) -> None:
     rec.hyp_path = str(run / f"{split}.hyp")
 
 
+def _read_data_identity(run: Path, rec: RunRecord, split: str) -> None:
+    """The run's data identity; its score must have been made on the same data."""
+    if rec.data_id is None and (run / RUN_IDENTITY_FILE).is_file():
+        rec.data_id = _read_json(run / RUN_IDENTITY_FILE).get("data_id")
+    scored_on = _read_json(run / f"{split}.score.json").get("data_id")
+    if scored_on is not None and rec.data_id is not None and scored_on != rec.data_id:
+        raise ResultsError(
+            f"{run}/{split}.score.json was scored on data {short_id(scored_on)}, but the run "
+            f"was trained on data {short_id(rec.data_id)}: rerun scripts/evaluate.sh for it"
+        )
+
+
 #: Readers that fill a record from a run directory, in order: ``fn(run_dir, record, split)``.
 RUN_READERS: list[Callable[[Path, RunRecord, str], None]] = [
     _read_train_json,
     _read_train_log,
     _read_scores,
+    _read_data_identity,
 ]
 
 
@@ -263,8 +282,9 @@ def write_train_json(run_dir, identity: Mapping[str, object]) -> RunRecord:
 
     Adds to ``identity`` (pair, profile, system, seed, arch, qk_norm_length, ...) the facts
     read from the run: ``updates`` (largest ``num_updates`` in ``train.log``),
-    ``wall_seconds`` (accumulated over resumes in ``wall_seconds``) and ``qk_norm_g0`` (the
-    model's log line; ``None`` when the model did not log one). Written atomically.
+    ``wall_seconds`` (accumulated over resumes in ``wall_seconds``), ``qk_norm_g0`` (the
+    model's log line; ``None`` when the model did not log one) and ``data_id`` (the data
+    identity ``scripts/train.sh`` recorded in ``data_identity.json``). Written atomically.
 
     Returns:
         The training part of the run's record.
@@ -276,6 +296,8 @@ def write_train_json(run_dir, identity: Mapping[str, object]) -> RunRecord:
     rec.updates = trainlog.last_num_updates(log)
     rec.wall_seconds = int(wall.read_text().strip()) if wall.is_file() else None
     rec.qk_norm_g0 = trainlog.qk_norm_g0(log)
+    if (run / RUN_IDENTITY_FILE).is_file():
+        rec.data_id = _read_json(run / RUN_IDENTITY_FILE).get("data_id")
     keep = (
         "pair",
         "profile",
@@ -288,6 +310,7 @@ def write_train_json(run_dir, identity: Mapping[str, object]) -> RunRecord:
         "qk_norm_length",
         "paper_qk_norm_length",
         "qk_norm_g0",
+        "data_id",
     )
     data = {k: v for k, v in rec.to_json().items() if k in keep}
     tmp = run / "train.json.tmp"

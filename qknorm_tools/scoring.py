@@ -66,6 +66,7 @@ def score_lines(
     tgt_lang: str = "en",
     warn: Callable[[str], None] = warn,
     names: tuple[str, str] = ("hypothesis", "reference"),
+    allow_bpe_markers: bool = False,
 ) -> dict[str, object]:
     """Corpus BLEU (tokenized and detokenized) and chrF of aligned hypotheses.
 
@@ -88,6 +89,7 @@ def score_lines(
         tgt_lang: target language (detokenizer rules).
         warn: callback for warnings (default: print to stderr).
         names: names of the two inputs for messages.
+        allow_bpe_markers: score text that still holds ``@@`` / ``\u2581`` (warning only).
 
     Returns:
         ``{"bleu_tok", "bleu", "chrf", "signatures": {same keys}, "n_lines"}``; scores are
@@ -97,10 +99,16 @@ def score_lines(
     Raises:
         EmptyFileError: empty inputs.
         LineCountError: unequal inputs.
+        BPEMarkerError: subword markers left in either input (unless ``allow_bpe_markers``).
     """
+    check_same_length(hyps, names[0], refs, names[1], allow_bpe_markers)
+    return _score_checked(hyps, refs, src_lang, tgt_lang, warn, names)
+
+
+def _score_checked(hyps, refs, src_lang, tgt_lang, warn, names) -> dict[str, object]:
+    """:func:`score_lines` on inputs that passed :func:`~.textio.check_same_length`."""
     from sacrebleu.metrics import BLEU, CHRF
 
-    check_same_length(hyps, names[0], refs, names[1])
     hyps = list(hyps)
     refs = list(refs)
     for name, lines in zip(names, (hyps, refs)):
@@ -153,17 +161,19 @@ def score_files(
     src_lang: str | None = None,
     tgt_lang: str = "en",
     warn: Callable[[str], None] = warn,
+    allow_bpe_markers: bool = False,
 ) -> dict[str, object]:
-    """:func:`score_lines` on files (validated by :func:`~.textio.load_hyp_ref`).
+    """:func:`score_lines` on files (validated once by :func:`~.textio.load_hyp_ref`).
 
     Raises:
         EncodingError: invalid UTF-8.
         EmptyFileError: a file with 0 lines.
         LineCountError: different line counts.
+        BPEMarkerError: subword markers left (unless ``allow_bpe_markers``).
     """
-    hyps, refs = load_hyp_ref(hyp_path, ref_path)
+    hyps, refs = load_hyp_ref(hyp_path, ref_path, allow_bpe_markers)
     names = (f"hypothesis file {str(hyp_path)!r}", f"reference file {str(ref_path)!r}")
-    return score_lines(hyps, refs, src_lang=src_lang, tgt_lang=tgt_lang, warn=warn, names=names)
+    return _score_checked(hyps, refs, src_lang, tgt_lang, warn, names)
 
 
 def format_scores(scores: Mapping[str, object]) -> str:

@@ -10,6 +10,7 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from .provenance import short_id
 from .records import RunRecord
 from .scoring import SCORE_FIELDS
 from .significance import format_p
@@ -118,6 +119,7 @@ def _details(agg: Mapping[str, object]) -> tuple[list[str], list[dict]]:
         "95% CI (bootstrap)",
         "p (bootstrap)",
         "p (AR)",
+        "Data",
     ]
     md = [
         "",
@@ -128,6 +130,7 @@ def _details(agg: Mapping[str, object]) -> tuple[list[str], list[dict]]:
     ]
     rows = []
     for pname, p in agg["pairs"].items():
+        data_id = p.get("data_id")
         for s, e in p["systems"].items():
             c, base = e.get("concat") or {}, s == baseline
             ci = f"[{c['ci_low']:.2f}, {c['ci_high']:.2f}]" if c.get("ci_low") is not None else "-"
@@ -145,6 +148,7 @@ def _details(agg: Mapping[str, object]) -> tuple[list[str], list[dict]]:
                         ci,
                         "-" if base else format_p(c.get("p_bs")),
                         "-" if base else format_p(c.get("p_ar")),
+                        short_id(data_id),
                     ]
                 )
             )
@@ -161,6 +165,7 @@ def _details(agg: Mapping[str, object]) -> tuple[list[str], list[dict]]:
             for k in ("score", "ci_low", "ci_high", "p_bs", "p_ar"):
                 v = c.get(k)
                 row[f"concat_{k}"] = "" if v is None or (base and k.startswith("p_")) else v
+            row["data_id"] = data_id or ""
             rows.append(row)
     return md, rows
 
@@ -254,13 +259,14 @@ def runs_table(records: Sequence[RunRecord], baseline: str | None = None) -> str
 
     Columns: system, arch, seed, tokenized BLEU and its delta to the ``baseline`` system's
     run, detokenized sacreBLEU, chrF, QKNorm ``g0`` with the data's ``L``, the mean final
-    ``g`` over attention modules, updates and training wall time; then the signatures.
+    ``g`` over attention modules, updates, training wall time and the data identity (first
+    12 hex digits); then the signatures.
     """
     base = next((r for r in records if r.name == baseline), None)
     lines = [
         "| system | arch | seed | BLEU tok | Δ vs base | sacreBLEU detok | chrF | g0 (L) "
-        "| final mean g | updates | train wall (min) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| final mean g | updates | train wall (min) | data |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in records:
         delta = None if base is None or r is base else r.bleu_tok - base.bleu_tok
@@ -271,13 +277,15 @@ def runs_table(records: Sequence[RunRecord], baseline: str | None = None) -> str
         lines.append(
             f"| {r.name} | {r.arch} | {r.seed} | {_fmt(r.bleu_tok)} | {_fmt(delta, '+.2f')} | "
             f"{_fmt(r.bleu)} | {_fmt(r.chrf)} | {g0} | {_fmt(r.qk_norm_g_final_mean)} | "
-            f"{r.updates} | {_fmt(wall, '.1f')} |"
+            f"{r.updates} | {_fmt(wall, '.1f')} | {short_id(r.data_id)} |"
         )
     lines += [
         "",
         "BLEU tok: tokenized BLEU on the Moses-tokenized reference (as multi-bleu.perl "
         "and the papers). sacreBLEU detok: detokenized, 13a. g0: the QKNorm model's logged "
-        "initial scale, L: the data's 97.5th-percentile BPE length. Signatures:",
+        "initial scale, L: the data's 97.5th-percentile BPE length. data: the identity of the "
+        "data the run trained on and was scored with (raw corpus, BPE, binarized data; "
+        "python -m qknorm_tools.provenance). Signatures:",
     ]
     sigs = records[0].signatures if records else {}
     lines += [f"- `{sigs[k]}`" for k in SCORE_FIELDS if k in sigs]

@@ -6,6 +6,7 @@ offending file and line; the command lines turn them into ``error: ...`` and exi
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -13,6 +14,8 @@ from pathlib import Path
 
 __all__ = [
     "BPE_MODES",
+    "BPE_TOOL_SYMBOL",
+    "BPEMarkerError",
     "EmptyFileError",
     "EncodingError",
     "EvaluationError",
@@ -20,8 +23,10 @@ __all__ = [
     "InputFileError",
     "LineCountError",
     "ResultsError",
+    "bpe_tool",
     "check_same_length",
     "extract_hypotheses",
+    "find_bpe_markers",
     "load_hyp_ref",
     "parse_generate_output",
     "read_lines",
@@ -59,6 +64,16 @@ class ResultsError(EvaluationError):
     """Malformed or incomplete run records (aggregate / ablation input)."""
 
 
+class BPEMarkerError(EvaluationError):
+    """Text to be scored still holds subword markers (``@@`` or ``\u2581``)."""
+
+
+_BOM = "\ufeff"
+
+#: subword-nmt's continuation marker ending a token, or sentencepiece's word-boundary piece
+_BPE_MARKER = re.compile(r"\S@@(?=\s|$)|\u2581")
+
+
 def warn(msg: str) -> None:
     """Print ``warning: msg`` on stderr."""
     print(f"warning: {msg}", file=sys.stderr)
@@ -73,7 +88,10 @@ def read_lines(path, what: str = "file") -> list[str]:
 
     Lines are split on ``\\n`` only (not on Unicode line separators, which
     ``str.splitlines`` would break on); a final newline does not create an extra empty
-    line, and a trailing ``\\r`` is kept (sacreBLEU strips it).
+    line, and a trailing ``\\r`` is kept (sacreBLEU strips it). A UTF-8 byte order mark
+    (U+FEFF) at the start of the file or of a line is removed with a warning: it is an
+    encoding signature (Windows editors write one), not text, and kept it would glue itself
+    to the first word, so that identical text no longer scores BLEU 100.
 
     Args:
         path: file to read.
@@ -97,15 +115,25 @@ def read_lines(path, what: str = "file") -> list[str]:
     raw = data.split(b"\n")
     if raw[-1] == b"":
         raw.pop()
-    lines = []
+    lines, bom_lines = [], []
     for i, line in enumerate(raw, start=1):
         try:
-            lines.append(line.decode("utf-8"))
+            text = line.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise EncodingError(
                 f"{what} file {str(path)!r}: invalid UTF-8 on line {i} "
                 f"(byte offset {exc.start} in that line: {line[exc.start : exc.start + 4]!r})"
             ) from None
+        if text.startswith(_BOM):
+            bom_lines.append(i)
+            text = text.lstrip(_BOM)
+        lines.append(text)
+    if bom_lines:
+        where = ", ".join(map(str, bom_lines[:5])) + (" ..." if len(bom_lines) > 5 else "")
+        warn(
+            f"{what} file {str(path)!r}: removed a UTF-8 byte order mark (BOM) at the start of "
+            f"{len(bom_lines)} line(s) (line {where}); it is not text and would change the scores"
+        )
     return lines
 
 
@@ -118,18 +146,37 @@ def write_lines(path, lines: Iterable[str]) -> None:
             f.write(line + "\n")
 
 
-def check_same_length(hyps: Sequence[str], hyp_path, refs: Sequence[str], ref_path) -> None:
-    """Check that hypotheses and references are non-empty and aligned.
+def find_bpe_markers(lines: Sequence[str]) -> list[int]:
+    """The 1-based numbers of the lines that hold a subword marker.
+
+    A marker is a token ending in ``@@`` (subword-nmt's continuation mark; ``@@`` alone or
+    inside a token is text) or the sentencepiece word-boundary symbol U+2581.
+    """
+    return [i for i, line in enumerate(lines, start=1) if _BPE_MARKER.search(line)]
+
+
+def check_same_length(
+    hyps: Sequence[str],
+    hyp_path,
+    refs: Sequence[str],
+    ref_path,
+    allow_bpe_markers: bool = False,
+) -> None:
+    """Check that hypotheses and references are non-empty, aligned and free of BPE.
 
     Args:
         hyps: hypothesis lines.
         hyp_path: their file (or a name) for messages.
         refs: reference lines.
         ref_path: their file (or a name) for messages.
+        allow_bpe_markers: score text holding ``@@`` / ``\u2581`` (a warning instead of an
+            error), for text where these are really part of it.
 
     Raises:
         EmptyFileError: either side has 0 lines.
         LineCountError: different numbers of lines (both files and counts named).
+        BPEMarkerError: subword markers left in either side (segmentation not removed; the
+            file, the number of lines and the first one are named), unless allowed.
     """
     if len(hyps) == 0:
         raise EmptyFileError(
@@ -143,12 +190,32 @@ def check_same_length(hyps: Sequence[str], hyp_path, refs: Sequence[str], ref_pa
             f"line count mismatch: hypothesis file {str(hyp_path)!r} has {len(hyps)} lines, "
             f"reference file {str(ref_path)!r} has {len(refs)} lines"
         )
+    for kind, lines, path in (("hypothesis", hyps, hyp_path), ("reference", refs, ref_path)):
+        marked = find_bpe_markers(lines)
+        if not marked:
+            continue
+        msg = (
+            f"{kind} file {str(path)!r} still holds subword markers ('@@' or '\u2581') on "
+            f"{len(marked)} of {len(lines)} lines (first: line {marked[0]}: "
+            f"{lines[marked[0] - 1][:80]!r}): BLEU on subword pieces is not comparable"
+        )
+        if not allow_bpe_markers:
+            raise BPEMarkerError(
+                msg + "; remove the segmentation first (python -m qknorm_tools.evaluate extract "
+                "--bpe-dir data/bpe/PAIR), or score with --allow-bpe-markers if they are text"
+            )
+        warn(msg + " (scored as is: --allow-bpe-markers)")
     if all(not h.strip() for h in hyps):
-        warn(f"every line of hypothesis file {str(hyp_path)!r} is empty")
+        warn(
+            f"every one of the {len(hyps)} lines of hypothesis file {str(hyp_path)!r} is empty: "
+            f"its scores are 0"
+        )
 
 
-def load_hyp_ref(hyp_path, ref_path) -> tuple[list[str], list[str]]:
-    """Read and validate a hypothesis file and its reference.
+def load_hyp_ref(
+    hyp_path, ref_path, allow_bpe_markers: bool = False
+) -> tuple[list[str], list[str]]:
+    """Read and validate a hypothesis file and its reference (:func:`check_same_length`).
 
     Returns:
         ``(hyps, refs)``, lists of equal, non-zero length.
@@ -157,10 +224,11 @@ def load_hyp_ref(hyp_path, ref_path) -> tuple[list[str], list[str]]:
         EncodingError: invalid UTF-8 (file and line named).
         EmptyFileError: a file with 0 lines.
         LineCountError: different line counts (both files and counts named).
+        BPEMarkerError: subword markers left (unless ``allow_bpe_markers``).
     """
     refs = read_lines(ref_path, "reference")
     hyps = read_lines(hyp_path, "hypothesis")
-    check_same_length(hyps, hyp_path, refs, ref_path)
+    check_same_length(hyps, hyp_path, refs, ref_path, allow_bpe_markers)
     return hyps, refs
 
 
@@ -168,6 +236,45 @@ def load_hyp_ref(hyp_path, ref_path) -> tuple[list[str], list[str]]:
 # fairseq-generate output -> plain hypotheses
 
 BPE_MODES = ("subword_nmt", "sentencepiece", "none")
+
+#: ``scripts/bpe.sh`` tool (``bpe.json`` "tool") -> the fairseq ``post_process`` symbol that
+#: undoes it (``--eval-bleu-remove-bpe``, ``--post-process``, :func:`remove_bpe`). fairseq's
+#: ``--eval-bleu-remove-bpe`` without a value means ``"@@ "``, right for subword-nmt only.
+BPE_TOOL_SYMBOL = {"subword-nmt": "subword_nmt", "sentencepiece": "sentencepiece"}
+
+
+def bpe_tool(bpe_dir) -> str:
+    """The segmentation tool ``scripts/bpe.sh`` recorded in ``bpe_dir/bpe.json``.
+
+    Args:
+        bpe_dir: a segmented pair directory, ``data/bpe/PAIR``.
+
+    Returns:
+        ``subword-nmt`` or ``sentencepiece`` (a key of :data:`BPE_TOOL_SYMBOL`).
+
+    Raises:
+        InputFileError: no readable ``bpe.json`` (the directory was not made by
+            ``scripts/bpe.sh``, or by a version before it wrote one).
+        EvaluationError: ``bpe.json`` is not JSON or names another tool.
+    """
+    path = Path(bpe_dir) / "bpe.json"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputFileError(
+            f"cannot read {str(path)!r} ({exc.strerror or exc}): the BPE tool of the data is "
+            f"unknown; segment with scripts/bpe.sh PAIR (it writes bpe.json)"
+        ) from None
+    try:
+        tool = json.loads(text).get("tool")
+    except (json.JSONDecodeError, AttributeError):
+        raise EvaluationError(f"{str(path)!r} is not a JSON object") from None
+    if tool not in BPE_TOOL_SYMBOL:
+        raise EvaluationError(
+            f"{str(path)!r}: 'tool' must be one of {sorted(BPE_TOOL_SYMBOL)}, got {tool!r}"
+        )
+    return tool
+
 
 _H_LINE = re.compile(r"^H-(\d+)\t([^\t]*)(?:\t(.*))?$")
 

@@ -2,7 +2,9 @@
 # scripts/binarize.sh: fairseq binarization of a segmented pair.
 #   data/bpe/PAIR/{train,dev,test}.{SRC,TGT}  ->  data/bin/PAIR/
 #     dict.SRC.txt, dict.TGT.txt (identical: one joined dictionary, for tied embeddings),
-#     {train,valid,test}.SRC-TGT.{SRC,TGT}.{bin,idx}, preprocess.log
+#     {train,valid,test}.SRC-TGT.{SRC,TGT}.{bin,idx}, preprocess.log,
+#     identity.json (the data identity: raw corpus + BPE + binarized data checksums, which
+#     scripts/train.sh records in every run; python -m qknorm_tools.provenance)
 # with
 #   fairseq-preprocess --source-lang SRC --target-lang TGT --joined-dictionary \
 #       --trainpref data/bpe/PAIR/train --validpref data/bpe/PAIR/dev --testpref data/bpe/PAIR/test \
@@ -39,11 +41,11 @@ joined_dictionary=1
 bpe=$(qk_fingerprint "$BPE/.done")"
 
 if ((FORCE == 0)); then
-    if qk_is_done "$OUT" "$SETTINGS"; then
+    if qk_is_done "$OUT" "$SETTINGS" && [[ -f "$OUT/identity.json" ]]; then
         echo "skip: $OUT already binarized from the current $BPE; use --force to rebuild"
         exit 0
     elif [[ -e "$OUT/.done" ]]; then
-        qk_log "rebuilding: $QK_DONE_REASON"
+        qk_log "rebuilding: ${QK_DONE_REASON:-$OUT has no identity.json (binarized before data identities)}"
     fi
 fi
 
@@ -74,7 +76,10 @@ for split in train dev test; do
 done
 [[ -f "$TMP/preprocess.log" ]] && outputs+=(preprocess.log)
 outputs+=(fairseq-preprocess.out)
+DATA_ID="$("$QK_PY" -m qknorm_tools.provenance write --pair "$PAIR" --data "$QK_DATA" --bin-dir "$TMP" \
+    --files "${outputs[@]}")" || die "cannot write the data identity of $PAIR"
+outputs+=(identity.json)
 
 qk_write_done "$TMP" "$SETTINGS" "${outputs[@]}"
 qk_replace_dir "$TMP" "$OUT"
-echo "binarized $PAIR into $OUT ($(qk_count_lines "$BPE/train.$SRC") training pairs, joined dictionary $(qk_count_lines "$OUT/dict.$SRC.txt") types)"
+echo "binarized $PAIR into $OUT ($(qk_count_lines "$BPE/train.$SRC") training pairs, joined dictionary $(qk_count_lines "$OUT/dict.$SRC.txt") types; data identity ${DATA_ID:0:12})"

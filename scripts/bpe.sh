@@ -9,11 +9,16 @@
 #   subword-nmt apply-bpe -c codes --vocabulary vocab.L --vocabulary-threshold BPE_VOCAB_THRESHOLD
 # plus, on the training split only, --dropout P --seed S when BPE-dropout is on.
 # sentencepiece (--tool sentencepiece): one joint BPE model (spm.model/spm.vocab) trained on
-# both training sides, vocabulary size SPM_VOCAB_SIZE; BPE-dropout = sampling with alpha=P.
+# both training sides, exactly SPM_VOCAB_SIZE pieces (a size sentencepiece cannot build is an
+# error saying which sizes work), identity normalization (no NFKC: every segmented line decodes
+# back to its raw line, as the raw references need); BPE-dropout = sampling with alpha=P.
+# BPE-dropout segments the training split ONCE: one static sample (seed BPE_DROPOUT_SEED) that
+# every epoch sees, not a new segmentation per epoch as in Provilkov et al. 2020.
 #
 # Then L = ceil(97.5th percentile of BPE tokens per training line, both sides), QKNorm's L (the
 # model computes its g0 = log2(L^2 - L) from it), is printed and stored in
-# data/bpe/PAIR/length_stats.json.
+# data/bpe/PAIR/length_stats.json; always from the deterministic segmentation of the training
+# split (with BPE-dropout, sampled segmentations are longer and would inflate L).
 # Outputs are built in a temporary directory and replace data/bpe/PAIR only when complete;
 # data/bpe/PAIR/.done + .settings make a rerun with the same settings and inputs a no-op.
 set -euo pipefail
@@ -71,13 +76,15 @@ merges=$MERGES
 vocab_threshold=$BPE_VOCAB_THRESHOLD"
 else
     SETTINGS+="
-vocab_size=$VOCAB_SIZE"
+vocab_size=$VOCAB_SIZE
+normalization=identity"
 fi
 SETTINGS+="
 bpe_dropout=$DROPOUT"
 if ((DROPOUT_ON)); then
     SETTINGS+="
-seed=$BPE_DROPOUT_SEED"
+seed=$BPE_DROPOUT_SEED
+length_from=deterministic"
 fi
 SETTINGS+="
 length_percentile=$LENGTH_PERCENTILE
@@ -98,6 +105,12 @@ if ((FORCE == 0)); then
 fi
 
 qk_mktemp_dir TMP "$QK_DATA/bpe" "$PAIR"
+DETERMINISTIC="$TMP"  # the training split L is computed from: never a BPE-dropout sample
+if ((DROPOUT_ON)); then
+    DETERMINISTIC="$TMP/.deterministic"
+    mkdir -p -- "$DETERMINISTIC"
+    qk_warn "BPE-dropout $DROPOUT: the training split is segmented once (one static sample, seed $BPE_DROPOUT_SEED) that every epoch sees, not resampled per epoch as in Provilkov et al. 2020; dev and test, and QKNorm's L, use the deterministic segmentation"
+fi
 outputs=()
 for split in "${SPLIT_NAMES[@]}"; do
     outputs+=("$split.$SRC" "$split.$TGT")
@@ -121,12 +134,20 @@ if [[ "$TOOL" == subword-nmt ]]; then
                 || die "subword-nmt apply-bpe failed on $RAW/$split.$lang"
         done
     done
+    if ((DROPOUT_ON)); then
+        for lang in "$SRC" "$TGT"; do
+            "$SUBWORD_NMT" apply-bpe --codes "$TMP/codes" --vocabulary "$TMP/vocab.$lang" \
+                --vocabulary-threshold "$BPE_VOCAB_THRESHOLD" <"$RAW/train.$lang" >"$DETERMINISTIC/train.$lang" \
+                || die "subword-nmt apply-bpe failed on $RAW/train.$lang"
+        done
+    fi
     outputs+=(codes "vocab.$SRC" "vocab.$TGT")
 else
     qk_log "training a joint sentencepiece BPE model (vocab size $VOCAB_SIZE) on $RAW/train.{$SRC,$TGT}"
-    corpus_py spm --raw "$RAW" --out "$TMP" --src "$SRC" --tgt "$TGT" --vocab-size "$VOCAB_SIZE" \
-        --dropout "$DROPOUT" --seed "$BPE_DROPOUT_SEED" \
-        || die "sentencepiece failed (is the python package sentencepiece installed? pip install -e .[spm])"
+    SPM_STATS="$(corpus_py spm --raw "$RAW" --out "$TMP" --src "$SRC" --tgt "$TGT" --vocab-size "$VOCAB_SIZE" \
+        --dropout "$DROPOUT" --seed "$BPE_DROPOUT_SEED" --deterministic-dir "$DETERMINISTIC")" \
+        || die "sentencepiece failed for $PAIR (see the error above); nothing in $OUT was changed"
+    qk_log "sentencepiece: $SPM_STATS (pieces of the model; distinct pieces in the segmented training data)"
     outputs+=(spm.model spm.vocab)
 fi
 
@@ -139,25 +160,29 @@ for split in "${SPLIT_NAMES[@]}"; do
 done
 
 (
-    cd "$TMP"
+    cd "$DETERMINISTIC"
     corpus_py length-percentile --file "train.$SRC" --file "train.$TGT" --q "$LENGTH_PERCENTILE" \
-        --out length_stats.json --meta "pair=$PAIR" --meta "src=$SRC" --meta "tgt=$TGT" \
+        --out "$TMP/length_stats.json" --meta "pair=$PAIR" --meta "src=$SRC" --meta "tgt=$TGT" \
         --meta "tool=$TOOL" --meta "merges=$MERGES" --meta "bpe_dropout=$DROPOUT" \
-        --meta "paper_L=$PAPER_L" >/dev/null
+        --meta "segmentation=deterministic" --meta "paper_L=$PAPER_L" >/dev/null
 ) || die "length-percentile failed"
+rm -rf -- "$TMP/.deterministic"
 outputs+=(length_stats.json)
 
 # bpe.json: how to segment new text exactly as here (read by fairseq's --bpe pipeline --bpe-dir, fairseq_qknorm/bpe.py)
-"$QK_PY" - "$TMP/bpe.json" "$PAIR" "$SRC" "$TGT" "$TOOL" "$MERGES" "$BPE_VOCAB_THRESHOLD" "$VOCAB_SIZE" <<'PY' \
-    || die "cannot write $TMP/bpe.json"
+"$QK_PY" - "$TMP/bpe.json" "$PAIR" "$SRC" "$TGT" "$TOOL" "$MERGES" "$BPE_VOCAB_THRESHOLD" "$VOCAB_SIZE" \
+    "$DROPOUT" "$DROPOUT_ON" "$BPE_DROPOUT_SEED" <<'PY' || die "cannot write $TMP/bpe.json"
 import json, sys
-path, pair, src, tgt, tool, merges, threshold, vocab_size = sys.argv[1:]
+path, pair, src, tgt, tool, merges, threshold, vocab_size, p, on, seed = sys.argv[1:]
 m = {"pair": pair, "src": src, "tgt": tgt, "tool": tool}
 if tool == "subword-nmt":
     m.update(codes="codes", vocabulary={src: f"vocab.{src}", tgt: f"vocab.{tgt}"},
              merges=int(merges), vocab_threshold=int(threshold))
 else:
-    m.update(model="spm.model", vocab_size=int(vocab_size))
+    m.update(model="spm.model", vocab_size=int(vocab_size), normalization="identity")
+if on == "1":  # the training split only; new text is segmented deterministically
+    m["bpe_dropout"] = {"p": float(p), "seed": int(seed), "sample": "static: the training "
+                        "split segmented once, the same sample in every epoch"}
 with open(path, "w", encoding="utf-8") as f:
     json.dump(m, f, indent=2)
 PY

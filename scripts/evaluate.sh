@@ -6,9 +6,15 @@
 #     -> {test}.score.json  tokenized BLEU (sacrebleu --tokenize none, comparable to multi-bleu.perl
 #                        and the papers), detokenized sacreBLEU and chrF, each with its signature,
 #                        scored against the raw reference file data/raw/PAIR/{test}.TGT (never T- lines)
-# (--checkpoint last writes {test}.last.gen.out, .hyp, .score.json instead.)
-# Steps whose outputs are newer than the checkpoint are skipped. The run's lock (RUN/.lock) is
-# held while decoding, so a run being trained is never evaluated.
+# (--checkpoint last writes {test}.last.gen.out, .hyp, .score.json instead; --checkpoint avgN
+# decodes checkpoints/checkpoint_avgN.pt, the parameter average of the last N checkpoints the
+# profile keeps (python -m fairseq_qknorm.average_checkpoints), into {test}.avgN.*.)
+# BPE is removed the way the tool recorded in data/bpe/PAIR/bpe.json requires.
+# The run is evaluated only on the data it was trained on (its data identity,
+# RUN/data_identity.json, equals the current data/bin/PAIR/identity.json; python -m
+# qknorm_tools.provenance), also with --force; the score records that identity.
+# Steps whose outputs are newer than the checkpoint and made on the same data are skipped. The
+# run's lock (RUN/.lock) is held while decoding, so a run being trained is never evaluated.
 set -euo pipefail
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
 # shellcheck source=scripts/lib.sh
@@ -17,16 +23,18 @@ source "$SCRIPT_DIR/lib.sh"
 usage() {
     cat <<EOF
 usage: scripts/evaluate.sh PAIR SYSTEM [--profile P] [--seed N] [--max-update N] [--split test|dev]
-                           [--checkpoint best|last] [--threads N] [--force]
+                           [--checkpoint best|last|avgN] [--threads N] [--force]
   PAIR         one of: $(qk_known_pairs)
   SYSTEM       one of: $(qk_known_systems)
   --profile P  one of: $(qk_known_profiles) (default: cpu-proxy)
   --seed N     seed of the run (default 1)
   --max-update N  the run's budget, if not the profile's (as given to scripts/train.sh)
   --split S    test (default) or dev
-  --checkpoint C  best (default) or last
+  --checkpoint C  best (default: checkpoint_best.pt, the profile's best on dev), last, or
+               avgN: the average of the last N checkpoints the profile keeps (outputs SPLIT.avgN.*)
   --threads N  intra-op CPU threads of fairseq-generate (default: the profile's THREADS)
-  --force      decode and score again even if the outputs are up to date
+  --force      decode and score again even if the outputs are up to date (never with other
+               data than the run was trained on)
 environment: QKNORM_WORK_DIR, QKNORM_MAX_UPDATE, QKNORM_THREADS
 EOF
 }
@@ -39,7 +47,12 @@ qk_check_uint --seed "$SEED"
 [[ -z "$MAX_UPDATE_ARG" ]] || qk_check_uint --max-update "$MAX_UPDATE_ARG"
 [[ -z "$THREADS_ARG" ]] || qk_check_posint --threads "$THREADS_ARG"
 case "$SPLIT" in test) GEN_SUBSET=test ;; dev) GEN_SUBSET=valid ;; *) qk_usage_error "--split must be test or dev" ;; esac
-case "$CKPT" in best | last) ;; *) qk_usage_error "--checkpoint must be best or last" ;; esac
+N_AVERAGE=""
+case "$CKPT" in
+    best | last) ;;
+    avg*) N_AVERAGE="${CKPT#avg}"; qk_is_posint "$N_AVERAGE" || qk_usage_error "--checkpoint avgN needs a positive N (e.g. avg5), got '$CKPT'" ;;
+    *) qk_usage_error "--checkpoint must be best, last or avgN (e.g. avg5), got '$CKPT'" ;;
+esac
 
 load_pair_config "$PAIR_ARG"
 load_system_config "$SYSTEM_ARG"
@@ -53,13 +66,28 @@ CHECKPOINT="$RUN/checkpoints/checkpoint_$CKPT.pt"
 BIN="$QK_DATA/bin/$PAIR"
 REF="$QK_DATA/raw/$PAIR/$SPLIT.$TGT"
 [[ ! -d "$RUN" ]] || qk_lock_run "$RUN"  # before anything else: a run in training is busy
-[[ -f "$RUN/train.json" ]] || die "$RUN is not a finished run: run scripts/train.sh $PAIR $SYSTEM --profile $PROFILE --seed $SEED${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG} first"
-[[ -f "$CHECKPOINT" ]] || die "checkpoint $CHECKPOINT not found"
+TRAIN_CMD="scripts/train.sh $PAIR $SYSTEM --profile $PROFILE --seed $SEED${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG}"
+[[ -f "$RUN/train.json" ]] || die "$RUN is not a finished run: run $TRAIN_CMD first"
+[[ -n "$N_AVERAGE" || -f "$CHECKPOINT" ]] || die "checkpoint $CHECKPOINT not found"
 [[ -f "$REF" ]] || die "reference $REF not found: run scripts/prepare_data.sh $PAIR"
-REMOVE_BPE=subword_nmt
-if [[ -f "$QK_DATA/bpe/$PAIR/length_stats.json" ]] \
-    && [[ "$(corpus_py length-stats --stats "$QK_DATA/bpe/$PAIR/length_stats.json" --get tool)" == sentencepiece ]]; then
-    REMOVE_BPE=sentencepiece
+# the current data must be consistent, and the ones this run was trained on
+DATA_ID="$("$QK_PY" -m qknorm_tools.provenance check --pair "$PAIR" --data "$QK_DATA")" \
+    || die "the data of $PAIR are not consistent (above): nothing was evaluated"
+"$QK_PY" -m qknorm_tools.provenance run "$RUN" --identity "$BIN/identity.json" >/dev/null \
+    || die "$RUN was trained on other data than the current $BIN (above): it is never decoded with another dictionary or scored against another reference; retrain it with $TRAIN_CMD --force, or restore the data it was trained on"
+
+if [[ -n "$N_AVERAGE" ]]; then
+    # CHECKPOINT is checkpoint_avgN.pt, the average of the last N checkpoints the profile keeps:
+    # update checkpoints (checkpoint_E_U.pt, --keep-interval-updates), else epoch ones
+    # (checkpointE.pt, --keep-last-epochs)
+    if ((FORCE)) || [[ ! "$CHECKPOINT" -nt "$RUN/checkpoints/checkpoint_last.pt" ]]; then
+        WHICH=--num-epoch-checkpoints
+        if compgen -G "$RUN/checkpoints/checkpoint_*_*.pt" >/dev/null; then WHICH=--num-update-checkpoints; fi
+        qk_log "averaging the last $N_AVERAGE checkpoints of $RUN/checkpoints ($WHICH) -> $CHECKPOINT"
+        qk_run "$QK_PY" -m fairseq_qknorm.average_checkpoints --inputs "$RUN/checkpoints" \
+            "$WHICH" "$N_AVERAGE" --output "$CHECKPOINT" \
+            || die "cannot average $N_AVERAGE checkpoints of $RUN (above): the profile keeps the last ones with --keep-last-epochs / --keep-interval-updates (configs/profiles/$PROFILE.sh)"
+    fi
 fi
 
 # outputs of checkpoint_best are SPLIT.*, those of checkpoint_last SPLIT.last.* (never mixed)
@@ -68,8 +96,9 @@ STEM="$SPLIT"
 GEN="$RUN/$STEM.gen.out"
 HYP="$RUN/$STEM.hyp"
 SCORE="$RUN/$STEM.score.json"
-if [[ "$FORCE" == 0 && -s "$SCORE" && "$SCORE" -nt "$CHECKPOINT" && "$HYP" -nt "$CHECKPOINT" ]]; then
-    qk_log "skip: $SCORE is up to date"
+if [[ "$FORCE" == 0 && -s "$SCORE" && "$SCORE" -nt "$CHECKPOINT" && "$HYP" -nt "$CHECKPOINT" ]] \
+    && [[ "$("$QK_PY" -m qknorm_tools.provenance get "$SCORE" data_id)" == "$DATA_ID" ]]; then
+    qk_log "skip: $SCORE is up to date (data ${DATA_ID:0:12})"
     cat "$SCORE"
     exit 0
 fi
@@ -96,11 +125,11 @@ OMP_NUM_THREADS="$THREADS" qk_run "$FAIRSEQ_GENERATE" "$BIN" \
 mv -- "$GEN.tmp" "$GEN"
 stop_watch
 "$QK_PY" -m qknorm_tools.evaluate extract --generate-output "$GEN" --output "$HYP.tmp" \
-    --remove-bpe "$REMOVE_BPE" --n-expected "$N_REF" \
+    --bpe-dir "$QK_DATA/bpe/$PAIR" --n-expected "$N_REF" \
     || { rm -f -- "$HYP.tmp"; die "could not extract $N_REF hypotheses from $GEN"; }
 mv -- "$HYP.tmp" "$HYP"
 "$QK_PY" -m qknorm_tools.evaluate score --hyp "$HYP" --ref "$REF" --json \
-    --src-lang "$SRC" --tgt-lang "$TGT" >"$SCORE.tmp" \
+    --src-lang "$SRC" --tgt-lang "$TGT" --data-id "$DATA_ID" >"$SCORE.tmp" \
     || { rm -f -- "$SCORE.tmp"; die "scoring $HYP against $REF failed"; }
 mv -- "$SCORE.tmp" "$SCORE"
 qk_log "read bleu_tok in $SCORE (words, against $REF; comparable to the papers), not the BLEU4 line at the end of $GEN (fairseq's scorer on BPE units: README \"Which BLEU to read\")"

@@ -10,6 +10,11 @@
 # A finished run (train.json present) is skipped; a killed run resumes from
 # checkpoints/checkpoint_last.pt (fairseq's own resume); wall_seconds accumulates over resumes,
 # interrupted parts included. RUN/.lock keeps a second process off the run.
+# The run records the identity of the data it trains on (RUN/data_identity.json, train.json:
+# raw corpus, BPE and binarized data checksums, python -m qknorm_tools.provenance); a run made
+# on other data than the current data/bin/PAIR is refused, finished or not, naming both.
+# Settings that cannot work together (profile values, -- EXTRA arguments, the data's BPE tool)
+# are refused before anything runs (python -m qknorm_tools.train_check).
 set -euo pipefail
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
 # shellcheck source=scripts/lib.sh
@@ -85,6 +90,7 @@ BIN="$QK_DATA/bin/$PAIR"
 BPE_DIR="$QK_DATA/bpe/$PAIR"
 LABEL="$(qk_run_label)"
 RUN="$(qk_run_dir "$PAIR" "$LABEL" "$SYSTEM" "$SEED")"
+RETRAIN="scripts/train.sh $PAIR $SYSTEM --profile $PROFILE --seed $SEED${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG}$( ((BF16)) && echo " --bf16-autocast") --force"
 ARCH="$(qk_arch)"
 
 QKNORM_FLAGS=()
@@ -115,6 +121,18 @@ if ((BF16)); then
 fi
 DROPOUT_FLAGS=()
 [[ -z "${TRAIN_DROPOUT:-}" ]] || DROPOUT_FLAGS=(--dropout "$TRAIN_DROPOUT")  # a profile's training setting
+# validation BLEU removes exactly the data's segmentation (bpe.json's tool): fairseq's bare
+# --eval-bleu-remove-bpe means "@@ ", which leaves sentencepiece pieces in the BLEU
+if [[ -f "$BPE_DIR/bpe.json" ]]; then
+    REMOVE_BPE="$("$QK_PY" -m qknorm_tools.evaluate bpe-symbol --bpe-dir "$BPE_DIR")" \
+        || die "cannot read the BPE tool of $PAIR from $BPE_DIR/bpe.json"
+elif ((DRY_RUN)); then
+    REMOVE_BPE="$("$QK_PY" -m qknorm_tools.evaluate bpe-symbol --tool "$BPE_TOOL")"  # the pair's default
+else
+    die "$BPE_DIR/bpe.json not found: run scripts/bpe.sh $PAIR (then scripts/binarize.sh $PAIR) first"
+fi
+EVAL_BLEU_FLAGS=()
+[[ " ${VALID_FLAGS[*]} " != *" --eval-bleu "* ]] || EVAL_BLEU_FLAGS=(--eval-bleu-remove-bpe "$REMOVE_BPE")
 
 CMD=(fairseq-train "$BIN"
     --user-dir "$QK_REPO_ROOT/fairseq_qknorm"
@@ -125,14 +143,18 @@ CMD=(fairseq-train "$BIN"
     "${OPTIM_FLAGS[@]}"
     --criterion label_smoothed_cross_entropy --label-smoothing "$LABEL_SMOOTHING"
     --max-tokens "$MAX_TOKENS" --max-update "$MAX_UPDATE" --max-epoch "$MAX_EPOCH"
-    "${VALID_FLAGS[@]}"
+    "${VALID_FLAGS[@]}" "${EVAL_BLEU_FLAGS[@]+"${EVAL_BLEU_FLAGS[@]}"}"
     # fairseq (upstream main) drops a last batch that is not a multiple of this value, also in
     # validation: 1 keeps every sentence
     --required-batch-size-multiple 1
-    --seed "$SEED" --save-dir "$RUN/checkpoints" --no-epoch-checkpoints
+    --seed "$SEED" --save-dir "$RUN/checkpoints"
     --log-format simple --log-interval 50 --tensorboard-logdir "$RUN/tensorboard"
     --attn-stats-interval 100 --num-workers 0
     "${EXTRA[@]+"${EXTRA[@]}"}")
+
+"$QK_PY" -m qknorm_tools.train_check --remove-bpe "$REMOVE_BPE" \
+    --what "profile $PROFILE (configs/profiles/$PROFILE.sh)${EXTRA[*]:+ with -- ${EXTRA[*]}}" \
+    -- "${CMD[@]:1}" || die "refusing to train: settings that cannot work together (above)"
 
 if ((DRY_RUN)); then
     [[ -z "$L_NOTE" ]] || qk_log "$L_NOTE"
@@ -141,19 +163,25 @@ if ((DRY_RUN)); then
 fi
 
 [[ -f "$BIN/.done" ]] || die "$BIN is not binarized: run scripts/binarize.sh $PAIR first"
+# the data must be one consistent chain raw -> BPE -> binarized (else: which step to rerun)
+DATA_ID="$("$QK_PY" -m qknorm_tools.provenance check --pair "$PAIR" --data "$QK_DATA")" \
+    || die "the data of $PAIR are not consistent (above); nothing was trained"
 qk_lock_run "$RUN"
 NEW_COMMAND="$(CMD[0]=fairseq-train; qk_print_cmd "${CMD[@]}")"
 if [[ "$FORCE" == 0 && -f "$RUN/command.txt" ]] \
     && [[ "$(sed '1s/^[^ ]*fairseq-train /fairseq-train /' "$RUN/command.txt")" != "$NEW_COMMAND" ]]; then
     # a finished (or resumable) run made with other settings is never reused silently
-    die "$RUN was trained with another command (see $RUN/command.txt): retrain it with scripts/train.sh $PAIR $SYSTEM --profile $PROFILE --seed $SEED${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG}$( ((BF16)) && echo " --bf16-autocast") --force, or remove $RUN"
-fi
-if [[ -f "$RUN/train.json" && "$FORCE" == 0 ]]; then
-    qk_log "skip: $RUN is finished; --force to retrain"
-    exit 0
+    die "$RUN was trained with another command (see $RUN/command.txt): retrain it with $RETRAIN, or remove $RUN"
 fi
 if ((FORCE)); then  # empty the run directory, keeping the lock this script holds
     find "$RUN" -mindepth 1 -maxdepth 1 ! -name .lock -exec rm -rf -- {} +
+fi
+# a run (finished or resumable) made on other data is never reused; a new run records the data
+"$QK_PY" -m qknorm_tools.provenance run "$RUN" --identity "$BIN/identity.json" --record >/dev/null \
+    || die "$RUN belongs to other data than the current $BIN: retrain it on the current data with $RETRAIN (or restore the data it was trained on)"
+if [[ -f "$RUN/train.json" ]]; then
+    qk_log "skip: $RUN is finished (data ${DATA_ID:0:12}); --force to retrain"
+    exit 0
 fi
 FAIRSEQ_TRAIN="$(qk_tool fairseq-train)"
 CMD[0]="$FAIRSEQ_TRAIN"

@@ -13,6 +13,7 @@ is the quick loop.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import random
 import shutil
@@ -206,6 +207,31 @@ def fresh_copy(src: Path, dst: Path) -> Path:
     """A copy of the directory ``src`` at ``dst``."""
     shutil.copytree(src, dst)
     return dst
+
+
+def make_data_chain(work: Path, pair: str = "gl-en", tool: str = "subword-nmt") -> str:
+    """A consistent but fake data/{raw,bpe,bin}/PAIR chain in ``work`` (placeholder files with
+    the markers, fingerprints, ``bpe.json`` and ``identity.json`` of the real steps), for
+    script tests whose ``fairseq-train`` reads nothing. Returns the data identity."""
+    from qknorm_tools.provenance import write_identity
+
+    data = work / "data"
+    prev = None
+    for step, files in (("raw", ["train.gl"]), ("bpe", ["train.gl", "bpe.json"]),
+                        ("bin", ["dict.gl.txt"])):  # fmt: skip
+        d = data / step / pair
+        d.mkdir(parents=True)
+        for name in files:
+            text = json.dumps({"tool": tool}) if name == "bpe.json" else f"{step} {name}\n"
+            (d / name).write_text(text, encoding="utf-8")
+        if step == "bin":
+            write_identity(data, pair, d, files)
+            files = [*files, "identity.json"]
+        key = {"bpe": "raw", "bin": "bpe"}.get(step)
+        (d / ".settings").write_text(f"{key}={prev}\n" if key else "pair\n", encoding="utf-8")
+        (d / ".done").write_text("".join(f"{sha256(d / n)}  {n}\n" for n in files))
+        prev = sha256(d / ".done")
+    return json.loads((data / "bin" / pair / "identity.json").read_text())["data_id"]
 
 
 # ------------------------------------------------------------------------------ fake trainer

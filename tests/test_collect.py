@@ -99,6 +99,7 @@ def test_train_json_and_read_run(tmp_path):
         "qk_norm_length": 92,
         "paper_qk_norm_length": 79,
         "qk_norm_g0": 13.028489,
+        "data_id": None,  # no data_identity.json: made without scripts/train.sh
     }
     rec = records.read_run(run)
     assert isinstance(rec, RunRecord)

@@ -202,7 +202,9 @@ def test_every_cell_resolves_to_the_papers_settings(pair, profile, work):
             assert f["--lr-scheduler"] == "reduce_lr_on_plateau"
             assert f["--lr-shrink"] == "0.8" and f["--lr-patience"] == "3"
             assert f["--eval-bleu"] is True and f["--eval-tokenized-bleu"] is True
-            assert f["--eval-bleu-remove-bpe"] is True
+            # the data's BPE tool (no data/bpe here: the pair's default, subword-nmt)
+            assert f["--eval-bleu-remove-bpe"] == "subword_nmt"
+            assert f["--stop-min-lr"] == "1e-9" and f["--warmup-init-lr"] == "1e-7"
             assert json.loads(f["--eval-bleu-args"]) == {"beam": 4}  # TWT code: beam 4
             assert f["--best-checkpoint-metric"] == "bleu"
             assert f["--maximize-best-checkpoint-metric"] is True

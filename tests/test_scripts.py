@@ -11,7 +11,16 @@ import time
 
 import pytest
 
-from conftest import REPO, SCRIPTS, alive, make_env, make_tiny_ted, out, run_script
+from conftest import (
+    REPO,
+    SCRIPTS,
+    alive,
+    make_data_chain,
+    make_env,
+    make_tiny_ted,
+    out,
+    run_script,
+)
 
 SCRIPT_NAMES = (
     "prepare_data.sh",
@@ -178,8 +187,7 @@ def test_interrupted_pool_stops_every_job(tmp_path, sig):
 def binarized(tmp_path):
     """A work dir whose data/bin/gl-en counts as binarized (the fake trainer reads nothing)."""
     work = tmp_path / "work"
-    (work / "data/bin/gl-en").mkdir(parents=True)
-    (work / "data/bin/gl-en/.done").write_text("")
+    make_data_chain(work)
     return work
 
 

@@ -26,7 +26,8 @@ MAX_TOKENS=1024            # about 820 target tokens per batch, 468 updates per 
 # QKNORM_MAX_UPDATE overrides it (runs and results then go to cpu-proxy-fast-max-update-N/).
 PROFILE_MAX_UPDATE=1000
 
-# Dev loss every 250 updates (learning curves for the report); best checkpoint by dev loss.
+# Dev loss every 250 updates (learning curves for the report); best checkpoint by dev loss; the
+# last 5 checkpoint_E_U.pt stay for checkpoint averaging (1,000 updates write 4 of them).
 VALID_FLAGS=(--validate-interval 1000000 --validate-interval-updates 250
-    --save-interval 1000000 --save-interval-updates 250 --keep-interval-updates 1
-    --best-checkpoint-metric loss)
+    --save-interval 1000000 --save-interval-updates 250 --keep-interval-updates 5
+    --no-epoch-checkpoints --best-checkpoint-metric loss)

@@ -21,10 +21,12 @@ MAX_TOKENS=4096            # tokens per batch (TWT: 4096)
 PROFILE_MAX_UPDATE=1200
 MAX_EPOCH=0                # 0 = no epoch limit: the update budget decides
 
-# Validation on dev by loss every 400 updates (cheap); best checkpoint by dev loss.
+# Validation on dev by loss every 400 updates (cheap); best checkpoint by dev loss. Checkpoints
+# by updates only (no checkpointE.pt); the last 5 checkpoint_E_U.pt stay for checkpoint averaging
+# (scripts/evaluate.sh --checkpoint avgN; 1,200 updates write 3 of them).
 VALID_FLAGS=(--validate-interval 1000000 --validate-interval-updates 400
-    --save-interval 1000000 --save-interval-updates 400 --keep-interval-updates 1
-    --best-checkpoint-metric loss)
+    --save-interval 1000000 --save-interval-updates 400 --keep-interval-updates 5
+    --no-epoch-checkpoints --best-checkpoint-metric loss)
 
 # Decoding (TWT code: beam 4). fairseq's lenpen divides the score by length^lenpen; 1.0 is
 # fairseq's default (TWT's GNMT-style alpha 0.6 is a different formula).

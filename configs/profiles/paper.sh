@@ -26,12 +26,20 @@ TASK_FLAGS=(--word-dropout 0.1)
 PROFILE_MAX_UPDATE=0                   # 0 = no update limit (--max-update N overrides)
 MAX_EPOCH="$PAPER_MAX_EPOCH"           # per pair: gl-en 1000, others 200 (TWT Table 1)
 
-# Validate every epoch with dev BLEU (beam 4, tokenized, BPE removed); keep the best checkpoint
-# by dev BLEU; stop after 20 validations without improvement (ours: TWT stops when lr decays
-# below a floor, fairseq's --stop-min-lr does that too).
+# Validate every epoch with dev BLEU (beam 4, tokenized; scripts/train.sh adds
+# --eval-bleu-remove-bpe with the symbol of the data's BPE tool from data/bpe/PAIR/bpe.json:
+# subword_nmt or sentencepiece); keep the best checkpoint by dev BLEU; stop after 20 validations
+# without improvement (ours: TWT stops when lr decays below a floor). --stop-min-lr must stay
+# below the warmup's first lr (1e-7 above): fairseq-train stops whenever lr <= --stop-min-lr at
+# the start of an epoch, the first one included, so the former 1e-6 stopped every run before its
+# first update. 1e-9 is the floor of fairseq's own recipes next to --warmup-init-lr 1e-7 (their
+# --min-lr 1e-09); from the peak 1e-3 it takes 62 decays x0.8, so --patience 20 stops first.
+# --keep-last-epochs 5: the last 5 checkpointE.pt stay for checkpoint averaging
+# (scripts/evaluate.sh --checkpoint avg5). scripts/train.sh refuses values that cannot work
+# together (qknorm_tools/train_check.py).
 VALID_FLAGS=(--eval-bleu --eval-bleu-args '{"beam": 4}' --eval-tokenized-bleu
-    --eval-bleu-remove-bpe --best-checkpoint-metric bleu --maximize-best-checkpoint-metric
-    --patience 20 --stop-min-lr 1e-6 --keep-last-epochs 1)
+    --best-checkpoint-metric bleu --maximize-best-checkpoint-metric
+    --patience 20 --stop-min-lr 1e-9 --keep-last-epochs 5)
 
 BEAM=4                     # TWT code
 LENPEN=1.0                 # fairseq's length normalization; TWT's GNMT alpha 0.6 differs

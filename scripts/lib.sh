@@ -278,11 +278,14 @@ _qk_spawn() {
     local mode="$1" arg="$2"
     shift 2
     set -m  # the child gets its own process group; its stdin is /dev/null (never the terminal)
+    # QK_JOB_PID: the child's pid (= $!), also seen by CMD inside a pipeline's subshell
     case "$mode" in
-        plain) ( set +m; "$@" ) </dev/null & ;;
-        tee) ( set +m; "$@" 2>&1 | tee -a -- "$arg" ) </dev/null & ;;
-        prefix) ( set +m; "$@" 2>&1 | _qk_prefix "$arg" ) </dev/null & ;;
-        prefix-tee) ( set +m; "$@" 2>&1 | tee -a -- "${arg#*|}" | _qk_prefix "${arg%%|*}" ) </dev/null & ;;
+        plain) ( set +m; QK_JOB_PID="$BASHPID"; "$@" ) </dev/null & ;;
+        tee) ( set +m; QK_JOB_PID="$BASHPID"; "$@" 2>&1 | tee -a -- "$arg" ) </dev/null & ;;
+        prefix) ( set +m; QK_JOB_PID="$BASHPID"; "$@" 2>&1 | _qk_prefix "$arg" ) </dev/null & ;;
+        prefix-tee)
+            ( set +m; QK_JOB_PID="$BASHPID"; "$@" 2>&1 | tee -a -- "${arg#*|}" | _qk_prefix "${arg%%|*}" ) </dev/null &
+            ;;
     esac
     QK_SPAWNED=$!
     set +m
@@ -341,6 +344,8 @@ qk_pool_init() {
     QK_POOL_MAX="$1"
     shift
     QK_POOL_DEVICES=("$@")
+    QK_POOL_STATUS="$(mktemp -d)" || die "cannot create a temporary directory"
+    QK_CLEANUP+=("$QK_POOL_STATUS")
     QK_POOL_PIDS=()
     QK_POOL_FAILED=()
     QK_POOL_SLOTS=()  # slot -> pid of the job in it ("" = free)
@@ -354,6 +359,15 @@ _qk_with_devices() {
     export CUDA_VISIBLE_DEVICES="$1"
     shift
     "$@"
+}
+
+# _qk_pool_job CMD...: a pool job: CMD, its exit status written to QK_POOL_STATUS/QK_JOB_PID
+# (bash can lose the status of one of two jobs that end together to `wait -n`).
+_qk_pool_job() {
+    local rc=0
+    "$@" || rc=$?
+    echo "$rc" >"$QK_POOL_STATUS/$QK_JOB_PID"
+    return "$rc"
 }
 
 # qk_pool_submit NAME LOG CMD...: start CMD when a slot is free (waiting for a running job to
@@ -370,6 +384,7 @@ qk_pool_submit() {
         set -- _qk_with_devices "${QK_POOL_DEVICES[$slot]}" "$@"
         qk_log "$name on GPU ${QK_POOL_DEVICES[$slot]}"
     fi
+    set -- _qk_pool_job "$@"
     if ((QK_POOL_MAX > 1)) && [[ -n "$log" ]]; then
         _qk_spawn prefix-tee "[$name] |$log" "$@"
     elif ((QK_POOL_MAX > 1)); then
@@ -385,11 +400,25 @@ qk_pool_submit() {
     QK_POOL_SLOTS[slot]="$QK_SPAWNED"
 }
 
-# _qk_pool_reap: wait for one job; a failed one is added to QK_POOL_FAILED (by NAME).
+# _qk_pool_reap: wait for one job to end; a failed one is added to QK_POOL_FAILED (by NAME).
+# Its exit status is the one _qk_pool_job recorded (else `wait PID`'s).
 _qk_pool_reap() {
     local pid="" rc=0 keep=() p
-    wait -n -p pid "${QK_POOL_PIDS[@]}" || rc=$?
-    [[ -n "$pid" ]] || return 0
+    while [[ -z "$pid" ]]; do
+        for p in "${QK_POOL_PIDS[@]}"; do
+            if [[ -f "$QK_POOL_STATUS/$p" ]] || ! kill -0 "$p" 2>/dev/null; then
+                pid="$p"
+                break
+            fi
+        done
+        # returns when a job ends (or a trapped signal arrives; INT and TERM exit)
+        [[ -n "$pid" ]] || wait -n "${QK_POOL_PIDS[@]}" 2>/dev/null || true
+    done
+    wait "$pid" 2>/dev/null || rc=$?  # the job's subshell has ended (or is ending)
+    if [[ -f "$QK_POOL_STATUS/$pid" ]]; then
+        rc="$(cat -- "$QK_POOL_STATUS/$pid")"
+        rm -f -- "$QK_POOL_STATUS/$pid"  # a later job may get the same pid
+    fi
     for p in "${QK_POOL_PIDS[@]}"; do
         [[ "$p" == "$pid" ]] || keep+=("$p")
     done

@@ -32,7 +32,8 @@ LINT_PATHS ?= qknorm_tools setup.py benchmarks/common.py tests/conftest.py tests
     tests/test_collect.py tests/test_data_pipeline.py tests/test_evaluate.py tests/test_grid.py \
     tests/test_pipeline_train.py tests/test_plots.py tests/test_scripts.py tests/test_bad_input.py \
     tests/test_figures.py tests/test_own_data.py tests/test_train_log.py tests/test_profiles.py \
-    tests/test_provenance.py tests/test_scoring_inputs.py tests/fairseq_train_counting.py
+    tests/test_provenance.py tests/test_scoring_inputs.py tests/fairseq_train_counting.py \
+    tests/test_launcher.py tests/test_slurm.py
 lint: install
 	$(PY) -m ruff check $(LINT_PATHS)
 	$(PY) -m ruff format --check $(LINT_PATHS)
@@ -40,15 +41,24 @@ lint: install
 demo: install
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/demo.sh gl-en
 
-# the papers' tables: make grid PROFILE=paper PAIRS=all SYSTEMS=all SEEDS=1,2,3
+# the papers' tables: make grid PROFILE=paper PAIRS=all SYSTEMS=all SEEDS=1,2,3, on this machine
+# (JOBS=N cells at once, one GPU each) or on Slurm (LAUNCHER=slurm); LAUNCH_ARGS: more launcher
+# options (e.g. "--partition gpu --nproc 2"); TRAIN_ARGS: fairseq-train flags for every cell
+# (e.g. --fp16). README "Running on a cluster".
 PROFILE ?= cpu-proxy
 PAIRS ?= gl-en
 SYSTEMS ?= all
 SEEDS ?= 1
 PAIR ?= gl-en
+LAUNCHER ?= local
+JOBS ?=
+LAUNCH_ARGS ?=
+TRAIN_ARGS ?=
+LAUNCH_FLAGS = --launcher "$(LAUNCHER)" $(LAUNCH_ARGS) $(if $(TRAIN_ARGS),-- $(TRAIN_ARGS))
 grid: install
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/reproduce.sh --pairs "$(PAIRS)" \
-	    --systems "$(SYSTEMS)" --seeds "$(SEEDS)" --profile "$(PROFILE)"
+	    --systems "$(SYSTEMS)" --seeds "$(SEEDS)" --profile "$(PROFILE)" \
+	    $(if $(JOBS),--jobs "$(JOBS)") $(LAUNCH_FLAGS)
 
 # the 2x2 confound ablation: make ablation PAIR=gl-en SEEDS=1,2 (about an hour on 2 cores with
 # the cpu-proxy-fast profile, two runs at a time); on one GPU: make ablation PROFILE=paper ABLATION_JOBS=1
@@ -59,7 +69,7 @@ comma := ,
 ABLATION_SEEDS = $(if $(filter command line environment,$(origin SEEDS)),$(SEEDS),1$(comma)2)
 ablation: install
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/ablation.sh "$(PAIR)" --seeds "$(ABLATION_SEEDS)" \
-	    --profile "$(ABLATION_PROFILE)" --jobs "$(ABLATION_JOBS)"
+	    --profile "$(ABLATION_PROFILE)" --jobs "$(ABLATION_JOBS)" $(LAUNCH_FLAGS)
 
 bench: install
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m benchmarks.run

@@ -7,8 +7,11 @@
 #   layernorm_qknorm = qknorm_paper               (the QKNorm paper's model)
 #   scalenorm_dot    = twt                        (TWT Table 3 row 4; the paper's baseline)
 #   scalenorm_qknorm = scalenorm_qknorm           (not in the papers)
-# Steps: scripts/reproduce.sh for the four systems (resumable; results/LABEL/PAIR/runs.json and
-# aggregate.*, baseline twt; LABEL = the profile, or PROFILE-max-update-N), then
+# Steps: the data (scripts/prepare_data.sh, bpe.sh, binarize.sh), the cells of the four systems
+# x seeds through scripts/lib.sh:qk_launch (resumable; --launcher local or slurm, as
+# scripts/reproduce.sh; on Slurm the steps below are a job after the cells), their collection
+# (scripts/reproduce.sh --aggregate-only: results/LABEL/PAIR/runs.json and aggregate.*, baseline
+# twt; LABEL = the profile, or PROFILE-max-update-N), then
 #   python -m qknorm_tools.evaluate ablation  -> results/LABEL/PAIR/ablation.{md,json}
 #       (simple and main effects, interaction, the paper's comparison decomposed; paired
 #       approximate randomization on seed-concatenated outputs, skipped with a warning when the
@@ -33,32 +36,39 @@ declare -A CELL_SYSTEM=(
 
 usage() {
     cat <<EOF
-usage: scripts/ablation.sh PAIR [--seeds 1,2] [--profile P] [--max-update N] [--jobs N]
-                           [--data-dir DIR] [--no-significance] [--aggregate-only] [--dry-run]
+usage: scripts/ablation.sh PAIR [--seeds 1,2] [--profile P] [--max-update N] [--data-dir DIR]
+                           [--no-significance] [--aggregate-only] [--dry-run | --status]
+                           [--launcher local|slurm] [--jobs N] [--gpus LIST] [--nproc N]
+                           [--nodes M] [--partition P] [--account A] [--sbatch-args="OPTS"]
+                           [-- EXTRA_FAIRSEQ_TRAIN_ARGS...]
   PAIR           one of: $(qk_known_pairs)
   --seeds L      comma-separated seeds (default 1,2)
   --profile P    one of: $(qk_known_profiles) (default: cpu-proxy-fast,
                  sized so that 4 cells x 2 seeds take about an hour on 2 cores with --jobs 2)
   --max-update N update budget instead of the profile's (runs and results then go to
                  PROFILE-max-update-N/)
-  --jobs N       cells trained at once (default 1; N > 1: one thread each)
   --data-dir D   local corpus copy for scripts/prepare_data.sh
   --no-significance  skip the paired tests
   --aggregate-only   no training: report on the finished runs only
   --dry-run      print the four systems' training commands and the report steps
+  -- ARGS        passed on to every cell's fairseq-train (e.g. -- --fp16)
+$(qk_launch_usage)
 cells (all PreNorm + FixNorm): layernorm_dot=prenorm_fixnorm_layernorm,
   layernorm_qknorm=qknorm_paper, scalenorm_dot=twt, scalenorm_qknorm=scalenorm_qknorm
 outputs: results/LABEL/PAIR/{runs.json,aggregate.*,ablation.md,ablation.json,ablation_bleu.png,ablation_curves.png}
-environment: QKNORM_WORK_DIR, QKNORM_MAX_UPDATE, QKNORM_DATA_DIR
+environment: QKNORM_WORK_DIR, QKNORM_MAX_UPDATE, QKNORM_DATA_DIR, QKNORM_SLURM_PARTITION,
+  QKNORM_SLURM_ACCOUNT, QKNORM_SBATCH_ARGS
 EOF
 }
 
-SEEDS_ARG=1,2 PROFILE_ARG=cpu-proxy-fast MAXU="" JOBS=1 DATA_DIR_ARG="" NO_SIG=0 AGG_ONLY=0 DRY_RUN=0
+SEEDS_ARG=1,2 PROFILE_ARG=cpu-proxy-fast MAXU="" DATA_DIR_ARG="" NO_SIG=0 AGG_ONLY=0 DRY_RUN=0
 qk_parse_args "@PAIR_ARG" "--seeds SEEDS_ARG" "--profile PROFILE_ARG" "--max-update MAXU" \
-    "--jobs JOBS" "--data-dir DATA_DIR_ARG" "--no-significance NO_SIG=1" \
-    "--aggregate-only AGG_ONLY=1" "--dry-run DRY_RUN=1" -- "$@"
+    "--data-dir DATA_DIR_ARG" "--no-significance NO_SIG=1" "--aggregate-only AGG_ONLY=1" \
+    "--dry-run DRY_RUN=1" "${QK_LAUNCH_SPECS[@]}" -- "$@"
+EXTRA=("${QK_REST[@]+"${QK_REST[@]}"}")
 [[ -z "$MAXU" ]] || qk_check_uint --max-update "$MAXU"
-qk_check_posint --jobs "$JOBS"
+((DRY_RUN == 0 || QK_STATUS == 0)) || qk_usage_error "--dry-run and --status exclude each other"
+qk_launch_check
 qk_parse_seeds SEED_LIST "$SEEDS_ARG"
 load_pair_config "$PAIR_ARG"
 load_profile_config "$PROFILE_ARG"
@@ -70,19 +80,39 @@ LABEL="$(qk_run_label)"
 OUT="$QK_WORK_DIR/results/$LABEL/$PAIR"
 REF="$QK_DATA/raw/$PAIR/test.$TGT"
 SYSTEMS=()
+CELL_OPTS=(--profile "$PROFILE")
+[[ -z "$MAXU" ]] || CELL_OPTS+=(--max-update "$MAXU")
+((${#EXTRA[@]} == 0)) || CELL_OPTS+=(-- "${EXTRA[@]}")
+for c in "${CELLS[@]}"; do
+    SYSTEMS+=("${CELL_SYSTEM[$c]}")
+done
+for seed in "${SEED_LIST[@]}"; do  # seed-major, as scripts/reproduce.sh
+    for c in "${CELLS[@]}"; do
+        s="${CELL_SYSTEM[$c]}"
+        qk_cell_add "$PAIR/$s/seed$seed" "$(qk_run_dir "$PAIR" "$LABEL" "$s" "$seed")" \
+            "$PAIR" "$s" --seed "$seed" "${CELL_OPTS[@]}"
+    done
+done
+if ((QK_STATUS)); then
+    qk_launch_status
+    exit 0
+fi
 echo "# 2x2 ablation on $PAIR ($SRC->$TGT), profile $PROFILE, seeds $SEEDS_ARG; all cells PreNorm + FixNorm:"
 for c in "${CELLS[@]}"; do
     s="${CELL_SYSTEM[$c]}"
-    SYSTEMS+=("$s")
     desc="$(load_system_config "$s" && printf '%s; %s' "$SYSTEM_DESC" "$PAPER_ROW")"
     printf '#   %-16s = %-26s (%s)\n' "$c" "$s" "$desc"
 done
 
+# collection of the finished cells (runs.json, aggregate.*): scripts/reproduce.sh --aggregate-only
 REPRO=(bash "$SCRIPT_DIR/reproduce.sh" --pairs "$PAIR" --systems "$(IFS=,; echo "${SYSTEMS[*]}")"
-    --seeds "$SEEDS_ARG" --profile "$PROFILE" --baseline twt --results-dir "$OUT" --jobs "$JOBS"
-    ${MAXU:+--max-update "$MAXU"} ${DATA_DIR_ARG:+--data-dir "$DATA_DIR_ARG"})
+    --seeds "$SEEDS_ARG" --profile "$PROFILE" --baseline twt --results-dir "$OUT" --aggregate-only
+    ${MAXU:+--max-update "$MAXU"})
 ((NO_SIG == 0)) || REPRO+=(--no-significance)
-((AGG_ONLY == 0)) || REPRO+=(--aggregate-only)
+# the report as a Slurm job after the cells: this script again, reporting only
+AGGREGATE=(bash "$SCRIPT_DIR/ablation.sh" "$PAIR" --seeds "$SEEDS_ARG" --profile "$PROFILE"
+    ${MAXU:+--max-update "$MAXU"} --aggregate-only)
+((NO_SIG == 0)) || AGGREGATE+=(--no-significance)
 
 # run from the work dir with the reference relative to it: ablation.json records it as given
 ABL=("$QK_PY" -m qknorm_tools.evaluate ablation --results "$OUT/runs.json" --pair "$PAIR"
@@ -95,25 +125,41 @@ BARS=("$QK_PY" -m qknorm_tools.plots bleu-bars --json "$OUT/aggregate.json" --ou
     --title "$PAIR ($LABEL): 2x2 ablation, PreNorm + FixNorm")
 
 if ((DRY_RUN)); then
-    "${REPRO[@]}" --dry-run
-    echo "# ablation report (run from $QK_WORK_DIR)"
-    qk_print_cmd "${ABL[@]}"
-    echo "# figures"
-    qk_print_cmd "${BARS[@]}"
-    CURVE_DRY=("$QK_PY" -m qknorm_tools.plots curves --out "$OUT/ablation_curves.png" --log)
-    for c in "${CELLS[@]}"; do
-        CURVE_DRY+=("${CELL_SYSTEM[$c]}=$(qk_run_dir "$PAIR" "$LABEL" "${CELL_SYSTEM[$c]}" "${SEED_LIST[0]}")/train.log")
-    done
-    qk_print_cmd "${CURVE_DRY[@]}"
+    if ((AGG_ONLY == 0)); then
+        echo "# data, on this machine (each step skips finished outputs)"
+        qk_prepare_data 1 "$PAIR" ${DATA_DIR_ARG:+--data-dir "$DATA_DIR_ARG"}
+        qk_launch --dry-run "$PROFILE" "${AGGREGATE[@]}"
+    fi
+    if [[ "$QK_LAUNCHER" == local || "$AGG_ONLY" == 1 ]]; then
+        echo "# collection of the finished cells -> $OUT/{runs.json,aggregate.*}"
+        qk_print_cmd "${REPRO[@]}"
+        echo "# ablation report (run from $QK_WORK_DIR)"
+        qk_print_cmd "${ABL[@]}"
+        echo "# figures"
+        qk_print_cmd "${BARS[@]}"
+        CURVE_DRY=("$QK_PY" -m qknorm_tools.plots curves --out "$OUT/ablation_curves.png" --log)
+        for c in "${CELLS[@]}"; do
+            CURVE_DRY+=("${CELL_SYSTEM[$c]}=$(qk_run_dir "$PAIR" "$LABEL" "${CELL_SYSTEM[$c]}" "${SEED_LIST[0]}")/train.log")
+        done
+        qk_print_cmd "${CURVE_DRY[@]}"
+    fi
     exit 0
 fi
 
 RC=0
-qk_run "${REPRO[@]}" || RC=$?
-((RC != 2)) || exit 2  # usage error, already reported
-((RC == 0)) || qk_warn "reproduce.sh failed (exit $RC): reporting on the finished cells"
+if ((AGG_ONLY == 0)); then
+    qk_prepare_data 0 "$PAIR" ${DATA_DIR_ARG:+--data-dir "$DATA_DIR_ARG"} \
+        || die "data preparation of $PAIR failed (see above)"
+    qk_launch "$PROFILE" "${AGGREGATE[@]}"
+    [[ "$QK_LAUNCHER" == local ]] || exit 0  # the report is a Slurm job after the cells
+    if ((${#QK_LAUNCH_FAILED[@]})); then
+        RC=1
+        qk_warn "failed cells: ${QK_LAUNCH_FAILED[*]}: reporting on the finished cells"
+    fi
+fi
+qk_run "${REPRO[@]}" || { qk_warn "collecting the finished cells failed (see above)"; RC=1; }
 [[ -f "$OUT/runs.json" ]] || die "no finished cell in $OUT/runs.json: nothing to report"
-(cd "$QK_WORK_DIR" && "${ABL[@]}") || die "ablation report failed (see above); rerun to resume the missing cells (exit of reproduce.sh: $RC)"
+(cd "$QK_WORK_DIR" && "${ABL[@]}") || die "ablation report failed (see above); rerun to resume the missing cells"
 qk_log "wrote $OUT/ablation.md and $OUT/ablation.json"
 
 # figures: secondary outputs, a failure is a warning (matplotlib's messages go to plots.log).

@@ -278,11 +278,14 @@ _qk_spawn() {
     local mode="$1" arg="$2"
     shift 2
     set -m  # the child gets its own process group; its stdin is /dev/null (never the terminal)
+    # QK_JOB_PID: the child's pid (= $!), also seen by CMD inside a pipeline's subshell
     case "$mode" in
-        plain) ( set +m; "$@" ) </dev/null & ;;
-        tee) ( set +m; "$@" 2>&1 | tee -a -- "$arg" ) </dev/null & ;;
-        prefix) ( set +m; "$@" 2>&1 | _qk_prefix "$arg" ) </dev/null & ;;
-        prefix-tee) ( set +m; "$@" 2>&1 | tee -a -- "${arg#*|}" | _qk_prefix "${arg%%|*}" ) </dev/null & ;;
+        plain) ( set +m; QK_JOB_PID="$BASHPID"; "$@" ) </dev/null & ;;
+        tee) ( set +m; QK_JOB_PID="$BASHPID"; "$@" 2>&1 | tee -a -- "$arg" ) </dev/null & ;;
+        prefix) ( set +m; QK_JOB_PID="$BASHPID"; "$@" 2>&1 | _qk_prefix "$arg" ) </dev/null & ;;
+        prefix-tee)
+            ( set +m; QK_JOB_PID="$BASHPID"; "$@" 2>&1 | tee -a -- "${arg#*|}" | _qk_prefix "${arg%%|*}" ) </dev/null &
+            ;;
     esac
     QK_SPAWNED=$!
     set +m
@@ -297,13 +300,27 @@ _qk_forget_child() {
     QK_CHILDREN=("${keep[@]+"${keep[@]}"}")
 }
 
+# _qk_wait_child PID: wait for the child PID and return its exit status. A trapped signal (the
+# Slurm worker's USR1) interrupts `wait` with a status > 128 while the child still runs: wait again.
+_qk_wait_child() {
+    local pid="$1" rc
+    while :; do
+        rc=0
+        wait "$pid" || rc=$?
+        if ((rc > 128)) && kill -0 "$pid" 2>/dev/null; then
+            continue
+        fi
+        return "$rc"
+    done
+}
+
 # qk_run CMD...: run CMD as a child (own process group, stopped with this script) and return
 # its exit status. Unlike a foreground command, it lets Ctrl-C / TERM stop this script at once.
 qk_run() {
     local rc=0 pid
     _qk_spawn plain "" "$@"
     pid="$QK_SPAWNED"
-    wait "$pid" || rc=$?
+    _qk_wait_child "$pid" || rc=$?
     _qk_forget_child "$pid"
     return "$rc"
 }
@@ -314,29 +331,60 @@ qk_run_tee() {
     shift
     _qk_spawn tee "$log" "$@"
     pid="$QK_SPAWNED"
-    wait "$pid" || rc=$?
+    _qk_wait_child "$pid" || rc=$?
     _qk_forget_child "$pid"
     return "$rc"
 }
 
-# qk_pool_init N: a job pool running up to N commands at once (the one pool of the pipeline:
-# demo.sh, reproduce.sh and ablation.sh run their cells through it).
+# qk_pool_init N [DEVICES...]: a job pool running up to N commands at once (the one pool of the
+# pipeline: demo.sh and lib.sh:qk_launch run their cells through it). With DEVICES (N entries,
+# each a comma-separated list of GPU ids), the job in slot i sees only DEVICES[i]
+# (CUDA_VISIBLE_DEVICES): each running cell has its own GPU(s).
 qk_pool_init() {
     QK_POOL_MAX="$1"
+    shift
+    QK_POOL_DEVICES=("$@")
+    QK_POOL_STATUS="$(mktemp -d)" || die "cannot create a temporary directory"
+    QK_CLEANUP+=("$QK_POOL_STATUS")
     QK_POOL_PIDS=()
     QK_POOL_FAILED=()
-    declare -gA QK_POOL_NAME=()
+    QK_POOL_SLOTS=()  # slot -> pid of the job in it ("" = free)
+    local i
+    for ((i = 0; i < QK_POOL_MAX; i++)); do QK_POOL_SLOTS+=(""); done
+    declare -gA QK_POOL_NAME=() QK_POOL_SLOT=()
+}
+
+# _qk_with_devices DEVICES CMD...: run CMD with CUDA_VISIBLE_DEVICES=DEVICES (in the job's subshell).
+_qk_with_devices() {
+    export CUDA_VISIBLE_DEVICES="$1"
+    shift
+    "$@"
+}
+
+# _qk_pool_job CMD...: a pool job: CMD, its exit status written to QK_POOL_STATUS/QK_JOB_PID
+# (bash can lose the status of one of two jobs that end together to `wait -n`).
+_qk_pool_job() {
+    local rc=0
+    "$@" || rc=$?
+    echo "$rc" >"$QK_POOL_STATUS/$QK_JOB_PID"
+    return "$rc"
 }
 
 # qk_pool_submit NAME LOG CMD...: start CMD when a slot is free (waiting for a running job to
 # finish first). With N > 1 its output lines are prefixed "[NAME] "; LOG (if not empty) gets a
 # copy of its output.
 qk_pool_submit() {
-    local name="$1" log="$2"
+    local name="$1" log="$2" slot=0
     shift 2
     while ((${#QK_POOL_PIDS[@]} >= QK_POOL_MAX)); do
         _qk_pool_reap
     done
+    while [[ -n "${QK_POOL_SLOTS[$slot]}" ]]; do ((++slot)); done
+    if ((${#QK_POOL_DEVICES[@]})); then
+        set -- _qk_with_devices "${QK_POOL_DEVICES[$slot]}" "$@"
+        qk_log "$name on GPU ${QK_POOL_DEVICES[$slot]}"
+    fi
+    set -- _qk_pool_job "$@"
     if ((QK_POOL_MAX > 1)) && [[ -n "$log" ]]; then
         _qk_spawn prefix-tee "[$name] |$log" "$@"
     elif ((QK_POOL_MAX > 1)); then
@@ -348,17 +396,34 @@ qk_pool_submit() {
     fi
     QK_POOL_PIDS+=("$QK_SPAWNED")
     QK_POOL_NAME[$QK_SPAWNED]="$name"
+    QK_POOL_SLOT[$QK_SPAWNED]="$slot"
+    QK_POOL_SLOTS[slot]="$QK_SPAWNED"
 }
 
-# _qk_pool_reap: wait for one job; a failed one is added to QK_POOL_FAILED (by NAME).
+# _qk_pool_reap: wait for one job to end; a failed one is added to QK_POOL_FAILED (by NAME).
+# Its exit status is the one _qk_pool_job recorded (else `wait PID`'s).
 _qk_pool_reap() {
     local pid="" rc=0 keep=() p
-    wait -n -p pid "${QK_POOL_PIDS[@]}" || rc=$?
-    [[ -n "$pid" ]] || return 0
+    while [[ -z "$pid" ]]; do
+        for p in "${QK_POOL_PIDS[@]}"; do
+            if [[ -f "$QK_POOL_STATUS/$p" ]] || ! kill -0 "$p" 2>/dev/null; then
+                pid="$p"
+                break
+            fi
+        done
+        # returns when a job ends (or a trapped signal arrives; INT and TERM exit)
+        [[ -n "$pid" ]] || wait -n "${QK_POOL_PIDS[@]}" 2>/dev/null || true
+    done
+    wait "$pid" 2>/dev/null || rc=$?  # the job's subshell has ended (or is ending)
+    if [[ -f "$QK_POOL_STATUS/$pid" ]]; then
+        rc="$(cat -- "$QK_POOL_STATUS/$pid")"
+        rm -f -- "$QK_POOL_STATUS/$pid"  # a later job may get the same pid
+    fi
     for p in "${QK_POOL_PIDS[@]}"; do
         [[ "$p" == "$pid" ]] || keep+=("$p")
     done
     QK_POOL_PIDS=("${keep[@]+"${keep[@]}"}")
+    QK_POOL_SLOTS[${QK_POOL_SLOT[$pid]}]=""
     _qk_forget_child "$pid"
     if ((rc != 0)); then
         QK_POOL_FAILED+=("${QK_POOL_NAME[$pid]}")
@@ -786,20 +851,29 @@ qk_run_dir() {
     printf '%s\n' "$QK_WORK_DIR/runs/$1/$2/$3/seed$4"
 }
 
+# _qk_cell_split ARGS...: a cell's arguments (PAIR SYSTEM OPTION... [-- TRAIN_ARGS...]) ->
+# QK_CELL_OPTS (PAIR, SYSTEM and the options of both scripts), QK_CELL_TRAIN_OPTS (--nproc N,
+# --launch L: scripts/train.sh only) and QK_CELL_EXTRA ("--" and TRAIN_ARGS, for fairseq-train).
+_qk_cell_split() {
+    QK_CELL_OPTS=() QK_CELL_TRAIN_OPTS=() QK_CELL_EXTRA=()
+    while (($#)) && [[ "$1" != -- ]]; do
+        case "$1" in
+            --nproc | --launch) QK_CELL_TRAIN_OPTS+=("$1" "${2-}"); shift 2 ;;
+            *) QK_CELL_OPTS+=("$1"); shift ;;
+        esac
+    done
+    QK_CELL_EXTRA=("$@")
+}
+
 # qk_cell PAIR SYSTEM OPTION... [-- TRAIN_ARGS...]: one cell of an experiment grid:
 # scripts/train.sh then scripts/evaluate.sh with the same OPTIONs (--profile, --seed,
-# --max-update, --threads); TRAIN_ARGS go to fairseq-train only. Both skip finished work.
+# --max-update, --threads); --nproc N and --launch L go to train.sh only, TRAIN_ARGS to
+# fairseq-train only. Both scripts skip finished work.
 qk_cell() {
-    local opts=() extra=()
-    while (($#)) && [[ "$1" != -- ]]; do
-        opts+=("$1")
-        shift
-    done
-    if (($#)); then
-        extra=("$@")
-    fi
-    bash "$QK_REPO_ROOT/scripts/train.sh" "${opts[@]}" "${extra[@]+"${extra[@]}"}" \
-        && bash "$QK_REPO_ROOT/scripts/evaluate.sh" "${opts[@]}" >/dev/null
+    _qk_cell_split "$@"
+    bash "$QK_REPO_ROOT/scripts/train.sh" "${QK_CELL_OPTS[@]}" \
+        "${QK_CELL_TRAIN_OPTS[@]+"${QK_CELL_TRAIN_OPTS[@]}"}" "${QK_CELL_EXTRA[@]+"${QK_CELL_EXTRA[@]}"}" \
+        && bash "$QK_REPO_ROOT/scripts/evaluate.sh" "${QK_CELL_OPTS[@]}" >/dev/null
 }
 
 # qk_lock_run RUN: hold an exclusive lock on RUN/.lock (flock) until this script and its children
@@ -813,6 +887,526 @@ qk_lock_run() {
         holder="$(cat -- "$run/.lock" 2>/dev/null || true)"
         die "$run is in use by another process (${holder:-holder unknown}): a run is never trained or evaluated by two processes at once; wait for it to finish or stop it"
     fi
-    printf 'pid %s, %s, started %s\n' "$$" "${QK_COMMAND_LINE:-scripts/$QK_SCRIPT_NAME.sh}" \
-        "$(date '+%Y-%m-%d %H:%M:%S')" >"$run/.lock"
+    printf 'pid %s, %s, started %s on %s\n' "$$" "${QK_COMMAND_LINE:-scripts/$QK_SCRIPT_NAME.sh}" \
+        "$(date '+%Y-%m-%d %H:%M:%S')" "${HOSTNAME%%.*}" >"$run/.lock"
+}
+
+# ---------------------------------------------------------------------------------------------
+# launching a grid's cells: on this machine (the job pool) or on a Slurm cluster (sbatch)
+#
+# A script that runs cells (reproduce.sh, ablation.sh, ...) adds "${QK_LAUNCH_SPECS[@]}" to its
+# qk_parse_args call and qk_launch_usage to its usage, registers its cells with qk_cell_add, then
+# calls qk_launch (or qk_launch_status for --status). A cell is a NAME, its run directory RUN and
+# the arguments of qk_cell. On Slurm the cells go to a tab-separated file, one cell per line:
+#   NAME <TAB> RUN <TAB> PAIR <TAB> SYSTEM <TAB> OPTION ... [<TAB> -- <TAB> TRAIN_ARG ...]
+# (no field may be empty or hold a tab or newline); task i of the array job runs line i + 1
+# (scripts/slurm_cell.sh). Markers in RUN: train.json + test.score.json (done), cell.failed (the
+# last attempt failed: exit status, host, time, log), slurm.job (the cell's last Slurm job id and
+# its log, tab-separated), .lock (the holder of the run, scripts/train.sh and evaluate.sh).
+
+QK_LAUNCHER=local QK_JOBS="" QK_GPUS_ARG="" QK_NPROC=1 QK_NODES=1 QK_STATUS=0
+QK_PARTITION="${QKNORM_SLURM_PARTITION:-}" QK_ACCOUNT="${QKNORM_SLURM_ACCOUNT:-}"
+QK_SBATCH_ARGS="${QKNORM_SBATCH_ARGS:-}"
+QK_LAUNCH_SPECS=("--launcher QK_LAUNCHER" "--jobs QK_JOBS" "--gpus QK_GPUS_ARG" "--nproc QK_NPROC"
+    "--nodes QK_NODES" "--partition QK_PARTITION" "--account QK_ACCOUNT"
+    "--sbatch-args QK_SBATCH_ARGS" "--status QK_STATUS=1")
+# seconds before the time limit at which Slurm warns a cell (USR1): it requeues itself
+QK_SLURM_SIGNAL_SECONDS=300
+
+# qk_launch_usage: the launcher options' lines of a script's usage.
+qk_launch_usage() {
+    cat <<'USAGE'
+  --launcher L   local (default: this machine, the job pool) or slurm (sbatch: one array job over
+                 the unfinished cells, then the aggregation as a job after them)
+  --jobs N       cells at once (local: default 1, N > 1 gives each cell --threads 1; slurm: the
+                 array's limit of running tasks, default none)
+  --gpus LIST    local: GPU ids shared out, one per running cell (--nproc N: N per cell); default
+                 $CUDA_VISIBLE_DEVICES, else nvidia-smi's list, else none (CPU)
+  --nproc N      training processes per cell (scripts/train.sh --nproc: torchrun; Slurm GPU
+                 cells: srun), same tokens per update as the profile
+  --nodes M      slurm: nodes per cell (--nproc N over M nodes; GPU profiles)
+  --partition P  slurm: sbatch --partition ($QKNORM_SLURM_PARTITION)
+  --account A    slurm: sbatch --account ($QKNORM_SLURM_ACCOUNT)
+  --sbatch-args="OPTS"  slurm: more sbatch options for every job, whitespace-separated, after the
+                 profile's JOB_* resources (they win): e.g. --sbatch-args="--qos=long --time=48:00:00"
+                 ($QKNORM_SBATCH_ARGS)
+  --status       list each cell as done, running, pending, failed or todo, with its Slurm job
+                 and log (from the run's markers, its lock and squeue)
+USAGE
+}
+
+# qk_launch_check: usage errors for bad launcher options (call after qk_parse_args).
+qk_launch_check() {
+    case "$QK_LAUNCHER" in
+        local | slurm) ;;
+        *) qk_usage_error "--launcher must be local or slurm, got '$QK_LAUNCHER'" ;;
+    esac
+    [[ -z "$QK_JOBS" ]] || qk_check_posint --jobs "$QK_JOBS"
+    qk_check_posint --nproc "$QK_NPROC"
+    qk_check_posint --nodes "$QK_NODES"
+    if ((QK_NODES > 1)); then
+        [[ "$QK_LAUNCHER" == slurm ]] || qk_usage_error "--nodes needs --launcher slurm"
+        ((QK_NPROC % QK_NODES == 0)) \
+            || qk_usage_error "--nproc $QK_NPROC must be a multiple of --nodes $QK_NODES (the same number of processes on every node)"
+    fi
+    [[ -z "$QK_GPUS_ARG" || "$QK_LAUNCHER" == local ]] \
+        || qk_usage_error "--gpus is for the local launcher (Slurm hands out the GPUs)"
+}
+
+# qk_gpu_list: the GPU ids this machine offers, one per line: the entries of $CUDA_VISIBLE_DEVICES
+# when it is set (up to the first empty or negative one, as CUDA reads it), else the indices
+# nvidia-smi lists, else none.
+qk_gpu_list() {
+    local ids=() id
+    if [[ -n "${CUDA_VISIBLE_DEVICES+set}" ]]; then
+        IFS=',' read -r -a ids <<<"$CUDA_VISIBLE_DEVICES"
+        for id in "${ids[@]+"${ids[@]}"}"; do
+            id="${id//[[:space:]]/}"
+            [[ -n "$id" && "$id" != -* ]] || break
+            printf '%s\n' "$id"
+        done
+    elif command -v nvidia-smi >/dev/null 2>&1; then
+        nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null || true
+    fi
+}
+
+# _qk_device_groups OUT_ARRAY JOBS: for each of JOBS pool slots, a comma-separated group of
+# QK_NPROC GPU ids (from --gpus, else qk_gpu_list); none on a machine without GPUs. Dies when
+# there are fewer GPUs than JOBS x QK_NPROC.
+_qk_device_groups() {
+    local -n __groups="$1"
+    local jobs="$2" ids=() i
+    if [[ -n "$QK_GPUS_ARG" ]]; then
+        split_list ids "$QK_GPUS_ARG" || qk_usage_error "bad --gpus list '$QK_GPUS_ARG' (comma-separated GPU ids, e.g. 0,1)"
+    else
+        mapfile -t ids < <(qk_gpu_list)
+    fi
+    __groups=()
+    ((${#ids[@]})) || return 0
+    ((jobs * QK_NPROC <= ${#ids[@]})) \
+        || die "--jobs $jobs x --nproc $QK_NPROC needs $((jobs * QK_NPROC)) GPUs, found ${#ids[@]} (${ids[*]}; --gpus LIST or CUDA_VISIBLE_DEVICES)"
+    for ((i = 0; i < jobs; i++)); do
+        __groups+=("$(IFS=,; echo "${ids[*]:i*QK_NPROC:QK_NPROC}")")
+    done
+}
+
+# qk_prepare_data DRY_RUN PAIR [--data-dir DIR]: scripts/prepare_data.sh, bpe.sh and binarize.sh
+# for PAIR on this machine (each skips finished outputs; prepare_data.sh may download, which
+# compute nodes often cannot); DRY_RUN=1 prints them. Returns 1 when a step failed.
+qk_prepare_data() {
+    local dry="$1" pair="$2" step args
+    shift 2
+    for step in prepare_data bpe binarize; do
+        args=("$pair")
+        [[ "$step" != prepare_data ]] || args+=("$@")
+        if ((dry)); then
+            qk_print_cmd bash "$QK_REPO_ROOT/scripts/$step.sh" "${args[@]}"
+        else
+            qk_run bash "$QK_REPO_ROOT/scripts/$step.sh" "${args[@]}" || return 1
+        fi
+    done
+}
+
+QK_CELL_NAME=() QK_CELL_RUN=() QK_CELL_ARGS=()
+
+# qk_cell_add NAME RUN ARGS...: register a cell: NAME (how it is shown), its run directory RUN
+# and ARGS for qk_cell (PAIR SYSTEM OPTION... [-- TRAIN_ARGS...]). Dies on an empty argument or
+# one holding a tab or newline (the cells file cannot hold it).
+qk_cell_add() {
+    local a joined
+    for a in "$@"; do
+        [[ -n "$a" && "$a" != *$'\t'* && "$a" != *$'\n'* ]] \
+            || die "cell ${1-}: argument '$a' is empty or holds a tab or newline (not allowed in a cells file)"
+    done
+    (($# >= 4)) || die "cell ${1-}: qk_cell_add NAME RUN PAIR SYSTEM [OPTION...]"
+    QK_CELL_NAME+=("$1")
+    QK_CELL_RUN+=("$2")
+    shift 2
+    printf -v joined '%s\t' "$@"
+    QK_CELL_ARGS+=("${joined%$'\t'}")
+}
+
+# _qk_cell_argv OUT_ARRAY I: the qk_cell arguments of cell I, the launcher's per-cell options
+# (QK_CELL_LAUNCH_OPTS) inserted after PAIR SYSTEM.
+_qk_cell_argv() {
+    local -n __argv="$1"
+    local fields=()
+    IFS=$'\t' read -r -a fields <<<"${QK_CELL_ARGS[$2]}"
+    __argv=("${fields[@]:0:2}" "${QK_CELL_LAUNCH_OPTS[@]+"${QK_CELL_LAUNCH_OPTS[@]}"}" "${fields[@]:2}")
+}
+
+# qk_run_cell RUN LOG ARGS...: qk_cell ARGS; a failure is recorded in RUN/cell.failed (exit
+# status, host, time, Slurm job, LOG), which the next attempt removes when it starts.
+qk_run_cell() {
+    local run="$1" log="$2" rc=0
+    shift 2
+    mkdir -p -- "$run"
+    rm -f -- "$run/cell.failed"
+    qk_cell "$@" || rc=$?
+    if ((rc != 0)); then
+        printf 'exit %s on %s at %s%s; log %s\n' "$rc" "${HOSTNAME%%.*}" "$(date '+%Y-%m-%d %H:%M:%S')" \
+            "${QK_SLURM_JOB:+ (Slurm job $QK_SLURM_JOB)}" "$log" >"$run/cell.failed"
+    fi
+    return "$rc"
+}
+
+# _qk_squeue_load: QK_SQUEUE[JOB] = "STATE|REASON" for the Slurm jobs the cells' slurm.job files
+# name (squeue --states=all: finished jobs stay listed for Slurm's MinJobAge, 300 s by default);
+# empty without squeue or recorded jobs.
+_qk_squeue_load() {
+    local run job log ids=() out err
+    declare -gA QK_SQUEUE=()
+    for run in "${QK_CELL_RUN[@]+"${QK_CELL_RUN[@]}"}"; do
+        if [[ -f "$run/slurm.job" ]] && IFS=$'\t' read -r job log <"$run/slurm.job" && [[ -n "$job" ]]; then
+            ids+=("$job")
+        fi
+    done
+    ((${#ids[@]})) || return 0
+    if ! command -v squeue >/dev/null 2>&1; then
+        qk_warn "squeue not found: Slurm states unknown, cells shown from their markers only"
+        return 0
+    fi
+    err="$(mktemp)"
+    QK_CLEANUP+=("$err")
+    out="$(squeue -h -r --states=all -o '%i|%T|%r' -j "$(IFS=,; echo "${ids[*]}")" 2>"$err")" || true
+    if [[ -s "$err" ]] && ! grep -q 'Invalid job id' "$err"; then  # all purged: nothing to show
+        qk_warn "squeue failed ($(head -n 1 "$err")): Slurm states unknown, cells shown from their markers only"
+    fi
+    while IFS='|' read -r job log; do
+        [[ -z "$job" ]] || QK_SQUEUE[$job]="$log"
+    done <<<"$out"
+}
+
+# _qk_cell_state I: the state of cell I from its markers, its lock and QK_SQUEUE
+# (_qk_squeue_load): QK_STATE is done, running, pending (Slurm), failed or todo (not started, or
+# stopped: it resumes); QK_STATE_JOB its Slurm job (or -), QK_STATE_LOG its log, QK_STATE_NOTE
+# what else is known (Slurm's state and reason, the failure, the lock's holder).
+_qk_cell_state() {
+    local run="${QK_CELL_RUN[$1]}" job="" log="" sq holder pid host
+    QK_STATE=todo QK_STATE_JOB=- QK_STATE_NOTE=""
+    QK_STATE_LOG="$run/train.log"
+    [[ ! -f "$run/cell.log" ]] || QK_STATE_LOG="$run/cell.log"
+    if [[ -f "$run/slurm.job" ]] && IFS=$'\t' read -r job log <"$run/slurm.job" && [[ -n "$job" ]]; then
+        QK_STATE_JOB="$job" QK_STATE_LOG="$log"
+    fi
+    if [[ -f "$run/train.json" && -f "$run/test.score.json" \
+        && "$run/test.score.json" -nt "$run/checkpoints/checkpoint_best.pt" ]]; then
+        QK_STATE=done
+        return 0
+    fi
+    sq="${QK_SQUEUE[$QK_STATE_JOB]-}"
+    if [[ -n "$sq" ]]; then
+        case "${sq%%|*}" in
+            RUNNING | COMPLETING | CONFIGURING | STAGE_OUT | SIGNALING | RESIZING) QK_STATE=running ;;
+            PENDING | REQUEUED | REQUEUE_HOLD | REQUEUE_FED | SUSPENDED | RESV_DEL_HOLD | SPECIAL_EXIT)
+                QK_STATE=pending QK_STATE_NOTE="Slurm ${sq%%|*}, reason ${sq#*|}" ;;
+            *) QK_STATE=failed QK_STATE_NOTE="Slurm ${sq%%|*}" ;;
+        esac
+    fi
+    if [[ "$QK_STATE" == todo && -f "$run/.lock" ]]; then
+        # a live holder on this host (the lock's line: "pid N, COMMAND, started DATE on HOST")
+        holder="$(head -n 1 -- "$run/.lock" 2>/dev/null || true)"
+        pid="${holder#pid }" pid="${pid%%,*}" host="${holder##* on }"
+        if [[ "$pid" =~ ^[0-9]+$ && "$host" == "${HOSTNAME%%.*}" ]] && kill -0 "$pid" 2>/dev/null; then
+            QK_STATE=running QK_STATE_NOTE="$holder"
+        fi
+    fi
+    if [[ "$QK_STATE" == todo || "$QK_STATE" == failed ]] && [[ -f "$run/cell.failed" ]]; then
+        QK_STATE=failed
+        QK_STATE_NOTE="${QK_STATE_NOTE:+$QK_STATE_NOTE; }$(head -n 1 -- "$run/cell.failed")"
+    fi
+    if [[ "$QK_STATE" == todo && -f "$run/checkpoints/checkpoint_last.pt" ]]; then
+        QK_STATE_NOTE="resumes from checkpoints/checkpoint_last.pt"
+    fi
+}
+
+# qk_launch_status: one line per registered cell, "STATE NAME JOB LOG [NOTE]", and the counts.
+qk_launch_status() {
+    local i n_done=0 n_running=0 n_pending=0 n_failed=0 n_todo=0
+    _qk_squeue_load
+    printf '%-8s %-40s %-12s %s\n' state cell job log
+    for i in "${!QK_CELL_NAME[@]}"; do
+        _qk_cell_state "$i"
+        printf '%-8s %-40s %-12s %s%s\n' "$QK_STATE" "${QK_CELL_NAME[$i]}" "$QK_STATE_JOB" \
+            "$QK_STATE_LOG" "${QK_STATE_NOTE:+  ($QK_STATE_NOTE)}"
+        local -n __count="n_$QK_STATE"
+        ((++__count))
+        unset -n __count
+    done
+    printf '%s cells: %s done, %s running, %s pending, %s failed, %s todo\n' "${#QK_CELL_NAME[@]}" \
+        "$n_done" "$n_running" "$n_pending" "$n_failed" "$n_todo"
+}
+
+# qk_launch [--dry-run] PROFILE [AGG_CMD...]: run the registered cells (under PROFILE, whose
+# JOB_* variables size a Slurm job) with QK_LAUNCHER:
+#   local  the job pool, QK_JOBS (default 1) cells at once, each with its own GPU group when the
+#          machine has GPUs; QK_LAUNCH_FAILED lists the names of the failed cells. AGG_CMD is
+#          not run (the caller aggregates).
+#   slurm  submit the cells that are neither done nor queued/running as one array job
+#          (scripts/slurm_cell.sh), then AGG_CMD as a job after it and after the cells queued
+#          earlier (--dependency=afterany: it runs whatever the cells' outcome; none when no
+#          cell is submitted but some are queued: their submission has its aggregation); print
+#          the job ids and logs; return at once.
+# --dry-run prints what would run (each cell's scripts/train.sh --dry-run; on Slurm also the
+# cells file and both batch scripts) and writes nothing.
+qk_launch() {
+    local dry=0
+    if [[ "${1-}" == --dry-run ]]; then
+        dry=1
+        shift
+    fi
+    local profile="$1"
+    shift
+    QK_LAUNCH_FAILED=()
+    if ((${#QK_CELL_NAME[@]} == 0)); then
+        qk_warn "no cell to launch"
+        return 0
+    fi
+    QK_CELL_LAUNCH_OPTS=()
+    _qk_job_resources "$profile"
+    if [[ "$QK_LAUNCHER" == local ]]; then
+        ((${QK_JOBS:-1} == 1)) || QK_CELL_LAUNCH_OPTS+=(--threads 1)
+        ((QK_NPROC == 1)) || QK_CELL_LAUNCH_OPTS+=(--nproc "$QK_NPROC")
+        if ((dry)); then
+            _qk_print_cells
+        else
+            _qk_launch_local
+        fi
+    else
+        if ((QK_NPROC > 1)); then
+            QK_CELL_LAUNCH_OPTS+=(--nproc "$QK_NPROC")
+            # GPU cells: one Slurm task per GPU, started by srun (fairseq's Slurm support);
+            # CPU cells: one task, torchrun starts the processes
+            ((QK_RES_GPUS == 0)) || QK_CELL_LAUNCH_OPTS+=(--launch srun)
+        fi
+        _qk_launch_slurm "$dry" "$@"
+    fi
+}
+
+# _qk_job_resources PROFILE: QK_RES_{GPUS,CPUS,MEM,TIME} = the profile's JOB_* (GPUs per
+# training process, 0 or 1; CPUs and memory per process; time limit of a cell).
+_qk_job_resources() {
+    local out
+    out="$(
+        load_pair_config "$(qk_known_pairs | cut -d' ' -f1)"
+        load_profile_config "$1"
+        printf '%s %s %s %s\n' "${JOB_GPUS-}" "${JOB_CPUS-}" "${JOB_MEM-}" "${JOB_TIME-}"
+    )" || die "cannot load profile $1"
+    read -r QK_RES_GPUS QK_RES_CPUS QK_RES_MEM QK_RES_TIME <<<"$out"
+    [[ "$QK_RES_GPUS" =~ ^[01]$ ]] || die "configs/profiles/$1.sh: JOB_GPUS must be 0 or 1 (GPUs per training process), got '$QK_RES_GPUS'"
+    qk_is_posint "$QK_RES_CPUS" || die "configs/profiles/$1.sh: JOB_CPUS must be a positive integer, got '$QK_RES_CPUS'"
+    [[ "$QK_RES_MEM" =~ ^[1-9][0-9]*[KMGT]?$ ]] || die "configs/profiles/$1.sh: JOB_MEM must be like 4G or 4000M, got '$QK_RES_MEM'"
+    [[ -n "$QK_RES_TIME" ]] || die "configs/profiles/$1.sh does not set JOB_TIME (a Slurm time limit, e.g. 24:00:00)"
+    if ((QK_NODES > 1 && QK_RES_GPUS == 0)); then
+        qk_usage_error "--nodes $QK_NODES: profile $1 trains on CPUs (JOB_GPUS=0); multi-node cells are for GPU profiles"
+    fi
+}
+
+# _qk_print_cells [I...]: the scripts/train.sh --dry-run output and scripts/evaluate.sh command
+# of cells I... (default: every cell).
+_qk_print_cells() {
+    local i argv=()
+    (($#)) || set -- "${!QK_CELL_NAME[@]}"
+    for i in "$@"; do
+        _qk_cell_argv argv "$i"
+        _qk_cell_split "${argv[@]}"
+        echo "# cell ${QK_CELL_NAME[$i]} -> ${QK_CELL_RUN[$i]}"
+        bash "$QK_REPO_ROOT/scripts/train.sh" "${QK_CELL_OPTS[@]}" \
+            "${QK_CELL_TRAIN_OPTS[@]+"${QK_CELL_TRAIN_OPTS[@]}"}" --dry-run \
+            "${QK_CELL_EXTRA[@]+"${QK_CELL_EXTRA[@]}"}" \
+            || die "scripts/train.sh --dry-run failed for cell ${QK_CELL_NAME[$i]}"
+        qk_print_cmd bash "$QK_REPO_ROOT/scripts/evaluate.sh" "${QK_CELL_OPTS[@]}"
+    done
+}
+
+# _qk_launch_local: the cells through the job pool (QK_JOBS at once; GPU groups from
+# _qk_device_groups); with more than one at a time each cell's output also goes to RUN/cell.log.
+_qk_launch_local() {
+    local jobs="${QK_JOBS:-1}" i log argv=() groups=()
+    _qk_device_groups groups "$jobs"
+    qk_pool_init "$jobs" "${groups[@]+"${groups[@]}"}"
+    for i in "${!QK_CELL_NAME[@]}"; do
+        log=""
+        if ((jobs > 1)); then
+            log="${QK_CELL_RUN[$i]}/cell.log"
+            mkdir -p -- "${QK_CELL_RUN[$i]}"
+        fi
+        _qk_cell_argv argv "$i"
+        qk_log "cell ${QK_CELL_NAME[$i]}${log:+ (output also in $log)}"
+        qk_pool_submit "${QK_CELL_NAME[$i]}" "$log" \
+            qk_run_cell "${QK_CELL_RUN[$i]}" "${log:-${QK_CELL_RUN[$i]}/train.log}" "${argv[@]}"
+    done
+    qk_pool_wait
+    QK_LAUNCH_FAILED=("${QK_POOL_FAILED[@]+"${QK_POOL_FAILED[@]}"}")
+}
+
+# _qk_mem_times MEM N: MEM (e.g. 16G) multiplied by N, same unit.
+_qk_mem_times() {
+    local num="${1%%[KMGT]}"
+    printf '%s%s\n' "$((num * $2))" "${1#"$num"}"
+}
+
+# _qk_sbatch_common: the #SBATCH lines every job gets last: partition, account, --sbatch-args.
+_qk_sbatch_common() {
+    local extra=() a
+    [[ -z "$QK_PARTITION" ]] || echo "#SBATCH --partition=$QK_PARTITION"
+    [[ -z "$QK_ACCOUNT" ]] || echo "#SBATCH --account=$QK_ACCOUNT"
+    read -r -a extra <<<"$QK_SBATCH_ARGS"
+    for a in "${extra[@]+"${extra[@]}"}"; do
+        [[ "$a" == -* ]] || die "--sbatch-args: '$a' is not an sbatch option (write options as --name=value)"
+        echo "#SBATCH $a"
+    done
+}
+
+# _qk_job_env: export lines for the exported QKNORM_* variables of this environment (a job sees
+# the submission's settings even where sbatch does not pass the environment on).
+_qk_job_env() {
+    local v
+    printf 'export QKNORM_WORK_DIR=%q\n' "$QK_WORK_DIR"
+    for v in $(compgen -e | grep '^QKNORM_' || true); do
+        case "$v" in QKNORM_WORK_DIR | QKNORM_SLURM_* | QKNORM_SBATCH_ARGS) continue ;; esac
+        printf 'export %s=%q\n' "$v" "${!v}"
+    done
+}
+
+# _qk_cells_script DIR N: the array job's batch script for N cells of DIR/cells.tsv.
+_qk_cells_script() {
+    local dir="$1" n="$2" tasks cpus mem
+    # per node: GPU cells run one task (process) per GPU; CPU cells one task with every process
+    if ((QK_RES_GPUS)); then
+        tasks=$((QK_NPROC / QK_NODES)) cpus="$QK_RES_CPUS"
+    else
+        tasks=1 cpus=$((QK_RES_CPUS * QK_NPROC))
+    fi
+    mem="$(_qk_mem_times "$QK_RES_MEM" $((QK_NPROC / QK_NODES)))"
+    cat <<SCRIPT
+#!/usr/bin/env bash
+# Slurm array job written by $QK_COMMAND_LINE
+# Task i runs cell i + 1 of $dir/cells.tsv (NAME, RUN, then the arguments of
+# scripts/lib.sh:qk_cell, tab-separated): scripts/train.sh, then scripts/evaluate.sh. A task
+# that is requeued (scontrol requeue, preemption, node failure, or by itself $QK_SLURM_SIGNAL_SECONDS s before
+# its time limit: USR1) resumes from RUN/checkpoints/checkpoint_last.pt.
+#SBATCH --job-name=qk-$QK_SCRIPT_NAME
+#SBATCH --array=0-$((n - 1))${QK_JOBS:+%$QK_JOBS}
+#SBATCH --output=$dir/logs/%A_%a.out
+#SBATCH --open-mode=append
+#SBATCH --requeue
+#SBATCH --signal=B:USR1@$QK_SLURM_SIGNAL_SECONDS
+#SBATCH --time=$QK_RES_TIME
+#SBATCH --nodes=$QK_NODES
+#SBATCH --ntasks-per-node=$tasks
+#SBATCH --cpus-per-task=$cpus
+#SBATCH --mem=$mem
+SCRIPT
+    ((QK_RES_GPUS == 0)) || echo "#SBATCH --gres=gpu:$((QK_NPROC / QK_NODES))"
+    _qk_sbatch_common
+    _qk_job_env
+    printf 'exec bash %q %q "$SLURM_ARRAY_TASK_ID"\n' "$QK_REPO_ROOT/scripts/slurm_cell.sh" "$dir/cells.tsv"
+}
+
+# _qk_aggregate_script DIR DEPENDENCY AGG_CMD...: the aggregation job's batch script; DEPENDENCY
+# (job ids joined by ":", or empty) are the jobs it waits for.
+_qk_aggregate_script() {
+    local dir="$1" dep="$2"
+    shift 2
+    cat <<SCRIPT
+#!/usr/bin/env bash
+# Slurm job written by $QK_COMMAND_LINE
+# The aggregation of the grid, after its cells whatever their outcome (afterany).
+#SBATCH --job-name=qk-$QK_SCRIPT_NAME-aggregate
+#SBATCH --output=$dir/logs/aggregate-%j.out
+SCRIPT
+    [[ -z "$dep" ]] || echo "#SBATCH --dependency=afterany:$dep"
+    cat <<SCRIPT
+#SBATCH --time=2:00:00
+#SBATCH --ntasks=1
+#SBATCH --cpus-per-task=1
+#SBATCH --mem=4G
+SCRIPT
+    _qk_sbatch_common
+    _qk_job_env
+    printf 'exec %s\n' "$(qk_print_cmd "$@")"
+}
+
+# _qk_cells_tsv I...: the lines of a cells file for cells I... (NAME, RUN, qk_cell arguments).
+_qk_cells_tsv() {
+    local i line argv=()
+    for i in "$@"; do
+        _qk_cell_argv argv "$i"
+        printf -v line '\t%s' "${QK_CELL_NAME[$i]}" "${QK_CELL_RUN[$i]}" "${argv[@]}"
+        printf '%s\n' "${line#$'\t'}"
+    done
+}
+
+# _qk_launch_slurm DRY_RUN [AGG_CMD...]: see qk_launch.
+_qk_launch_slurm() {
+    local dry="$1" i todo=() queued=() deps=() dir out array="" agg="" dep
+    shift
+    _qk_squeue_load
+    for i in "${!QK_CELL_NAME[@]}"; do
+        _qk_cell_state "$i"
+        case "$QK_STATE" in
+            done) qk_log "skip ${QK_CELL_NAME[$i]}: done" ;;
+            running | pending)
+                qk_log "skip ${QK_CELL_NAME[$i]}: $QK_STATE (job $QK_STATE_JOB${QK_STATE_NOTE:+; $QK_STATE_NOTE})"
+                [[ "$QK_STATE_JOB" == - ]] || queued+=("$QK_STATE_JOB")
+                ;;
+            *) todo+=("$i") ;;
+        esac
+    done
+    dir="$QK_WORK_DIR/slurm/$(date '+%Y%m%d-%H%M%S')-$QK_SCRIPT_NAME-$$"
+    if ((dry)); then
+        echo "# Slurm submission (dry run): ${#todo[@]} cells as one array job, then the aggregation job; files in $dir/"
+        if ((${#todo[@]})); then
+            echo "# $dir/cells.tsv (task i = line i + 1):"
+            _qk_cells_tsv "${todo[@]}"
+            echo "# $dir/cells.sbatch (submitted with: sbatch --parsable $dir/cells.sbatch):"
+            _qk_cells_script "$dir" "${#todo[@]}"
+            deps=(CELLS_JOB_ID)
+        fi
+        if (($#)) && ((${#todo[@]} || ${#queued[@]} == 0)); then
+            deps+=("${queued[@]+"${queued[@]}"}")
+            echo "# $dir/aggregate.sbatch (submitted next, CELLS_JOB_ID = the cells job's id):"
+            _qk_aggregate_script "$dir" "$(IFS=:; echo "${deps[*]-}")" "$@"
+        fi
+        echo "# each cell's commands (scripts/train.sh --dry-run on this machine)"
+        for i in "${todo[@]+"${todo[@]}"}"; do
+            _qk_print_cells "$i"
+        done
+        return 0
+    fi
+    command -v sbatch >/dev/null 2>&1 \
+        || die "sbatch not found: --launcher slurm needs the Slurm client commands (sbatch, squeue) here"
+    if ((${#todo[@]})); then
+        mkdir -p -- "$dir/logs"
+        _qk_cells_tsv "${todo[@]}" >"$dir/cells.tsv"
+        _qk_cells_script "$dir" "${#todo[@]}" >"$dir/cells.sbatch"
+        out="$(sbatch --parsable "$dir/cells.sbatch")" || die "sbatch $dir/cells.sbatch failed (see above)"
+        array="${out%%;*}"
+        deps=("$array")
+        for i in "${!todo[@]}"; do
+            mkdir -p -- "${QK_CELL_RUN[${todo[$i]}]}"
+            printf '%s\t%s\n' "${array}_$i" "$dir/logs/${array}_$i.out" \
+                >"${QK_CELL_RUN[${todo[$i]}]}/slurm.job"
+        done
+        echo "cells: job $array (${#todo[@]} cells: $dir/cells.tsv), logs $dir/logs/${array}_TASK.out (TASK = line of cells.tsv - 1)"
+    else
+        qk_log "no cell to submit: every cell is done, running or queued"
+    fi
+    if (($#)) && ((${#todo[@]} == 0 && ${#queued[@]})); then
+        # two aggregations must not write the same results at once
+        qk_log "no aggregation job: the submission of the queued cells has its own"
+    elif (($#)); then
+        deps+=("${queued[@]+"${queued[@]}"}")
+        dep="$(IFS=:; echo "${deps[*]-}")"
+        mkdir -p -- "$dir/logs"
+        _qk_aggregate_script "$dir" "$dep" "$@" >"$dir/aggregate.sbatch"
+        out="$(sbatch --parsable "$dir/aggregate.sbatch")" || die "sbatch $dir/aggregate.sbatch failed (see above)"
+        agg="${out%%;*}"
+        echo "aggregation: job $agg${dep:+ after $dep}, log $dir/logs/aggregate-$agg.out"
+    fi
+    [[ ! -d "$dir" ]] || printf 'cells %s\naggregation %s\n' "${array:--}" "${agg:--}" >"$dir/jobs"
+    local status_cmd="$QK_COMMAND_LINE --status"
+    [[ " $QK_COMMAND_LINE " != *" -- "* ]] || status_cmd="${QK_COMMAND_LINE/ -- / --status -- }"
+    qk_log "status: $status_cmd; cancel: scancel${array:+ $array}${agg:+ $agg}"
 }

@@ -2,12 +2,16 @@
 # scripts/reproduce.sh: run a grid of (pair, system, seed) cells under one profile, resumably, and
 # collect the finished cells into result tables.
 #   1. for each pair: scripts/prepare_data.sh -> scripts/bpe.sh -> scripts/binarize.sh
-#      (each skips finished outputs);
+#      (each skips finished outputs; on this machine, with either launcher);
 #   2. for each pair, seed, system (seed-major: after seed 1 every system has a result): a cell,
 #      scripts/train.sh then scripts/evaluate.sh (lib.sh:qk_cell; both skip finished work, a
-#      killed cell resumes from its checkpoints/checkpoint_last.pt); --jobs N runs N cells at
-#      once with --threads 1 each (CPU), their output prefixed with the cell's name and copied
-#      to the run's reproduce.log; a failed cell does not stop the others;
+#      killed cell resumes from its checkpoints/checkpoint_last.pt), launched by lib.sh:qk_launch:
+#      --launcher local (default): --jobs N cells at once with --threads 1 each (CPU) or one GPU
+#        each, their output prefixed with the cell's name and copied to the run's cell.log; a
+#        failed cell does not stop the others;
+#      --launcher slurm: the cells that are neither done nor queued go to Slurm as one array job
+#        (requeue-safe: a requeued, preempted or timed-out cell resumes), step 3 as a job after
+#        them; the script returns once they are submitted (--status follows them);
 #   3. python -m qknorm_tools.collect runs --run RUN... --aggregate --baseline B writes
 #      RESULTS/runs.json (one record per finished cell) and RESULTS/aggregate.{md,tex,csv,json}
 #      (mean ± sd over seeds, deltas vs the baseline, paired bootstrap / approximate
@@ -26,9 +30,12 @@ source "$SCRIPT_DIR/lib.sh"
 usage() {
     cat <<EOF
 usage: scripts/reproduce.sh --pairs P1,P2,...|all --systems S1,S2,...|all [--seeds 1,2,3]
-                            [--profile P] [--max-update N] [--jobs N] [--baseline SYSTEM]
+                            [--profile P] [--max-update N] [--baseline SYSTEM]
                             [--results-dir DIR] [--data-dir DIR] [--no-significance]
-                            [--aggregate-only | --no-aggregate] [--dry-run]
+                            [--aggregate-only | --no-aggregate] [--dry-run | --status]
+                            [--launcher local|slurm] [--jobs N] [--gpus LIST] [--nproc N]
+                            [--nodes M] [--partition P] [--account A] [--sbatch-args="OPTS"]
+                            [-- EXTRA_FAIRSEQ_TRAIN_ARGS...]
        scripts/reproduce.sh --list
   --pairs L      comma-separated pairs, or all: $(qk_known_pairs)
   --systems L    comma-separated systems, or all: $(qk_known_systems)
@@ -36,26 +43,31 @@ usage: scripts/reproduce.sh --pairs P1,P2,...|all --systems S1,S2,...|all [--see
   --profile P    one of: $(qk_known_profiles) (default: cpu-proxy)
   --max-update N update budget instead of the profile's (runs and results then go to
                  PROFILE-max-update-N/, never over the profile's)
-  --jobs N       cells run at once (default 1); N > 1 gives each cell --threads 1
   --baseline S   baseline system of the aggregate tables and paired tests (default twt)
   --results-dir D  where runs.json and aggregate.* go (default: results/LABEL/PAIRS)
   --data-dir D   passed to scripts/prepare_data.sh (local corpus copy)
   --no-significance  aggregate without the paired tests (faster)
   --aggregate-only   skip data preparation and training: only collect finished cells, aggregate
   --no-aggregate     run the grid only
-  --dry-run      print every step (each cell's full fairseq-train command) without running any
+  --dry-run      print every step (each cell's full fairseq-train command; with --launcher
+                 slurm also the cells file and the batch scripts) without running any
   --list         list pairs, systems (with their paper rows and arch families) and profiles
-environment: QKNORM_WORK_DIR (data/, runs/, results/ below it), QKNORM_MAX_UPDATE, QKNORM_DATA_DIR
+  -- ARGS        passed on to every cell's fairseq-train (e.g. -- --fp16); a run made with other
+                 ARGS is never reused (scripts/train.sh stops, naming it)
+$(qk_launch_usage)
+environment: QKNORM_WORK_DIR (data/, runs/, results/, slurm/ below it), QKNORM_MAX_UPDATE,
+  QKNORM_DATA_DIR, QKNORM_SLURM_PARTITION, QKNORM_SLURM_ACCOUNT, QKNORM_SBATCH_ARGS
 EOF
 }
 
-PAIRS_ARG="" SYSTEMS_ARG="" SEEDS_ARG=1 PROFILE_ARG=cpu-proxy MAX_UPDATE_ARG="" JOBS=1
+PAIRS_ARG="" SYSTEMS_ARG="" SEEDS_ARG=1 PROFILE_ARG=cpu-proxy MAX_UPDATE_ARG=""
 BASELINE=twt RESULTS_DIR_ARG="" DATA_DIR_ARG="" NO_SIG=0 AGG_ONLY=0 NO_AGG=0 DRY_RUN=0 LIST=0
 qk_parse_args "--pairs PAIRS_ARG" "--systems SYSTEMS_ARG" "--seeds SEEDS_ARG" \
-    "--profile PROFILE_ARG" "--max-update MAX_UPDATE_ARG" "--jobs JOBS" "--baseline BASELINE" \
+    "--profile PROFILE_ARG" "--max-update MAX_UPDATE_ARG" "--baseline BASELINE" \
     "--results-dir RESULTS_DIR_ARG" "--data-dir DATA_DIR_ARG" "--no-significance NO_SIG=1" \
     "--aggregate-only AGG_ONLY=1" "--no-aggregate NO_AGG=1" "--dry-run DRY_RUN=1" "--list LIST=1" \
-    "@" -- "$@"
+    "${QK_LAUNCH_SPECS[@]}" "@" -- "$@"
+EXTRA=("${QK_REST[@]+"${QK_REST[@]}"}")
 
 # ---------------------------------------------------------------------------------------------
 # --list
@@ -102,7 +114,8 @@ fi
 [[ -n "$PAIRS_ARG" ]] || qk_usage_error "--pairs is required (a comma-separated list or 'all')"
 [[ -n "$SYSTEMS_ARG" ]] || qk_usage_error "--systems is required (a comma-separated list or 'all')"
 ((AGG_ONLY == 0 || NO_AGG == 0)) || qk_usage_error "--aggregate-only and --no-aggregate exclude each other"
-qk_check_posint --jobs "$JOBS"
+((DRY_RUN == 0 || QK_STATUS == 0)) || qk_usage_error "--dry-run and --status exclude each other"
+qk_launch_check
 [[ -z "$MAX_UPDATE_ARG" ]] || qk_check_uint --max-update "$MAX_UPDATE_ARG"
 qk_parse_names pairs PAIRS "$PAIRS_ARG"
 qk_parse_names systems SYSTEMS "$SYSTEMS_ARG"
@@ -119,7 +132,7 @@ fi
 
 CELL_OPTS=(--profile "$PROFILE")
 [[ -z "$MAX_UPDATE_ARG" ]] || CELL_OPTS+=(--max-update "$MAX_UPDATE_ARG")
-((JOBS == 1)) || CELL_OPTS+=(--threads 1)
+((${#EXTRA[@]} == 0)) || CELL_OPTS+=(-- "${EXTRA[@]}")
 DATA_OPT=()
 [[ -z "$DATA_DIR_ARG" ]] || DATA_OPT=(--data-dir "$DATA_DIR_ARG")
 
@@ -134,35 +147,50 @@ for p in "${PAIRS[@]}"; do
         done
     done
 done
+# the aggregation as a Slurm job: this script again, collecting only
+AGGREGATE=()
+if ((NO_AGG == 0)); then
+    AGGREGATE=(bash "$SCRIPT_DIR/reproduce.sh" --pairs "$PAIRS_ARG" --systems "$SYSTEMS_ARG"
+        --seeds "$SEEDS_ARG" --profile "$PROFILE" ${MAX_UPDATE_ARG:+--max-update "$MAX_UPDATE_ARG"}
+        --baseline "$BASELINE" --results-dir "$RESULTS_DIR" --aggregate-only)
+    ((NO_SIG == 0)) || AGGREGATE+=(--no-significance)
+fi
+
+# add_cells PAIR...: the cells of these pairs, seed-major
+add_cells() {
+    local p seed s
+    for p in "$@"; do
+        for seed in "${SEEDS[@]}"; do
+            for s in "${SYSTEMS[@]}"; do
+                qk_cell_add "$p/$s/seed$seed" "$(qk_run_dir "$p" "$LABEL" "$s" "$seed")" \
+                    "$p" "$s" --seed "$seed" "${CELL_OPTS[@]}"
+            done
+        done
+    done
+}
 
 N_CELLS=$((${#PAIRS[@]} * ${#SYSTEMS[@]} * ${#SEEDS[@]}))
-qk_log "profile $LABEL: pairs ${PAIRS[*]}; systems ${SYSTEMS[*]}; seeds ${SEEDS[*]}; $N_CELLS cells, $JOBS at a time"
+if ((QK_STATUS)); then
+    add_cells "${PAIRS[@]}"
+    qk_launch_status
+    exit 0
+fi
+qk_log "profile $LABEL: pairs ${PAIRS[*]}; systems ${SYSTEMS[*]}; seeds ${SEEDS[*]}; $N_CELLS cells, launcher $QK_LAUNCHER${QK_JOBS:+, $QK_JOBS at a time}"
 
 # ---------------------------------------------------------------------------------------------
 # --dry-run: print every step
 
 if ((DRY_RUN)); then
-    echo "# reproduce.sh dry run: profile $LABEL, $N_CELLS cells (pairs ${PAIRS[*]}; systems ${SYSTEMS[*]}; seeds ${SEEDS[*]}), $JOBS at a time"
+    echo "# reproduce.sh dry run: profile $LABEL, $N_CELLS cells (pairs ${PAIRS[*]}; systems ${SYSTEMS[*]}; seeds ${SEEDS[*]}), launcher $QK_LAUNCHER${QK_JOBS:+, $QK_JOBS at a time}"
     if ((AGG_ONLY == 0)); then
         for p in "${PAIRS[@]}"; do
-            echo "# pair $p: data (each step skips finished outputs)"
-            qk_print_cmd bash "$SCRIPT_DIR/prepare_data.sh" "$p" "${DATA_OPT[@]+"${DATA_OPT[@]}"}"
-            qk_print_cmd bash "$SCRIPT_DIR/bpe.sh" "$p"
-            qk_print_cmd bash "$SCRIPT_DIR/binarize.sh" "$p"
+            echo "# pair $p: data, on this machine (each step skips finished outputs)"
+            qk_prepare_data 1 "$p" "${DATA_OPT[@]+"${DATA_OPT[@]}"}"
         done
-        for p in "${PAIRS[@]}"; do
-            for seed in "${SEEDS[@]}"; do
-                for s in "${SYSTEMS[@]}"; do
-                    desc="$(load_system_config "$s" && printf '%s; %s' "$SYSTEM_DESC" "$PAPER_ROW")"
-                    echo "# cell $p $s seed $seed ($desc) -> $(qk_run_dir "$p" "$LABEL" "$s" "$seed")"
-                    bash "$SCRIPT_DIR/train.sh" "$p" "$s" --seed "$seed" "${CELL_OPTS[@]}" --dry-run \
-                        || die "train.sh --dry-run failed for $p $s seed $seed"
-                    qk_print_cmd bash "$SCRIPT_DIR/evaluate.sh" "$p" "$s" --seed "$seed" "${CELL_OPTS[@]}"
-                done
-            done
-        done
+        add_cells "${PAIRS[@]}"
+        qk_launch --dry-run "$PROFILE" "${AGGREGATE[@]+"${AGGREGATE[@]}"}"
     fi
-    if ((NO_AGG == 0)); then
+    if ((NO_AGG == 0)) && [[ "$QK_LAUNCHER" == local || "$AGG_ONLY" == 1 ]]; then
         echo "# collection of the finished cells -> $RESULTS_DIR/{runs.json,aggregate.*}"
         qk_print_cmd "${COLLECT[@]}"
     fi
@@ -177,31 +205,20 @@ if ((AGG_ONLY == 0)); then
     READY_PAIRS=()
     for p in "${PAIRS[@]}"; do
         qk_log "pair $p: data preparation (finished steps are skipped)"
-        if qk_run bash "$SCRIPT_DIR/prepare_data.sh" "$p" "${DATA_OPT[@]+"${DATA_OPT[@]}"}" \
-            && qk_run bash "$SCRIPT_DIR/bpe.sh" "$p" && qk_run bash "$SCRIPT_DIR/binarize.sh" "$p"; then
+        if qk_prepare_data 0 "$p" "${DATA_OPT[@]+"${DATA_OPT[@]}"}"; then
             READY_PAIRS+=("$p")
         else
             qk_warn "data preparation of $p failed: its cells are skipped"
             FAILED+=("$p (data)")
         fi
     done
-
-    qk_pool_init "$JOBS"
-    for p in "${READY_PAIRS[@]+"${READY_PAIRS[@]}"}"; do
-        for seed in "${SEEDS[@]}"; do
-            for s in "${SYSTEMS[@]}"; do
-                LOG=""
-                if ((JOBS > 1)); then
-                    LOG="$(qk_run_dir "$p" "$LABEL" "$s" "$seed")/reproduce.log"
-                    mkdir -p -- "$(dirname "$LOG")"
-                fi
-                qk_log "cell $p $s seed $seed${LOG:+ (output also in $LOG)}"
-                qk_pool_submit "$p/$s/seed$seed" "$LOG" qk_cell "$p" "$s" --seed "$seed" "${CELL_OPTS[@]}"
-            done
-        done
-    done
-    qk_pool_wait
-    FAILED+=("${QK_POOL_FAILED[@]+"${QK_POOL_FAILED[@]}"}")
+    add_cells "${READY_PAIRS[@]+"${READY_PAIRS[@]}"}"
+    qk_launch "$PROFILE" "${AGGREGATE[@]+"${AGGREGATE[@]}"}"
+    FAILED+=("${QK_LAUNCH_FAILED[@]+"${QK_LAUNCH_FAILED[@]}"}")
+    if [[ "$QK_LAUNCHER" == slurm ]]; then  # the aggregation is a job
+        ((${#FAILED[@]} == 0)) || die "failed: ${FAILED[*]} (the other cells are submitted)"
+        exit 0
+    fi
 fi
 
 # ---------------------------------------------------------------------------------------------

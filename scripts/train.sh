@@ -23,14 +23,22 @@ source "$SCRIPT_DIR/lib.sh"
 usage() {
     cat <<EOF
 usage: scripts/train.sh PAIR SYSTEM [--profile P] [--seed N] [--max-update N] [--threads N]
-                        [--bf16-autocast] [--dry-run] [--force] [-- EXTRA_FAIRSEQ_TRAIN_ARGS...]
+                        [--nproc N [--launch auto|torchrun|srun]] [--bf16-autocast] [--dry-run]
+                        [--force] [-- EXTRA_FAIRSEQ_TRAIN_ARGS...]
   PAIR         one of: $(qk_known_pairs)
   SYSTEM       one of: $(qk_known_systems)
   --profile P  one of: $(qk_known_profiles) (default: cpu-proxy)
   --seed N     random seed (default 1)
   --max-update N  update budget instead of the profile's (the run goes to
                runs/PAIR/PROFILE-max-update-N/, never over the profile's runs)
-  --threads N  intra-op CPU threads (default: the profile's THREADS)
+  --threads N  intra-op CPU threads (default: the profile's THREADS; --nproc N: shared out)
+  --nproc N    N training processes (torch.distributed DDP; default 1). The profile's tokens
+               per update are kept: each process batches MAX_TOKENS/N tokens. CPU: torchrun,
+               gloo, --cpu; GPU (CUDA_VISIBLE_DEVICES or nvidia-smi): torchrun, NCCL, one GPU
+               per process
+  --launch L   how --nproc starts the processes: auto (default: srun inside a Slurm job with N
+               GPU tasks, else torchrun), torchrun (torchrun --standalone, one machine) or srun
+               (one Slurm task per GPU, several nodes possible: fairseq's Slurm support)
   --bf16-autocast  forward pass and loss in bf16 on CPU (the plugin task
                translation_word_dropout's --bf16-autocast; a profile without word dropout
                gets --word-dropout 0); refused on a CPU without native bf16 unless
@@ -43,10 +51,11 @@ environment: QKNORM_WORK_DIR (outputs under \$QKNORM_WORK_DIR/runs), QKNORM_MAX_
 EOF
 }
 
-PROFILE_ARG=cpu-proxy SEED=1 MAX_UPDATE_ARG="" THREADS_ARG="" DRY_RUN=0 FORCE=0 BF16=0
+PROFILE_ARG=cpu-proxy SEED=1 MAX_UPDATE_ARG="" THREADS_ARG="" DRY_RUN=0 FORCE=0 BF16=0 NPROC=1
+LAUNCH_ARG=auto
 qk_parse_args "@PAIR_ARG SYSTEM_ARG" "--profile PROFILE_ARG" "--seed SEED" \
-    "--max-update MAX_UPDATE_ARG" "--threads THREADS_ARG" "--dry-run DRY_RUN=1" "--force FORCE=1" \
-    "--bf16-autocast BF16=1" -- "$@"
+    "--max-update MAX_UPDATE_ARG" "--threads THREADS_ARG" "--nproc NPROC" "--launch LAUNCH_ARG" \
+    "--bf16-autocast BF16=1" "--dry-run DRY_RUN=1" "--force FORCE=1" -- "$@"
 EXTRA=("${QK_REST[@]+"${QK_REST[@]}"}")
 # The `--` guard: extra fairseq-train arguments may add settings, never replace the ones this
 # script manages (argparse would let the last occurrence win silently).
@@ -119,6 +128,54 @@ if ((BF16)); then
     fi
     TASK_FLAGS+=(--bf16-autocast)
 fi
+
+# --nproc N: N processes of fairseq's DistributedDataParallel training. --max-tokens is per
+# process and N processes x B tokens = 1 process x --update-freq N x B, so each process batches
+# MAX_TOKENS/N: the profile's tokens per update (the batch the papers report) stay the same.
+# CPU: torchrun + gloo + --cpu (fairseq_qknorm/distributed_compat.py), threads shared out;
+# GPU: NCCL, one GPU per process, through torchrun (one machine) or srun (Slurm tasks, any
+# number of nodes: fairseq's Slurm support reads SLURM_PROCID/SLURM_LOCALID/SLURM_NNODES; the
+# rendezvous port, from the job id, is not part of the run's command.txt).
+LAUNCH=() DIST_FLAGS=() PORT_FLAGS=()
+qk_check_posint --nproc "$NPROC"
+case "$LAUNCH_ARG" in auto | torchrun | srun) ;; *) qk_usage_error "--launch must be auto, torchrun or srun" ;; esac
+mapfile -t GPUS < <(qk_gpu_list)
+if ((NPROC > 1)); then
+    ((MAX_TOKENS % NPROC == 0)) || die "--nproc $NPROC does not divide the profile's --max-tokens $MAX_TOKENS (tokens per update are kept)"
+    MAX_TOKENS=$((MAX_TOKENS / NPROC))
+    if [[ "$LAUNCH_ARG" == auto ]]; then
+        LAUNCH_ARG=torchrun
+        if [[ -n "${SLURM_JOB_ID:-}" && "${SLURM_NTASKS:-1}" == "$NPROC" ]] && ((${#GPUS[@]})); then
+            LAUNCH_ARG=srun
+        fi
+    fi
+    if [[ "$LAUNCH_ARG" == srun ]]; then
+        if ((DRY_RUN == 0)); then
+            [[ -n "${SLURM_JOB_ID:-}" ]] || die "--launch srun runs inside a Slurm job (sbatch --ntasks $NPROC, one GPU per task)"
+            [[ "${SLURM_NTASKS:-1}" == "$NPROC" ]] || die "--nproc $NPROC with --launch srun needs a Slurm job of $NPROC tasks, this one has ${SLURM_NTASKS:-1}"
+        fi
+        # srun does not take the job's --cpus-per-task from the environment in every version
+        LAUNCH=(srun --ntasks "$NPROC" ${SLURM_CPUS_PER_TASK:+--cpus-per-task "$SLURM_CPUS_PER_TASK"}
+            --kill-on-bad-exit=1)
+        DIST_FLAGS=(--distributed-world-size "$NPROC" --distributed-backend nccl)
+        PORT_FLAGS=(--distributed-port "$((10000 + ${SLURM_JOB_ID:-0} % 50000))")
+    else
+        LAUNCH=(torchrun --standalone --nproc_per_node "$NPROC")
+        if ((${#GPUS[@]})); then
+            ((${#GPUS[@]} >= NPROC)) || die "--nproc $NPROC: only ${#GPUS[@]} GPUs here (${GPUS[*]})"
+            DIST_FLAGS=(--distributed-world-size "$NPROC" --distributed-backend nccl)
+        else
+            DIST_FLAGS=(--cpu --distributed-world-size "$NPROC" --distributed-backend gloo)
+            THREADS=$((THREADS > NPROC ? THREADS / NPROC : 1))
+        fi
+    fi
+fi
+# one process per GPU: with more GPUs visible than processes, fairseq would start a process on
+# each of them (its default --distributed-world-size is the GPU count) and change the batch
+if [[ "$LAUNCH_ARG" != srun ]] && ((${#GPUS[@]} > NPROC)); then
+    export CUDA_VISIBLE_DEVICES="$(IFS=,; echo "${GPUS[*]:0:NPROC}")"
+fi
+
 DROPOUT_FLAGS=()
 [[ -z "${TRAIN_DROPOUT:-}" ]] || DROPOUT_FLAGS=(--dropout "$TRAIN_DROPOUT")  # a profile's training setting
 # validation BLEU removes exactly the data's segmentation (bpe.json's tool): fairseq's bare
@@ -150,6 +207,7 @@ CMD=(fairseq-train "$BIN"
     --seed "$SEED" --save-dir "$RUN/checkpoints"
     --log-format simple --log-interval 50 --tensorboard-logdir "$RUN/tensorboard"
     --attn-stats-interval 100 --num-workers 0
+    "${DIST_FLAGS[@]+"${DIST_FLAGS[@]}"}"
     "${EXTRA[@]+"${EXTRA[@]}"}")
 
 "$QK_PY" -m qknorm_tools.train_check --remove-bpe "$REMOVE_BPE" \
@@ -158,7 +216,10 @@ CMD=(fairseq-train "$BIN"
 
 if ((DRY_RUN)); then
     [[ -z "$L_NOTE" ]] || qk_log "$L_NOTE"
-    qk_print_cmd env "OMP_NUM_THREADS=$THREADS" "${CMD[@]}"
+    [[ -z "${PORT_FLAGS[*]}" || -n "${SLURM_JOB_ID:-}" ]] \
+        || qk_log "dry run outside Slurm: the job uses --distributed-port 10000 + (its job id % 50000)"
+    qk_print_cmd env "OMP_NUM_THREADS=$THREADS" "${LAUNCH[@]+"${LAUNCH[@]}"}" "${CMD[@]}" \
+        "${PORT_FLAGS[@]+"${PORT_FLAGS[@]}"}"
     exit 0
 fi
 
@@ -185,6 +246,10 @@ if [[ -f "$RUN/train.json" ]]; then
 fi
 FAIRSEQ_TRAIN="$(qk_tool fairseq-train)"
 CMD[0]="$FAIRSEQ_TRAIN"
+if ((${#LAUNCH[@]})); then
+    LAUNCH[0]="$(qk_tool "${LAUNCH[0]}")"
+    qk_log "$NPROC processes: $(qk_print_cmd "${LAUNCH[@]}") (--max-tokens $MAX_TOKENS each, $THREADS threads each${CUDA_VISIBLE_DEVICES:+, GPUs $CUDA_VISIBLE_DEVICES})"
+fi
 qk_print_cmd "${CMD[@]}" >"$RUN/command.txt"
 qk_log "training $SYSTEM ($SYSTEM_DESC; $PAPER_ROW) on $PAIR, profile $LABEL, arch $ARCH, seed $SEED -> $RUN"
 [[ -z "$L_NOTE" ]] || qk_log "$L_NOTE"
@@ -204,7 +269,8 @@ qk_on_exit add_wall_time
 # train_with_eta: fairseq-train's output goes unchanged to train.log; what is shown gets an ETA
 # on each progress line (qknorm_tools.progress; tee -p keeps logging should the display end)
 train_with_eta() {
-    "${CMD[@]}" 2>&1 | tee -p -a -- "$RUN/train.log" \
+    "${LAUNCH[@]+"${LAUNCH[@]}"}" "${CMD[@]}" "${PORT_FLAGS[@]+"${PORT_FLAGS[@]}"}" 2>&1 \
+        | tee -p -a -- "$RUN/train.log" \
         | "$QK_PY" -m qknorm_tools.progress train --max-update "$MAX_UPDATE" --max-epoch "${MAX_EPOCH:-0}"
     return "${PIPESTATUS[0]}"
 }

@@ -4,7 +4,8 @@
 * running the pipeline's scripts and tools as subprocesses (``make_env``, ``run_script``,
   ``run_cli``, ``run_without_torch``);
 * a tiny TED-like pair laid out like the shared data (``make_tiny_ted``);
-* a fake ``fairseq-train`` for the scripts' process handling (``fake_fairseq_train``).
+* a fake ``fairseq-train`` for the scripts' process handling (``fake_fairseq_train``);
+* a private single-node Slurm cluster (``slurm_cluster``).
 
 Tests marked ``slow`` run the scripts end to end (seconds to minutes); ``pytest -m "not slow"``
 is the quick loop.
@@ -16,9 +17,13 @@ import hashlib
 import json
 import os
 import random
+import shlex
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -94,6 +99,25 @@ def run_script(name: str, *args, env: dict, timeout: int = 120) -> subprocess.Co
 def out(p: subprocess.CompletedProcess) -> str:
     """stdout + stderr of a finished process."""
     return p.stdout + p.stderr
+
+
+def train_commands(stdout):
+    """The fairseq-train command lines printed by train.sh --dry-run, as token lists."""
+    return [
+        shlex.split(line)
+        for line in stdout.splitlines()
+        if line.startswith("env ") and " fairseq-train " in line
+    ]
+
+
+def flags(tokens):
+    """``--flag value`` / ``--switch`` tokens of a command -> {flag: value or True}."""
+    out = {}
+    for i, tok in enumerate(tokens):
+        if tok.startswith("--"):
+            nxt = tokens[i + 1] if i + 1 < len(tokens) else None
+            out[tok] = nxt if nxt is not None and not nxt.startswith("--") else True
+    return out
 
 
 _BLOCKER = r"""
@@ -331,3 +355,164 @@ def build_model(task, arch, extra=()):
     args = options.parse_args_and_arch(parser, [str(data), "--arch", arch, *extra])
     model = task.build_model(args)
     return model, args
+
+
+# ------------------------------------------------------------------------------ Slurm
+SLURM_COMMANDS = (
+    "munged",
+    "slurmctld",
+    "slurmd",
+    "sbatch",
+    "squeue",
+    "scontrol",
+    "scancel",
+    "sinfo",
+)
+
+
+def slurm_unavailable() -> str | None:
+    """Why a private Slurm cluster cannot run here (None: it can)."""
+    if os.geteuid() != 0:
+        return "the single-node Slurm test cluster runs munged/slurmctld/slurmd as root"
+    path = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+    missing = [c for c in SLURM_COMMANDS if shutil.which(c, path=path) is None]
+    if missing:
+        return (
+            f"Slurm is not installed ({', '.join(missing)} not found): "
+            "apt-get install slurm-wlm munge"
+        )
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stop_pid_file(pid_file: Path) -> None:
+    """TERM the process named in pid_file (one of our daemons), KILL it after 10 s."""
+    try:
+        pid = int(pid_file.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return
+    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 2.0)):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return
+        t0 = time.time()
+        while alive(pid) and time.time() - t0 < wait:
+            time.sleep(0.1)
+        if not alive(pid):
+            return
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory):
+    """A private single-node Slurm cluster for the session; yields its ``SLURM_CONF`` path.
+
+    munged (own key and socket), slurmctld and slurmd (own ports, state, spool and logs in a
+    temporary directory; this node's CPUs and memory from ``slurmd -C``;
+    ``proctrack/linuxproc``, ``task/none``, ``select/cons_tres``; no accounting: squeue and
+    scontrol show finished jobs for MinJobAge = 600 s). Started when a test asks for it,
+    stopped at the end of the session: its jobs are cancelled, then the three daemons are
+    stopped by the pids in their pid files. Skips when Slurm is not installed or this is not
+    root; a cluster that does not come up is an error (logs in the message).
+    """
+    reason = slurm_unavailable()
+    if reason:
+        pytest.skip(reason)
+    d = tmp_path_factory.mktemp("slurm")
+    for sub in ("state", "spool", "log", "munge"):
+        (d / sub).mkdir()
+    key = d / "munge" / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o400)
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([env.get("PATH", ""), "/usr/sbin", "/sbin"])
+    node = subprocess.run(["slurmd", "-C"], env=env, capture_output=True, text=True, check=True)
+    hw = dict(kv.split("=", 1) for kv in node.stdout.split()[:8] if "=" in kv)
+    conf = d / "slurm.conf"
+    conf.write_text(
+        "\n".join(
+            [
+                "ClusterName=qktest",
+                f"SlurmctldHost={hw['NodeName']}",
+                "SlurmUser=root",
+                "SlurmdUser=root",
+                f"SlurmctldPort={_free_port()}",
+                f"SlurmdPort={_free_port()}",
+                "AuthType=auth/munge",
+                "CredType=cred/munge",
+                f"AuthInfo=socket={d / 'munge' / 'munge.socket'}",
+                f"StateSaveLocation={d / 'state'}",
+                f"SlurmdSpoolDir={d / 'spool'}",
+                f"SlurmctldPidFile={d / 'slurmctld.pid'}",
+                f"SlurmdPidFile={d / 'slurmd.pid'}",
+                f"SlurmctldLogFile={d / 'log' / 'slurmctld.log'}",
+                f"SlurmdLogFile={d / 'log' / 'slurmd.log'}",
+                "ProctrackType=proctrack/linuxproc",
+                "TaskPlugin=task/none",
+                "SelectType=select/cons_tres",
+                "SelectTypeParameters=CR_Core_Memory",
+                "SchedulerType=sched/backfill",
+                "ReturnToService=2",
+                "MpiDefault=none",
+                "MailProg=/bin/true",
+                "JobAcctGatherType=jobacct_gather/none",
+                "AccountingStorageType=accounting_storage/none",
+                "MinJobAge=600",
+                "KillWait=5",
+                "DefMemPerCPU=500",
+                f"NodeName={hw['NodeName']} CPUs={hw['CPUs']} RealMemory={hw['RealMemory']} "
+                "State=UNKNOWN",
+                f"PartitionName=debug Nodes={hw['NodeName']} Default=YES MaxTime=INFINITE State=UP",
+            ]
+        )
+        + "\n"
+    )
+    env["SLURM_CONF"] = str(conf)
+    pid_files = [d / "slurmd.pid", d / "slurmctld.pid", d / "munge" / "munged.pid"]
+    try:
+        subprocess.run(
+            [
+                "munged",
+                "-f",
+                f"--socket={d / 'munge' / 'munge.socket'}",
+                f"--key-file={key}",
+                f"--pid-file={pid_files[2]}",
+                f"--log-file={d / 'log' / 'munged.log'}",
+                f"--seed-file={d / 'munge' / 'seed'}",
+            ],
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
+        subprocess.run(["slurmctld", "-f", conf], env=env, check=True, timeout=30)
+        subprocess.run(["slurmd", "-f", conf], env=env, check=True, timeout=30)
+        t0 = time.time()
+        while True:
+            state = subprocess.run(
+                ["sinfo", "-h", "-o", "%t"], env=env, capture_output=True, text=True
+            ).stdout.strip()
+            if state == "idle":
+                break
+            if time.time() - t0 > 60:
+                logs = "\n".join(p.read_text()[-1500:] for p in (d / "log").iterdir())
+                raise RuntimeError(f"test Slurm cluster not idle after 60 s ({state!r}):\n{logs}")
+            time.sleep(0.2)
+        yield conf
+    finally:
+        subprocess.run(["scancel", "--user", "root"], env=env, capture_output=True, timeout=30)
+        t0 = time.time()
+        while time.time() - t0 < 60:
+            q = subprocess.run(
+                ["squeue", "-h", "-o", "%i"], env=env, capture_output=True, text=True
+            )
+            if q.returncode != 0 or not q.stdout.strip():
+                break
+            time.sleep(0.5)
+        for pid_file in pid_files:
+            _stop_pid_file(pid_file)

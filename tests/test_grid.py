@@ -19,7 +19,7 @@ import pytest
 
 from qknorm_tools.scoring import score_lines
 
-from conftest import REPO, cli_env
+from conftest import REPO, cli_env, flags, train_commands
 
 SCRIPTS = REPO / "scripts"
 
@@ -86,25 +86,6 @@ def script(name, *args, work_dir, check=True):
             f"{proc.stderr[-3000:]}"
         )
     return proc
-
-
-def train_commands(stdout):
-    """The fairseq-train command lines printed by train.sh --dry-run, as token lists."""
-    return [
-        shlex.split(line)
-        for line in stdout.splitlines()
-        if line.startswith("env ") and " fairseq-train " in line
-    ]
-
-
-def flags(tokens):
-    """``--flag value`` / ``--switch`` tokens of a command -> {flag: value or True}."""
-    out = {}
-    for i, tok in enumerate(tokens):
-        if tok.startswith("--"):
-            nxt = tokens[i + 1] if i + 1 < len(tokens) else None
-            out[tok] = nxt if nxt is not None and not nxt.startswith("--") else True
-    return out
 
 
 def dry_run_cmd(pair, system, profile, work_dir, seed=1):

@@ -40,3 +40,12 @@ GEN_FLAGS=(--max-len-a 1.5 --max-len-b 10)
 # Intra-op threads per training job. The demo trains its two systems side by side with one
 # thread each (better total throughput on 2 cores than one 2-thread job after the other).
 THREADS="${QKNORM_THREADS:-2}"
+
+# One cell as a cluster job (scripts/reproduce.sh --launcher slurm; flags and --sbatch-args
+# override them). Not SLURM_*: Slurm reads such variables from the environment. JOB_GPUS: GPUs
+# per training process (0 or 1); JOB_CPUS and JOB_MEM: per training process; JOB_TIME: the
+# time limit of one start (a cell that reaches it requeues itself and resumes).
+JOB_GPUS=0
+JOB_CPUS=2
+JOB_MEM=4G
+JOB_TIME=2:00:00

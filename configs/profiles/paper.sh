@@ -47,3 +47,13 @@ GEN_MAX_TOKENS=12000
 GEN_FLAGS=()               # fairseq's default output length cap (200 tokens)
 
 THREADS="${QKNORM_THREADS:-2}"
+
+# One cell as a cluster job (scripts/reproduce.sh --launcher slurm; flags and --sbatch-args
+# override them). Not SLURM_*: Slurm reads such variables from the environment. One GPU per
+# training process, as the papers; 4 CPUs and 16G of host memory per process (data loading,
+# dev-BLEU decoding); 24 hours per start: a cell that reaches the limit requeues itself and
+# resumes from checkpoint_last.pt (a 200-epoch pair runs longer than one day on some GPUs).
+JOB_GPUS=1
+JOB_CPUS=4
+JOB_MEM=16G
+JOB_TIME=24:00:00

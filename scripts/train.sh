@@ -99,7 +99,9 @@ BIN="$QK_DATA/bin/$PAIR"
 BPE_DIR="$QK_DATA/bpe/$PAIR"
 LABEL="$(qk_run_label)"
 RUN="$(qk_run_dir "$PAIR" "$LABEL" "$SYSTEM" "$SEED")"
-RETRAIN="scripts/train.sh $PAIR $SYSTEM --profile $PROFILE --seed $SEED${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG}$( ((BF16)) && echo " --bf16-autocast") --force"
+BF16_ARG=""
+((BF16 == 0)) || BF16_ARG=" --bf16-autocast"
+RETRAIN="scripts/train.sh $PAIR $SYSTEM --profile $PROFILE --seed $SEED${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG}$BF16_ARG --force"
 ARCH="$(qk_arch)"
 
 QKNORM_FLAGS=()

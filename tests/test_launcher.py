@@ -19,7 +19,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO, SCRIPTS, flags, make_env, make_tiny_ted, out, run_script, train_commands
+from conftest import (
+    REPO,
+    SCRIPTS,
+    flags,
+    make_data_chain,
+    make_env,
+    make_tiny_ted,
+    out,
+    run_script,
+    train_commands,
+)
 
 PAPER_GRID = ["--pairs", "all", "--systems", "all", "--seeds", "1,2,3", "--profile", "paper"]
 TINY = [
@@ -101,8 +111,7 @@ def test_local_launcher_runs_each_cell_on_its_own_gpu(tmp_path, source):
     """--jobs 2 on a machine with two (fake) GPUs: three cells through scripts/train.sh, never
     two at once on one GPU, each on exactly one of them."""
     work = tmp_path / "work"
-    (work / "data/bin/gl-en").mkdir(parents=True)
-    (work / "data/bin/gl-en/.done").write_text("")
+    make_data_chain(work)
     fake = tmp_path / "bin"
     fake.mkdir()
     (fake / "fairseq-train").write_text(FAKE_GPU_TRAIN)

@@ -18,6 +18,7 @@ from fairseq_qknorm.modules import (
     QKNormMultiheadAttention,
     ScaleNorm,
     qk_norm_initial_scale,
+    scaled_l2_normalize,
 )
 
 TINY = ["--encoder-embed-dim", "16", "--decoder-embed-dim", "16",
@@ -136,6 +137,58 @@ def test_fixnorm_embeddings_unit_norm():
             out = proj(x3)
         assert out.shape == (2, 4, 50)
         torch.testing.assert_close(out, ref, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("scale_shape", [None, (), (3, 1, 1)])
+def test_scaled_l2_normalize_backward_matches_autograd_composite(dtype, scale_shape):
+    """The hand-written backward (and the no-grad forward) against autograd through the
+    composite formula in float64, for unit norm, a scalar g and a per-head g, with a
+    zero vector and a vector below eps, on a head-split (non-contiguous) input as in
+    attention; gradients of g keep g's shape and dtype."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 2, 3, 8, generator=g).permute(1, 2, 0, 3)  # (B, H, T, hd) view
+    x[0, 0, 0] = 0.0
+    x[0, 1, 1] = 1e-9  # ||x|| < eps
+    x = x.to(dtype)
+    scale = None if scale_shape is None else torch.rand(scale_shape, generator=g) + 1.0
+    dy = torch.randn(x.shape, generator=g).to(dtype)
+
+    ref_x = x.detach().double().requires_grad_()
+    ref_s = None if scale is None else scale.double().requires_grad_()
+    norm = torch.linalg.vector_norm(ref_x, dim=-1, keepdim=True).clamp_min(1e-6)
+    ref = ref_x * ((1.0 if ref_s is None else ref_s) / norm)
+    ref.backward(dy.double())
+
+    xa = x.detach().clone().requires_grad_()
+    sa = None if scale is None else scale.clone().requires_grad_()
+    out = scaled_l2_normalize(xa, 1e-6, sa)
+    out.backward(dy)
+    with torch.no_grad():
+        no_grad_out = scaled_l2_normalize(x, 1e-6, scale)
+    tol = {torch.float64: dict(atol=1e-12, rtol=1e-12), torch.float32: dict(atol=1e-5, rtol=1e-5),
+           torch.float16: dict(atol=1e-2, rtol=1e-2), torch.bfloat16: dict(atol=5e-2, rtol=2e-2)}[dtype]
+    assert out.dtype == no_grad_out.dtype == xa.grad.dtype == dtype
+    assert torch.equal(out, no_grad_out)
+    torch.testing.assert_close(out.double(), ref.detach(), **tol)
+    live = ~torch.isclose(ref_x.grad, torch.zeros((), dtype=torch.float64)).all(-1)  # not huge/zero
+    big = ref_x.grad.abs().amax(-1) > 1e4  # rows at the clamp: gradient scale / eps, not comparable in fp16
+    keep = live & ~big if dtype in (torch.float16, torch.bfloat16) else torch.ones_like(live)
+    torch.testing.assert_close(xa.grad.double()[keep], ref_x.grad[keep], **tol)
+    if scale is not None:
+        assert sa.grad.shape == scale.shape and sa.grad.dtype == torch.float32
+        torch.testing.assert_close(sa.grad.double(), ref_s.grad, atol=5e-2 if dtype.itemsize == 2
+                                   else 1e-5, rtol=1e-2 if dtype.itemsize == 2 else 1e-5)
+    # float64: against finite differences too (eps 1e-3: the steps of 1e-6 stay on one side
+    # of the clamp), and second derivatives raise
+    if dtype == torch.float64:
+        args = (x.detach().clone().requires_grad_(),) + (
+            () if scale is None else (scale.double().requires_grad_(),))
+        assert torch.autograd.gradcheck(lambda t, *s: scaled_l2_normalize(t, 1e-3, *s), args)
+        (gx,) = torch.autograd.grad(scaled_l2_normalize(args[0], 1e-6).pow(3).sum(), args[0],
+                                    create_graph=True)
+        with pytest.raises(RuntimeError, match="once_differentiable|does not require grad|twice"):
+            gx.sum().backward()
 
 
 def test_scalenorm_validates_its_arguments_and_input():

@@ -230,6 +230,11 @@ class QKNormMultiheadAttention(MultiheadAttention):
         #: False selects the explicit matmul/softmax path even when weights are not
         #: needed (reference path for tests and benchmarks).
         self.use_fused = True
+        #: On CPU, ``scaled_dot_product_attention`` runs only for at least this many
+        #: queries per row; fewer (one per incremental decoding step) take the explicit
+        #: path, which the fused CPU kernel's per-call setup makes faster there
+        #: (benchmarks/README.md). 1 sends every query length to the fused kernel.
+        self.fused_min_queries = 2
         #: When True, the next forwards take the explicit path and store attention
         #: health statistics (entropy, max |logit|) in ``self.last_stats``.
         self.record_stats = False
@@ -325,10 +330,12 @@ class QKNormMultiheadAttention(MultiheadAttention):
 
         Bool masks come out with True = *attend* (SDPA's convention, the inverse of
         fairseq's); an additive float ``attn_mask`` stays additive with pads set to
-        ``-inf``. A fully masked row gives zeros, never NaN (both paths).
+        ``-inf``. A ``key_padding_mask`` without any pad counts as none (fairseq's
+        encoder always returns one): no mask is read or applied then. A fully masked
+        row gives zeros, never NaN (both paths).
         """
         pad = None
-        if key_padding_mask is not None:
+        if key_padding_mask is not None and bool(key_padding_mask.any()):
             pad = key_padding_mask.to(torch.bool)[:, None, None, :]  # (B, 1, 1, S)
         if attn_mask is None:
             return None if pad is None else ~pad
@@ -339,6 +346,17 @@ class QKNormMultiheadAttention(MultiheadAttention):
         if pad is None:
             return additive
         return additive.masked_fill(pad, float("-inf"))
+
+    @staticmethod
+    def _dead_rows(mask: Tensor) -> Optional[Tensor]:
+        """Queries that ``mask`` (from :meth:`_attention_mask`) lets see no key, as a bool
+        tensor broadcastable to ``(B, H, T, 1)``, or None when there is none. Read from the
+        mask, which is at most ``(B, 1, T, S)``, instead of from the ``(B, H, T, S)`` logits."""
+        if mask.dtype == torch.bool:
+            dead = ~mask.any(dim=-1, keepdim=True)
+        else:
+            dead = torch.isneginf(mask).all(dim=-1, keepdim=True)
+        return dead if bool(dead.any()) else None
 
     # ------------------------------------------------------------------ forward
     def forward(
@@ -442,12 +460,17 @@ class QKNormMultiheadAttention(MultiheadAttention):
             self.training or self.dropout_module.apply_during_inference) else 0.0
 
         weights: Optional[Tensor] = None
-        if (self.use_fused and not need_weights and not before_softmax
-                and not self.record_stats):
+        if (self.use_fused and not need_weights and not before_softmax and not self.record_stats
+                and (q.size(2) >= self.fused_min_queries or not q.is_cpu)):
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
                                                  scale=scale)
         else:
-            logits = torch.matmul(q, k.transpose(-1, -2))  # (B', H, T', S)
+            # 3-D bmm over B' * H rows: torch.matmul's 4-D handling costs more per call
+            # than the work of a decoding step (same reshapes and copies otherwise)
+            rows, q_len = q.size(0) * self.num_heads, q.size(2)
+            logits = torch.bmm(q.reshape(rows, q_len, self.head_dim),
+                               k.reshape(rows, src_len, self.head_dim).transpose(1, 2))
+            logits = logits.view(kv_bsz, self.num_heads, q_len, src_len)  # (B', H, T', S)
             if scale != 1.0:
                 logits = logits * scale
             dead: Optional[Tensor] = None
@@ -458,8 +481,9 @@ class QKNormMultiheadAttention(MultiheadAttention):
                     logits = logits + mask
                 # queries with every key masked attend to nothing: zero output and
                 # zero gradient instead of NaN (as the fused kernel does)
-                dead = torch.isneginf(logits).all(dim=-1, keepdim=True)
-                logits = logits.masked_fill(dead, 0.0)
+                dead = self._dead_rows(mask)
+                if dead is not None:
+                    logits = logits.masked_fill(dead, 0.0)
             if before_softmax:
                 if grouped:
                     raise NotImplementedError("before_softmax with beam-shared encoder states")
@@ -473,7 +497,11 @@ class QKNormMultiheadAttention(MultiheadAttention):
             if self.record_stats:
                 self._store_stats(logits, probs_float, dead)
             probs = probs_float.type_as(logits)
-            out = torch.matmul(F.dropout(probs, p=dropout_p, training=dropout_p > 0), v)
+            if dropout_p > 0:
+                probs = F.dropout(probs, p=dropout_p, training=True)
+            out = torch.bmm(probs.view(rows, q_len, src_len),
+                            v.reshape(rows, src_len, self.head_dim))
+            out = out.view(kv_bsz, self.num_heads, q_len, self.head_dim)
             if need_weights:
                 weights = probs_float
         if grouped:

@@ -191,6 +191,83 @@ def test_scaled_l2_normalize_backward_matches_autograd_composite(dtype, scale_sh
             gx.sum().backward()
 
 
+def test_fixnorm_output_projection_reuses_its_matrix_only_while_weights_are_unchanged():
+    """In eval mode without autograd the normalized output matrix is computed once; any
+    in-place change to the parameter, a new parameter, train()/eval(), training mode or
+    autograd gives the current weights' matrix."""
+    torch.manual_seed(0)
+    proj = FixNormLinear(16, 50).eval()
+
+    def expected():
+        w = proj.weight.detach().double()
+        return (w / w.norm(dim=-1, keepdim=True).clamp_min(1e-6)).float()
+
+    with torch.no_grad():
+        first = proj.normalized_weight()
+        assert proj.normalized_weight() is first  # reused
+        torch.testing.assert_close(first, expected())
+        proj.weight.mul_(2.0).add_(0.5)  # in place on the parameter: version counter bumped
+        second = proj.normalized_weight()
+        assert second is not first
+        torch.testing.assert_close(second, expected())
+        proj.weight = torch.nn.Parameter(torch.randn(50, 16))  # a new (e.g. re-tied) parameter
+        torch.testing.assert_close(proj.normalized_weight(), expected())
+        # a change through .data does not bump the version counter: eval() drops the cache
+        proj.weight.data.mul_(-1.0)
+        proj.eval()
+        torch.testing.assert_close(proj.normalized_weight(), expected())
+        x = torch.randn(3, 16)
+        torch.testing.assert_close(proj(x), x @ expected().T)
+    # with autograd (even in eval mode) and in training mode: recomputed, differentiable
+    out = proj(torch.randn(2, 16))
+    out.sum().backward()
+    assert proj.weight.grad is not None and proj._normalized_cache[3] is not out
+    proj.train()
+    with torch.no_grad():
+        proj(torch.randn(2, 16))
+    assert proj._normalized_cache is None
+
+
+def test_fixnorm_cache_is_never_stale_after_fairseq_updates_with_eval_bleu(toy_data):
+    """fairseq's Trainer with its own Adam (which updates ``p.data`` in place, so the
+    parameter's version counter does not move) and ``--eval-bleu``: the validation after
+    an update decodes with the updated output matrix, not the one cached by the
+    validation before it."""
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.trainer import Trainer
+
+    _, bin_dir = toy_data
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        str(bin_dir), "--arch", "transformer_twt", *TINY, "--cpu", "--seed", "1",
+        "--optimizer", "adam", "--lr", "0.01", "--criterion", "label_smoothed_cross_entropy",
+        "--max-tokens", "500", "--eval-bleu", "--eval-bleu-args", '{"beam": 2, "max_len_b": 5}'])
+    cfg = convert_namespace_to_omegaconf(args)
+    task = tasks.setup_task(cfg.task)
+    for split in ("train", "valid"):
+        task.load_dataset(split)
+    model = task.build_model(cfg.model)
+    trainer = Trainer(cfg, task, model, task.build_criterion(cfg.criterion))
+    proj = model.decoder.output_projection
+    assert isinstance(proj, FixNormLinear)
+
+    def first_batch(split):
+        itr = task.get_batch_iterator(task.dataset(split), max_tokens=500)
+        return next(iter(itr.next_epoch_itr(shuffle=False)))
+
+    valid, train = first_batch("valid"), first_batch("train")
+    assert "bleu" in trainer.valid_step(valid)  # beam search ran (eval-bleu)
+    cached = proj._normalized_cache[3].clone()
+    version = proj.weight._version
+    trainer.train_step([train])
+    assert proj.weight._version == version  # fairseq's Adam: p.data, version unchanged
+    trainer.valid_step(valid)
+    with torch.no_grad():
+        current = scaled_l2_normalize(proj.weight, 1e-6)
+    assert not torch.equal(current, cached)  # the update changed the matrix ...
+    assert torch.equal(proj._normalized_cache[3], current)  # ... and decoding used the new one
+
+
 def test_scalenorm_validates_its_arguments_and_input():
     for bad in (dict(dim=0), dict(dim=8.0), dict(dim=True), dict(dim=8, eps=0.0),
                 dict(dim=8, eps=float("nan")), dict(dim=8, eps=-1e-5), dict(dim=8, scale=0.0),

@@ -360,6 +360,34 @@ def test_base_arch_is_stock_postnorm(toy_task):
     assert model.encoder.layer_norm is None
 
 
+def test_prenorm_residual_stream_is_contiguous_after_the_first_sublayer(toy_task):
+    """``residual_connection`` returns fairseq's ``residual + x`` exactly, but in the layer
+    output's contiguous (T, B, C) layout: in a PreNorm model every norm but each stack's
+    first reads a contiguous input (fairseq's order keeps the embeddings' transposed
+    batch-major view through all layers)."""
+    from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
+
+    model, _ = build_model(toy_task, "transformer_qknorm_paper", TINY + ["--qk-norm-scale", "5"])
+    layer = model.encoder.layers[0]
+    residual = torch.randn(3, 5, 16).transpose(0, 1)  # (T, B, C) view of (B, T, C)
+    x = torch.randn(5, 3, 16)
+    out = layer.residual_connection(x, residual)
+    assert torch.equal(out, TransformerEncoderLayerBase.residual_connection(layer, x, residual))
+    assert out.is_contiguous() and not (residual + x).is_contiguous()
+
+    seen = []
+    norms = [m for m in model.modules() if isinstance(m, LayerNorm)]
+    hooks = [m.register_forward_pre_hook(lambda m, args: seen.append(args[0].is_contiguous()))
+             for m in norms]
+    tokens = torch.randint(4, len(toy_task.source_dictionary), (3, 6))
+    model(tokens, torch.full((3,), 6), tokens)
+    for h in hooks:
+        h.remove()
+    # per stack: layers x sublayers norms + the final norm; only each stack's first is strided
+    assert len(seen) == 2 * 2 + 1 + 2 * 3 + 1
+    assert seen.count(False) == 2, seen
+
+
 BAD_QK_FLAGS = [
     # (arch, flags, message on stderr)
     ("transformer_qknorm_paper_proxy", [], "QKNorm needs exactly one of --qk-norm-length"),

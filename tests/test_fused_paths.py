@@ -269,3 +269,18 @@ def test_single_query_steps_take_the_explicit_path_on_cpu(variant, sdpa_masks):
     assert len(sdpa_masks) == 4  # module a's steps only
     b(x, x, x, attn_mask=causal(4), need_weights=False)
     assert len(sdpa_masks) == 5
+
+
+def test_mask_shortcuts_never_synchronize_off_cpu():
+    """The no-pad and no-dead-row shortcuts read a value on the host, which on a GPU costs a
+    synchronization per call: off the CPU (here the meta device, where reading a value
+    raises) the masks are built and applied as they are."""
+    a, _ = pair("off", self_attention=True)
+    no_pads = torch.zeros(2, 3, dtype=torch.bool, device="meta")
+    mask = a._attention_mask(None, no_pads, torch.float32)
+    assert mask is not None and mask.shape == (2, 1, 1, 3) and mask.device.type == "meta"
+    dead = QKNormMultiheadAttention._dead_rows(mask)
+    assert dead is not None and dead.shape == (2, 1, 1, 1)
+    # on CPU the same inputs take the shortcuts
+    assert a._attention_mask(None, torch.zeros(2, 3, dtype=torch.bool), torch.float32) is None
+    assert QKNormMultiheadAttention._dead_rows(torch.ones(2, 1, 1, 3, dtype=torch.bool)) is None

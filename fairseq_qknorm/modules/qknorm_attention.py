@@ -330,12 +330,14 @@ class QKNormMultiheadAttention(MultiheadAttention):
 
         Bool masks come out with True = *attend* (SDPA's convention, the inverse of
         fairseq's); an additive float ``attn_mask`` stays additive with pads set to
-        ``-inf``. A ``key_padding_mask`` without any pad counts as none (fairseq's
-        encoder always returns one): no mask is read or applied then. A fully masked
-        row gives zeros, never NaN (both paths).
+        ``-inf``. On CPU a ``key_padding_mask`` without any pad counts as none (fairseq's
+        encoder always returns one): no mask is read or applied then (on other devices
+        the check would cost a host synchronization per call, so the mask is kept). A
+        fully masked row gives zeros, never NaN (both paths).
         """
         pad = None
-        if key_padding_mask is not None and bool(key_padding_mask.any()):
+        if key_padding_mask is not None and (not key_padding_mask.is_cpu
+                                             or bool(key_padding_mask.any())):
             pad = key_padding_mask.to(torch.bool)[:, None, None, :]  # (B, 1, 1, S)
         if attn_mask is None:
             return None if pad is None else ~pad
@@ -350,13 +352,14 @@ class QKNormMultiheadAttention(MultiheadAttention):
     @staticmethod
     def _dead_rows(mask: Tensor) -> Optional[Tensor]:
         """Queries that ``mask`` (from :meth:`_attention_mask`) lets see no key, as a bool
-        tensor broadcastable to ``(B, H, T, 1)``, or None when there is none. Read from the
-        mask, which is at most ``(B, 1, T, S)``, instead of from the ``(B, H, T, S)`` logits."""
+        tensor broadcastable to ``(B, H, T, 1)``; on CPU None when there is none (elsewhere
+        that check would synchronize with the host). Read from the mask, which is at most
+        ``(B, 1, T, S)``, instead of from the ``(B, H, T, S)`` logits."""
         if mask.dtype == torch.bool:
             dead = ~mask.any(dim=-1, keepdim=True)
         else:
             dead = torch.isneginf(mask).all(dim=-1, keepdim=True)
-        return dead if bool(dead.any()) else None
+        return None if dead.is_cpu and not bool(dead.any()) else dead
 
     # ------------------------------------------------------------------ forward
     def forward(

@@ -191,6 +191,22 @@ def test_scaled_l2_normalize_backward_matches_autograd_composite(dtype, scale_sh
             gx.sum().backward()
 
 
+def test_scaled_l2_normalize_gradient_keeps_the_input_layout():
+    """The gradient of a head-split view comes back in the view's own memory layout (not
+    the incoming gradient's), so it flows back through the split without a copy."""
+    proj = torch.randn(5, 3, 16, requires_grad=True)  # (T, B, C)
+    q = proj.view(5, 3, 2, 8).permute(1, 2, 0, 3)  # (B, H, T, hd) view
+    seen = []
+    q.register_hook(seen.append)
+    dy = torch.randn(3, 5, 2, 8).transpose(1, 2)  # another layout, as SDPA's gradient
+    scaled_l2_normalize(q, 1e-6, torch.tensor(3.0, requires_grad=True)).backward(dy)
+    assert seen[0].stride() == q.stride()
+    ref = proj.detach().clone().requires_grad_()
+    qr = ref.view(5, 3, 2, 8).permute(1, 2, 0, 3)
+    (qr * (3.0 / qr.norm(dim=-1, keepdim=True))).backward(dy)
+    torch.testing.assert_close(proj.grad, ref.grad)
+
+
 def test_fixnorm_output_projection_reuses_its_matrix_only_while_weights_are_unchanged():
     """In eval mode without autograd the normalized output matrix is computed once; any
     in-place change to the parameter, a new parameter, train()/eval(), training mode or

@@ -44,7 +44,10 @@ class _ScaledL2Normalize(torch.autograd.Function):
         xc, dyc = x.to(compute), dy.to(compute)  # no copy for float32/float64
         # One full-size buffer for the whole backward (allocating is not free on CPU:
         # a fresh multi-MB tensor costs a page fault per 4 KiB): <dy, x> first, then dx.
-        buf = dyc * xc
+        # It has x's memory layout, so dx does too: for a head-split view of a projection
+        # (attention's q and k) the gradient then flows back through the split without
+        # the copy that dy's layout (SDPA's) would need.
+        buf = torch.mul(dyc, xc, out=torch.empty_like(xc))
         dot = buf.sum(-1, keepdim=True)  # <dy, x> per vector, (..., 1)
         grad_scale = None
         if scale is not None and ctx.needs_input_grad[1]:

@@ -147,8 +147,9 @@ class QKNormMultiheadAttention(MultiheadAttention):
     * ``forward`` never dispatches to ``F.multi_head_attention_forward``: the
       same code runs in training, validation and incremental decoding, through
       ``torch.nn.functional.scaled_dot_product_attention`` (the *fused* path)
-      unless attention weights are requested (the *explicit* path, plain
-      matmul + softmax);
+      unless attention weights are requested or, on CPU, a row has a single query
+      (an incremental decoding step; ``fused_min_queries``) (the *explicit* path,
+      plain matmul + softmax);
     * with ``qk_norm=True`` each query and key vector of each head is
       normalized after projection and head split (module docstring):
       ``qk_norm_type="l2"`` gives logits ``g * cos(q, k)`` with a learnable
@@ -536,8 +537,8 @@ class QKNormMultiheadAttention(MultiheadAttention):
         entries. ``logits`` are the ones that enter the softmax, so the statistics hold
         for each QK-norm type as it computes them (``g cos`` for l2, ``N_q(q).N_k(k) /
         sqrt(d_head)`` for layernorm/rmsnorm, ``q.k / sqrt(d_head)`` without QK-norm).
-        ``logits``/``probs``: ``(B', H, T', S)``; ``dead``: ``(B', H, T', 1)``
-        True for fully masked queries, or None.
+        ``logits``/``probs``: ``(B', H, T', S)``; ``dead``: broadcastable to
+        ``(B', H, T', 1)``, True for fully masked queries, or None.
         """
         entropy = -(probs * torch.log(probs.clamp_min(1e-30))).sum(-1)  # (B', H, T')
         if dead is not None:

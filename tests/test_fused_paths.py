@@ -284,3 +284,20 @@ def test_mask_shortcuts_never_synchronize_off_cpu():
     # on CPU the same inputs take the shortcuts
     assert a._attention_mask(None, torch.zeros(2, 3, dtype=torch.bool), torch.float32) is None
     assert QKNormMultiheadAttention._dead_rows(torch.ones(2, 1, 1, 3, dtype=torch.bool)) is None
+
+
+@pytest.mark.parametrize("variant", ["off", "l2"])
+def test_attention_stats_leave_out_fully_padded_sentences(variant):
+    """Entropy statistics average over queries that see a key: with dead rows found from the
+    (B, 1, 1, S) mask, a fully padded sentence's queries are left out, as before."""
+    a, _ = pair(variant, encoder_decoder_attention=True, kdim=E, vdim=E)
+    a.record_stats = True
+    q, k = torch.randn(4, 3, E), torch.randn(6, 3, E)
+    pad = torch.zeros(3, 6, dtype=torch.bool)
+    pad[1] = True
+    pad[2, :3] = True
+    _, w = a(q, k, k, key_padding_mask=pad, need_head_weights=True)  # (H, B, T, S)
+    assert torch.equal(w[:, 1], torch.zeros_like(w[:, 1]))
+    live = w[:, [0, 2]].double()
+    entropy = -(live * torch.log(live.clamp_min(1e-30))).sum(-1).mean()
+    assert float(a.last_stats["entropy"]) == pytest.approx(float(entropy), rel=1e-5)

@@ -1,6 +1,6 @@
 """bf16 autocast on CPU (``--task translation_word_dropout --bf16-autocast``) against fp32.
 
-    python -m benchmarks.bf16_cpu [--sections model,e2e] [--systems twt,qknorm] [--reps 7]
+    python -m benchmarks.bf16_cpu [--sections model,e2e] [--systems twt,qknorm_paper] [--reps 7]
                                   [--threads N] [--e2e-data DIR] [--work-dir DIR] [--out JSON]
 
 One command, one process, entries interleaved (fp32, bf16, fp32, bf16, ...) so that machine
@@ -88,7 +88,7 @@ def parse_args(argv=None):
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--sections", type=bench.csv(), default=list(SECTIONS),
                    help=f"comma list of {','.join(SECTIONS)}")
-    p.add_argument("--systems", type=bench.csv(), default=["twt", "qknorm"],
+    p.add_argument("--systems", type=bench.csv(), default=["twt", "qknorm_paper"],
                    help=f"comma list of {','.join(c.SYSTEMS)} (default: the demo's two)")
     p.add_argument("--size", default="proxy", help="model size (proxy; smoke for tests)")
     p.add_argument("--threads", type=int,

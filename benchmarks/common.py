@@ -315,11 +315,14 @@ def _time_call(fn: Callable, inner: int) -> float:
 def interleaved(
     entries: dict[str, Callable], reps: int, warmup: int = 1, min_time: float = 0.0
 ) -> dict[str, dict]:
-    """Time every entry ``reps`` times in interleaved order (A, B, C, A, B, C, ...).
+    """Time every entry ``reps`` times in interleaved order (A, B, C, B, C, A, C, A, B, ...).
 
     After ``warmup`` untimed interleaved rounds, each entry gets an inner repeat count so
-    that one measurement lasts at least ``min_time`` seconds. Returns per entry the median,
-    min and max seconds per call, the samples and the inner count.
+    that one measurement lasts at least ``min_time`` seconds. Repetition ``r`` starts at
+    entry ``r mod len(entries)`` (a rotation: no entry always runs first or right after
+    the same neighbour), and ``samples_s[r]`` of every entry comes from repetition ``r``,
+    so samples of two entries pair up (``benchmarks.stats.paired_ratios``). Returns per
+    entry the median, min and max seconds per call, the samples and the inner count.
     """
     last: dict[str, float] = {}
     for _ in range(warmup):
@@ -333,9 +336,10 @@ def interleaved(
         t = last[name] if name in last else _time_call(fn, 1)  # the last warm-up call
         inner[name] = max(1, math.ceil(min_time / max(t, 1e-9)))
     samples: dict[str, list[float]] = {name: [] for name in entries}
-    for _ in range(reps):
-        for name, fn in entries.items():
-            samples[name].append(_time_call(fn, inner[name]))
+    names = list(entries)
+    for r in range(reps):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            samples[name].append(_time_call(entries[name], inner[name]))
     return {name: summarize(s, inner=inner[name]) for name, s in samples.items()}
 
 
@@ -349,14 +353,14 @@ def median(xs: Sequence[float]) -> float:
 
 
 def summarize(samples: Sequence[float], **extra) -> dict:
-    """Median, min, max (seconds) and the rounded samples, plus ``extra``."""
+    """Median, min, max (seconds) and the samples (6 significant digits), plus ``extra``."""
     return {
         "median_s": median(samples),
         "min_s": min(samples),
         "max_s": max(samples),
-        "samples_s": [round(x, 6) for x in samples],
+        "samples_s": [float(f"{x:.6g}") for x in samples],
         **extra,
-    }
+    }  # 6 significant digits
 
 
 def matmul_entries(sizes: Sequence[int]) -> dict[str, tuple[Callable, float]]:
@@ -384,6 +388,30 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
+
+
+def cpu_family_model() -> Optional[str]:
+    """``family F model M stepping S`` of the first CPU in /proc/cpuinfo.
+
+    It identifies the microarchitecture where a hypervisor shows only a generic model name.
+    """
+    try:
+        fields = {}
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key in ("cpu family", "model", "stepping") and key not in fields:
+                fields[key] = value.strip()
+            if not line.strip() and fields:
+                break
+        if "cpu family" in fields:
+            return (
+                f"family {fields['cpu family']} model {fields.get('model', '?')} "
+                f"stepping {fields.get('stepping', '?')}"
+            )
+    except OSError:
+        pass
+    return None
 
 
 def cpu_flags() -> list[str]:
@@ -414,6 +442,7 @@ def machine_info() -> dict:
     return {
         "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
         "cpu_model": cpu_model(),
+        "cpu_family_model": cpu_family_model(),
         "cpu_flags": cpu_flags(),
         "cpu_count": os.cpu_count(),
         "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,

@@ -18,6 +18,7 @@ if str(REPO) not in sys.path:  # benchmarks/ is not an installed package
 from benchmarks import (
     common,  # noqa: E402
     profile_step,  # noqa: E402
+    stats,  # noqa: E402
 )
 from benchmarks import run as bench  # noqa: E402
 
@@ -100,10 +101,19 @@ def test_in_process_sections(in_process):
     assert positive(norms["scalenorm/layernorm_speed"])
     assert positive(norms["scalenorm/autograd_speed"])
     assert positive(res["norms"]["qk_scale"]["folded/previous_speed"])
-    assert {t["target"].split(" (")[0] for t in res["targets"]} >= {
-        "QKNorm training step >= 1.00x stock",
-        "model-only >= 60% of fp32 matmul peak",
+    targets = {t["target"].split(" (")[0]: t for t in res["targets"]}
+    assert set(targets) >= {
+        "QKNorm model-only training step >= 1.00x stock",
+        "QKNorm decoding >= 1.00x stock",
+        "QKNorm model-only >= 70% of the same run's fp32 matmul peak",
     }
+    step = targets["QKNorm model-only training step >= 1.00x stock"]
+    # one repetition: figures reported, no verdict; the ratio is the paired one
+    assert step["n"] == 1 and step["verdict"].startswith("too few repetitions")
+    assert step["median"] == pytest.approx(
+        model["systems"]["stock"]["samples_s"][0] / model["systems"]["qknorm_paper"]["samples_s"][0]
+    )
+    assert model["ratio_stats"]["qknorm_paper/stock"]["values"] == [round(step["median"], 5)]
 
 
 @pytest.mark.slow
@@ -135,6 +145,46 @@ def test_subprocess_sections_on_toy_data(toy_data, tmp_path):
     assert gen["rc"] == 0, gen.get("error")
     assert gen["sentences"] == 5 and positive(gen["tokens_per_s"])
     assert positive(gen["peak_rss_mib"])
+
+
+def test_targets_command_on_toy_data(toy_data, tmp_path):
+    """The README's targets command (``--targets``) for real, at smoke size on the toy
+    corpus: model-only (3 systems, 2 sizes' worth of targets at one size), decoding and
+    fairseq-train for QKNorm and stock; every issue-14 target is reported with its paired
+    figures (one repetition: no verdict)."""
+    _, bin_dir = toy_data
+    out = tmp_path / "targets.json"
+    bench.main(
+        ["--targets", "--smoke", "--threads", "1", "--e2e-data", str(bin_dir), "--out", str(out)]
+    )
+    res = json.loads(out.read_text())
+    assert res["errors"] == {}, res["errors"]
+    assert set(res) >= {"model", "decode", "e2e"} and "generate" not in res
+    assert res["machine"]["cpu_model"] and "cpu_family_model" in res["machine"]
+    runs = res["e2e"]["systems"]
+    assert set(runs) == {"qknorm_paper", "stock"} and all(
+        r["runs"][0]["rc"] == 0 for r in runs.values()
+    )
+    wps = {s: runs[s]["runs"][0]["steady_wps"] for s in runs}
+    assert res["e2e"]["ratio_stats"]["qknorm_paper/stock"]["values"] == [
+        round(wps["qknorm_paper"] / wps["stock"], 5)
+    ]
+    assert "qknorm_paper_beamshared" not in res["decode"]["systems"]
+    names = [t["target"] for t in res["targets"]]
+    for prefix in (
+        "QKNorm model-only training step >= 1.00x stock",
+        "QKNorm end-to-end fairseq-train >= 1.00x stock",
+        "QKNorm decoding >= 1.00x stock (SequenceGenerator)",
+        "QKNorm decoding >= 1.00x stock (raw incremental loop)",
+        "QKNorm model-only >= 70% of the same run's fp32 matmul peak",
+    ):
+        (t,) = [t for t in res["targets"] if t["target"].startswith(prefix)]
+        assert positive(t["median"]) and t["min"] <= t["median"] <= t["max"], t
+        assert t["verdict"] == "too few repetitions (n = 1 < 5)"
+    assert len(names) == len(set(names))
+    md = out.with_suffix(".md").read_text()
+    assert "| target | median | min-max | bootstrap interval |" in md
+    assert "QKNorm itself (the QKNorm model vs the same model with dot-product" in md
 
 
 def test_parse_fairseq_logs():
@@ -180,6 +230,28 @@ def test_profile_step_smoke(tmp_path, capsys):
     for r in res:
         assert positive(r["total_self_ms"]) and r["top_ops"]
         assert set(r["phases_ms"]) == {"## forward", "## backward", "## optimizer"}
+
+
+@pytest.mark.parametrize("decode", [False, True])
+def test_profile_step_per_op_minimum(tmp_path, capsys, decode):
+    """--min-of: per-op minimum thread CPU time over interleaved runs, for a training step
+    and for the decoding loop; the l2 norms (QKNorm, FixNorm) appear only for qknorm_paper."""
+    out = tmp_path / "opmin.json"
+    profile_step.main(
+        ["--smoke", "--min-of", "2", "--systems", "qknorm_paper,stock", "--json", str(out)]
+        + (["--decode"] if decode else [])
+    )
+    assert "per-op minimum of 2 interleaved runs" in capsys.readouterr().out
+    res = {r["system"]: r for r in json.loads(out.read_text())["results"]}
+    for r in res.values():
+        assert (
+            r["ops"] > 0 and positive(r["sum_of_op_minima_ms"]) and positive(r["whole_run_min_ms"])
+        )
+        assert r["sum_of_op_minima_ms"] == pytest.approx(sum(r["ops_ms"].values()))
+        assert r["sum_of_op_minima_ms"] == pytest.approx(sum(r["categories_ms"].values()))
+        assert r["categories_ms"]["matmul"] > 0
+    assert res["qknorm_paper"]["ops_ms"]["aten::linalg_vector_norm"] > 0
+    assert "aten::linalg_vector_norm" not in res["stock"]["ops_ms"]
 
 
 def test_memory_child_in_process(capsys):
@@ -265,3 +337,108 @@ def test_previous_implementations_compute_the_plugins_functions(clamped):
     (ga,) = torch.autograd.grad(oa, qa, dq)
     (gb,) = torch.autograd.grad(ob, qb, dq)
     torch.testing.assert_close(ga, gb)
+
+
+# ------------------------------------------------------------------ statistics
+def test_paired_ratios_pair_repetitions_and_reject_bad_input():
+    np = pytest.importorskip("numpy")
+    r = stats.paired_ratios([2.0, 4.0, 3.0], [1.0, 5.0, 3.0])
+    assert r.tolist() == [2.0, 0.8, 1.0]
+    for a, b in (
+        ([1.0], [1.0, 2.0]),
+        ([], []),
+        ([1.0, -1.0], [1.0, 1.0]),
+        ([1.0, float("nan")], [1.0, 1.0]),
+        ([1.0], [0.0]),
+    ):
+        with pytest.raises(ValueError):
+            stats.paired_ratios(a, b)
+    assert isinstance(r, np.ndarray)
+
+
+def test_bootstrap_interval_of_the_median():
+    """n = 5: the 95% interval is exactly [min, max] (P(resampled median = min) = 5.8% > 2.5%);
+    n = 9: it drops the extremes but holds the median; seeded: same input, same interval."""
+    five = [0.97, 1.02, 0.99, 1.01, 1.00]
+    assert stats.bootstrap_median_interval(five) == {"low": 0.97, "high": 1.02}
+    nine = [0.90, 0.97, 0.98, 0.99, 1.00, 1.01, 1.02, 1.03, 1.10]
+    ci = stats.bootstrap_median_interval(nine)
+    assert 0.90 < ci["low"] <= 1.00 <= ci["high"] < 1.10
+    assert ci["low"] in nine and ci["high"] in nine
+    assert stats.bootstrap_median_interval(nine) == ci
+    assert stats.bootstrap_median_interval([1.5]) == {"low": 1.5, "high": 1.5}
+    for bad in ([], [1.0, float("inf")]):
+        with pytest.raises(ValueError):
+            stats.bootstrap_median_interval(bad)
+    with pytest.raises(ValueError):
+        stats.bootstrap_median_interval(five, confidence=1.0)
+    s = stats.ratio_summary(five)
+    assert (s["median"], s["min"], s["max"], s["ci_low"], s["ci_high"], s["n"]) == (
+        1.00,
+        0.97,
+        1.02,
+        0.97,
+        1.02,
+        5,
+    )
+
+
+def test_verdicts_only_where_the_interval_excludes_the_threshold():
+    assert stats.verdict(1.00, 1.04, 1.0) == "met"  # lower end reaches the threshold
+    assert stats.verdict(1.01, 1.04, 1.0) == "met"
+    assert stats.verdict(0.90, 0.99, 1.0) == "missed"
+    assert stats.verdict(0.90, 1.00, 1.0) == "cannot tell"  # upper end touches it
+    assert stats.verdict(0.98, 1.03, 1.0) == "cannot tell"
+    with pytest.raises(ValueError):
+        stats.verdict(1.1, 1.0, 1.0)
+    with pytest.raises(ValueError):
+        stats.verdict(float("nan"), 1.0, 1.0)
+    five = stats.ratio_summary([0.95, 0.96, 0.97, 0.98, 0.99])
+    t = stats.target_entry("x", five, 1.0)
+    assert t["verdict"] == "missed" and t["gap"] == pytest.approx(-0.03)
+    assert stats.target_entry("x", five, 0.95)["verdict"] == "met"
+    assert (
+        stats.target_entry("x", stats.ratio_summary([0.9, 1.1]), 1.0)["verdict"]
+        == "too few repetitions (n = 2 < 5)"
+    )
+    assert stats.target_entry("x", None, 1.0)["verdict"] == "not measured"
+
+
+def test_paired_speed_stats_orientation_and_missing_rounds():
+    """Times: qknorm_paper/stock = t_stock / t_qknorm per repetition; throughputs (wps): the
+    inverse; a repetition with a missing value (failed run) is left out of the pair."""
+    times = {
+        "qknorm_paper": [2.0, 1.0, 4.0],
+        "stock": [1.0, 1.0, 2.0],
+        "prenorm_fixnorm_layernorm": [1.0, None, 2.0],
+    }
+    st = bench.paired_speed_stats(times)
+    assert st["qknorm_paper/stock"]["values"] == [0.5, 1.0, 0.5]
+    assert (
+        st["qknorm_paper/prenorm_fixnorm_layernorm"]["values"] == [0.5, 0.5]
+        and st["qknorm_paper/prenorm_fixnorm_layernorm"]["n"] == 2
+    )
+    wps = bench.paired_speed_stats(
+        {"qknorm_paper": [900.0, 1100.0], "stock": [1000.0, 1000.0]}, throughput=True
+    )
+    assert wps["qknorm_paper/stock"]["values"] == [0.9, 1.1]
+    assert "twt/stock" not in st
+
+
+def test_targets_preset_and_precedence(tmp_path):
+    """--targets: the targets' sections, systems and repetitions; explicit options and
+    --smoke's sizes win; given --e2e-data, no data is built."""
+    a = bench.parse_args(["--targets", "--sections", "model,decode"])
+    assert (a.sections, a.systems, a.e2e_systems) == (
+        ["model", "decode"],
+        ["qknorm_paper", "prenorm_fixnorm_layernorm", "stock"],
+        ["qknorm_paper", "stock"],
+    )
+    assert (a.reps, a.decode_reps, a.e2e_rounds, a.sizes) == (5, 5, 5, ["small", "proxy"])
+    data = tmp_path / "bin"
+    data.mkdir()
+    a = bench.parse_args(["--targets", "--smoke", "--e2e-data", str(data), "--reps", "7"])
+    assert a.sections == ["model", "decode", "e2e"] and a.e2e_data == data
+    assert (a.reps, a.sizes, a.decode_reps, a.e2e_rounds) == (7, ["smoke"], 1, 1)
+    a = bench.parse_args([])
+    assert a.sections == list(bench.ALL_SECTIONS) and a.e2e_systems == list(common.SYSTEMS)

@@ -13,17 +13,19 @@ import torch
 
 from conftest import build_model
 from fairseq_qknorm.modules import QKNormMultiheadAttention
-from test_attention import E, VARIANTS, make
+from test_attention import E, VARIANTS, make, reference_attention
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 ALL = list(VARIANTS)
 
 
 def pair(variant, **kw):
-    """Two identical modules of ``variant``, the second forced onto the explicit path."""
+    """Two identical modules of ``variant``, the second forced onto the explicit path, the
+    first on the fused kernel wherever weights are not needed (single queries included)."""
     a = make(variant, g0=5.0, **kw)
     b = make(variant, g0=5.0, **kw)
     b.load_state_dict(a.state_dict())
+    a.fused_min_queries = 1
     b.use_fused = False
     return a, b
 
@@ -196,3 +198,106 @@ def test_model_training_step_paths_agree(toy_task, arch, qk_flags):
         scale = max(1.0, float(pa.grad.abs().max()))
         torch.testing.assert_close(pa.grad, pb.grad, atol=1e-5 * scale, rtol=1e-5,
                                    msg=lambda m, name=name: f"{name}: {m}")
+
+
+@pytest.fixture
+def sdpa_masks(monkeypatch):
+    """The ``attn_mask`` of every ``scaled_dot_product_attention`` call (None included)."""
+    calls = []
+    real = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs.get("attn_mask"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    return calls
+
+
+@pytest.mark.parametrize("variant", ALL)
+def test_padding_mask_without_pads_is_not_applied(variant, sdpa_masks):
+    """fairseq's encoder always returns a padding mask: without any pad the fused kernel
+    gets no mask, and both paths give exactly the output of no mask."""
+    a, b = pair(variant, encoder_decoder_attention=True, kdim=E, vdim=E)
+    q, k = torch.randn(5, 3, E), torch.randn(7, 3, E)
+    no_pads = torch.zeros(3, 7, dtype=torch.bool)
+    for m in (a, b):
+        with_mask, _ = m(q, k, k, key_padding_mask=no_pads, need_weights=False)
+        without, _ = m(q, k, k, key_padding_mask=None, need_weights=False)
+        assert torch.equal(with_mask, without)
+    assert sdpa_masks == [None, None]  # module a only
+
+
+@pytest.mark.parametrize("variant", ALL)
+@pytest.mark.parametrize("training", [True, False])
+def test_fully_padded_sentence_attends_to_nothing_on_both_paths(variant, training):
+    """A sentence whose keys are all pads, with a causal mask (dead rows found from the
+    mask, not from the logits): the float64 reference (zeros before the output
+    projection), finite gradients, on the fused and the explicit path."""
+    a, b = pair(variant, self_attention=True)
+    x = torch.randn(6, 3, E, generator=torch.Generator().manual_seed(8))
+    pad = torch.zeros(3, 6, dtype=torch.bool)
+    pad[0] = True
+    pad[2, :2] = True
+    ref = reference_attention(a, x, x, attn_mask=causal(6), key_padding_mask=pad)
+    for m in (a, b):
+        m.train(training)
+        xm = x.clone().requires_grad_()
+        out, _ = m(xm, xm, xm, key_padding_mask=pad, attn_mask=causal(6), need_weights=False)
+        torch.testing.assert_close(out, ref, **TOL)
+        out.sum().backward()
+        assert torch.isfinite(xm.grad).all()
+
+
+@pytest.mark.parametrize("variant", ALL)
+def test_single_query_steps_take_the_explicit_path_on_cpu(variant, sdpa_masks):
+    """Incremental decoding (one query per row) skips the fused kernel on CPU by default
+    (``fused_min_queries = 2``); a full forward uses it; the outputs are those of the fused
+    kernel forced onto single queries."""
+    a, b = pair(variant, self_attention=True)  # a: fused_min_queries 1
+    b.use_fused = True
+    assert b.fused_min_queries == 2
+    a.eval()
+    b.eval()
+    x = torch.randn(4, 2, E, generator=torch.Generator().manual_seed(9))
+    sa, sb = {}, {}
+    for t in range(4):
+        xt = x[t:t + 1]
+        oa, _ = a(xt, xt, xt, incremental_state=sa, need_weights=False)
+        ob, _ = b(xt, xt, xt, incremental_state=sb, need_weights=False)
+        torch.testing.assert_close(oa, ob, **TOL)
+    assert len(sdpa_masks) == 4  # module a's steps only
+    b(x, x, x, attn_mask=causal(4), need_weights=False)
+    assert len(sdpa_masks) == 5
+
+
+def test_mask_shortcuts_never_synchronize_off_cpu():
+    """The no-pad and no-dead-row shortcuts read a value on the host, which on a GPU costs a
+    synchronization per call: off the CPU (here the meta device, where reading a value
+    raises) the masks are built and applied as they are."""
+    a, _ = pair("off", self_attention=True)
+    no_pads = torch.zeros(2, 3, dtype=torch.bool, device="meta")
+    mask = a._attention_mask(None, no_pads, torch.float32)
+    assert mask is not None and mask.shape == (2, 1, 1, 3) and mask.device.type == "meta"
+    dead = QKNormMultiheadAttention._dead_rows(mask)
+    assert dead is not None and dead.shape == (2, 1, 1, 1)
+    # on CPU the same inputs take the shortcuts
+    assert a._attention_mask(None, torch.zeros(2, 3, dtype=torch.bool), torch.float32) is None
+    assert QKNormMultiheadAttention._dead_rows(torch.ones(2, 1, 1, 3, dtype=torch.bool)) is None
+
+
+@pytest.mark.parametrize("variant", ["off", "l2"])
+def test_attention_stats_leave_out_fully_padded_sentences(variant):
+    """Entropy statistics average over queries that see a key: with dead rows found from the
+    (B, 1, 1, S) mask, a fully padded sentence's queries are left out, as before."""
+    a, _ = pair(variant, encoder_decoder_attention=True, kdim=E, vdim=E)
+    a.record_stats = True
+    q, k = torch.randn(4, 3, E), torch.randn(6, 3, E)
+    pad = torch.zeros(3, 6, dtype=torch.bool)
+    pad[1] = True
+    pad[2, :3] = True
+    _, w = a(q, k, k, key_padding_mask=pad, need_head_weights=True)  # (H, B, T, S)
+    assert torch.equal(w[:, 1], torch.zeros_like(w[:, 1]))
+    live = w[:, [0, 2]].double()
+    entropy = -(live * torch.log(live.clamp_min(1e-30))).sum(-1).mean()
+    assert float(a.last_stats["entropy"]) == pytest.approx(float(entropy), rel=1e-5)

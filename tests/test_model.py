@@ -18,6 +18,7 @@ from fairseq_qknorm.modules import (
     QKNormMultiheadAttention,
     ScaleNorm,
     qk_norm_initial_scale,
+    scaled_l2_normalize,
 )
 
 TINY = ["--encoder-embed-dim", "16", "--decoder-embed-dim", "16",
@@ -138,6 +139,151 @@ def test_fixnorm_embeddings_unit_norm():
         torch.testing.assert_close(out, ref, atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("scale_shape", [None, (), (3, 1, 1)])
+def test_scaled_l2_normalize_backward_matches_autograd_composite(dtype, scale_shape):
+    """The hand-written backward (and the no-grad forward) against autograd through the
+    composite formula in float64, for unit norm, a scalar g and a per-head g, with a
+    zero vector and a vector below eps, on a head-split (non-contiguous) input as in
+    attention; gradients of g keep g's shape and dtype."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 2, 3, 8, generator=g).permute(1, 2, 0, 3)  # (B, H, T, hd) view
+    x[0, 0, 0] = 0.0
+    x[0, 1, 1] = 1e-9  # ||x|| < eps
+    x = x.to(dtype)
+    scale = None if scale_shape is None else torch.rand(scale_shape, generator=g) + 1.0
+    dy = torch.randn(x.shape, generator=g).to(dtype)
+
+    ref_x = x.detach().double().requires_grad_()
+    ref_s = None if scale is None else scale.double().requires_grad_()
+    norm = torch.linalg.vector_norm(ref_x, dim=-1, keepdim=True).clamp_min(1e-6)
+    ref = ref_x * ((1.0 if ref_s is None else ref_s) / norm)
+    ref.backward(dy.double())
+
+    xa = x.detach().clone().requires_grad_()
+    sa = None if scale is None else scale.clone().requires_grad_()
+    out = scaled_l2_normalize(xa, 1e-6, sa)
+    out.backward(dy)
+    with torch.no_grad():
+        no_grad_out = scaled_l2_normalize(x, 1e-6, scale)
+    tol = {torch.float64: dict(atol=1e-12, rtol=1e-12), torch.float32: dict(atol=1e-5, rtol=1e-5),
+           torch.float16: dict(atol=1e-2, rtol=1e-2), torch.bfloat16: dict(atol=5e-2, rtol=2e-2)}[dtype]
+    assert out.dtype == no_grad_out.dtype == xa.grad.dtype == dtype
+    assert torch.equal(out, no_grad_out)
+    torch.testing.assert_close(out.double(), ref.detach(), **tol)
+    live = ~torch.isclose(ref_x.grad, torch.zeros((), dtype=torch.float64)).all(-1)  # not huge/zero
+    big = ref_x.grad.abs().amax(-1) > 1e4  # rows at the clamp: gradient scale / eps, not comparable in fp16
+    keep = live & ~big if dtype in (torch.float16, torch.bfloat16) else torch.ones_like(live)
+    torch.testing.assert_close(xa.grad.double()[keep], ref_x.grad[keep], **tol)
+    if scale is not None:
+        assert sa.grad.shape == scale.shape and sa.grad.dtype == torch.float32
+        torch.testing.assert_close(sa.grad.double(), ref_s.grad, atol=5e-2 if dtype.itemsize == 2
+                                   else 1e-5, rtol=1e-2 if dtype.itemsize == 2 else 1e-5)
+    # float64: against finite differences too (eps 1e-3: the steps of 1e-6 stay on one side
+    # of the clamp), and second derivatives raise
+    if dtype == torch.float64:
+        args = (x.detach().clone().requires_grad_(),) + (
+            () if scale is None else (scale.double().requires_grad_(),))
+        assert torch.autograd.gradcheck(lambda t, *s: scaled_l2_normalize(t, 1e-3, *s), args)
+        (gx,) = torch.autograd.grad(scaled_l2_normalize(args[0], 1e-6).pow(3).sum(), args[0],
+                                    create_graph=True)
+        with pytest.raises(RuntimeError, match="once_differentiable|does not require grad|twice"):
+            gx.sum().backward()
+
+
+def test_scaled_l2_normalize_gradient_keeps_the_input_layout():
+    """The gradient of a head-split view comes back in the view's own memory layout (not
+    the incoming gradient's), so it flows back through the split without a copy."""
+    proj = torch.randn(5, 3, 16, requires_grad=True)  # (T, B, C)
+    q = proj.view(5, 3, 2, 8).permute(1, 2, 0, 3)  # (B, H, T, hd) view
+    seen = []
+    q.register_hook(seen.append)
+    dy = torch.randn(3, 5, 2, 8).transpose(1, 2)  # another layout, as SDPA's gradient
+    scaled_l2_normalize(q, 1e-6, torch.tensor(3.0, requires_grad=True)).backward(dy)
+    assert seen[0].stride() == q.stride()
+    ref = proj.detach().clone().requires_grad_()
+    qr = ref.view(5, 3, 2, 8).permute(1, 2, 0, 3)
+    (qr * (3.0 / qr.norm(dim=-1, keepdim=True))).backward(dy)
+    torch.testing.assert_close(proj.grad, ref.grad)
+
+
+def test_fixnorm_output_projection_reuses_its_matrix_only_while_weights_are_unchanged():
+    """In eval mode without autograd the normalized output matrix is computed once; any
+    in-place change to the parameter, a new parameter, train()/eval(), training mode or
+    autograd gives the current weights' matrix."""
+    torch.manual_seed(0)
+    proj = FixNormLinear(16, 50).eval()
+
+    def expected():
+        w = proj.weight.detach().double()
+        return (w / w.norm(dim=-1, keepdim=True).clamp_min(1e-6)).float()
+
+    with torch.no_grad():
+        first = proj.normalized_weight()
+        assert proj.normalized_weight() is first  # reused
+        torch.testing.assert_close(first, expected())
+        proj.weight.mul_(2.0).add_(0.5)  # in place on the parameter: version counter bumped
+        second = proj.normalized_weight()
+        assert second is not first
+        torch.testing.assert_close(second, expected())
+        proj.weight = torch.nn.Parameter(torch.randn(50, 16))  # a new (e.g. re-tied) parameter
+        torch.testing.assert_close(proj.normalized_weight(), expected())
+        # a change through .data does not bump the version counter: eval() drops the cache
+        proj.weight.data.mul_(-1.0)
+        proj.eval()
+        torch.testing.assert_close(proj.normalized_weight(), expected())
+        x = torch.randn(3, 16)
+        torch.testing.assert_close(proj(x), x @ expected().T)
+    # with autograd (even in eval mode) and in training mode: recomputed, differentiable
+    out = proj(torch.randn(2, 16))
+    out.sum().backward()
+    assert proj.weight.grad is not None and proj._normalized_cache[3] is not out
+    proj.train()
+    with torch.no_grad():
+        proj(torch.randn(2, 16))
+    assert proj._normalized_cache is None
+
+
+def test_fixnorm_cache_is_never_stale_after_fairseq_updates_with_eval_bleu(toy_data):
+    """fairseq's Trainer with its own Adam (which updates ``p.data`` in place, so the
+    parameter's version counter does not move) and ``--eval-bleu``: the validation after
+    an update decodes with the updated output matrix, not the one cached by the
+    validation before it."""
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.trainer import Trainer
+
+    _, bin_dir = toy_data
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        str(bin_dir), "--arch", "transformer_twt", *TINY, "--cpu", "--seed", "1",
+        "--optimizer", "adam", "--lr", "0.01", "--criterion", "label_smoothed_cross_entropy",
+        "--max-tokens", "500", "--eval-bleu", "--eval-bleu-args", '{"beam": 2, "max_len_b": 5}'])
+    cfg = convert_namespace_to_omegaconf(args)
+    task = tasks.setup_task(cfg.task)
+    for split in ("train", "valid"):
+        task.load_dataset(split)
+    model = task.build_model(cfg.model)
+    trainer = Trainer(cfg, task, model, task.build_criterion(cfg.criterion))
+    proj = model.decoder.output_projection
+    assert isinstance(proj, FixNormLinear)
+
+    def first_batch(split):
+        itr = task.get_batch_iterator(task.dataset(split), max_tokens=500)
+        return next(iter(itr.next_epoch_itr(shuffle=False)))
+
+    valid, train = first_batch("valid"), first_batch("train")
+    assert "bleu" in trainer.valid_step(valid)  # beam search ran (eval-bleu)
+    cached = proj._normalized_cache[3].clone()
+    version = proj.weight._version
+    trainer.train_step([train])
+    assert proj.weight._version == version  # fairseq's Adam: p.data, version unchanged
+    trainer.valid_step(valid)
+    with torch.no_grad():
+        current = scaled_l2_normalize(proj.weight, 1e-6)
+    assert not torch.equal(current, cached)  # the update changed the matrix ...
+    assert torch.equal(proj._normalized_cache[3], current)  # ... and decoding used the new one
+
+
 def test_scalenorm_validates_its_arguments_and_input():
     for bad in (dict(dim=0), dict(dim=8.0), dict(dim=True), dict(dim=8, eps=0.0),
                 dict(dim=8, eps=float("nan")), dict(dim=8, eps=-1e-5), dict(dim=8, scale=0.0),
@@ -228,6 +374,34 @@ def test_base_arch_is_stock_postnorm(toy_task):
     assert not args.encoder_normalize_before and not args.qk_norm and not args.fix_norm
     assert args.norm_type == "layernorm"
     assert model.encoder.layer_norm is None
+
+
+def test_prenorm_residual_stream_is_contiguous_after_the_first_sublayer(toy_task):
+    """``residual_connection`` returns fairseq's ``residual + x`` exactly, but in the layer
+    output's contiguous (T, B, C) layout: in a PreNorm model every norm but each stack's
+    first reads a contiguous input (fairseq's order keeps the embeddings' transposed
+    batch-major view through all layers)."""
+    from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
+
+    model, _ = build_model(toy_task, "transformer_qknorm_paper", TINY + ["--qk-norm-scale", "5"])
+    layer = model.encoder.layers[0]
+    residual = torch.randn(3, 5, 16).transpose(0, 1)  # (T, B, C) view of (B, T, C)
+    x = torch.randn(5, 3, 16)
+    out = layer.residual_connection(x, residual)
+    assert torch.equal(out, TransformerEncoderLayerBase.residual_connection(layer, x, residual))
+    assert out.is_contiguous() and not (residual + x).is_contiguous()
+
+    seen = []
+    norms = [m for m in model.modules() if isinstance(m, LayerNorm)]
+    hooks = [m.register_forward_pre_hook(lambda m, args: seen.append(args[0].is_contiguous()))
+             for m in norms]
+    tokens = torch.randint(4, len(toy_task.source_dictionary), (3, 6))
+    model(tokens, torch.full((3,), 6), tokens)
+    for h in hooks:
+        h.remove()
+    # per stack: layers x sublayers norms + the final norm; only each stack's first is strided
+    assert len(seen) == 2 * 2 + 1 + 2 * 3 + 1
+    assert seen.count(False) == 2, seen
 
 
 BAD_QK_FLAGS = [

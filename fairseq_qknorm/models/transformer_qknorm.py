@@ -245,7 +245,25 @@ def drop_unrecorded_stat_meters() -> None:
 
 
 # ---------------------------------------------------------------------- layers
-class TransformerQKNormEncoderLayer(TransformerEncoderLayerBase):
+class _LayerOutputLayoutResidual:
+    """``residual_connection`` as ``x + residual`` instead of fairseq's ``residual + x``.
+
+    The same value (IEEE addition commutes), but the sum takes the memory layout of its
+    first operand. fairseq's residual stream starts as a transposed view of the
+    batch-major ``(B, T, C)`` embeddings; with PreNorm, ``residual + x`` keeps that
+    layout through every layer, so every LayerNorm/ScaleNorm reads a strided input
+    (torch's LayerNorm copies it first, forward and backward). ``x + residual`` takes the
+    layer output's contiguous ``(T, B, C)`` layout from the first sublayer on, as
+    PostNorm's norm does. Overrides the hook of fairseq's
+    ``TransformerEncoderLayerBase``/``TransformerDecoderLayerBase``
+    (``fairseq/modules/transformer_layer.py``).
+    """
+
+    def residual_connection(self, x, residual):
+        return x + residual
+
+
+class TransformerQKNormEncoderLayer(_LayerOutputLayoutResidual, TransformerEncoderLayerBase):
     """fairseq encoder layer whose self-attention is :class:`QKNormMultiheadAttention`
     and whose two norms follow ``--norm-type``; otherwise identical."""
 
@@ -260,7 +278,7 @@ class TransformerQKNormEncoderLayer(TransformerEncoderLayerBase):
         )
 
 
-class TransformerQKNormDecoderLayer(TransformerDecoderLayerBase):
+class TransformerQKNormDecoderLayer(_LayerOutputLayoutResidual, TransformerDecoderLayerBase):
     """fairseq decoder layer whose self- and encoder-attention are
     :class:`QKNormMultiheadAttention` and whose norms follow ``--norm-type``."""
 

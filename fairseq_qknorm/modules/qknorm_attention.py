@@ -147,8 +147,9 @@ class QKNormMultiheadAttention(MultiheadAttention):
     * ``forward`` never dispatches to ``F.multi_head_attention_forward``: the
       same code runs in training, validation and incremental decoding, through
       ``torch.nn.functional.scaled_dot_product_attention`` (the *fused* path)
-      unless attention weights are requested (the *explicit* path, plain
-      matmul + softmax);
+      unless attention weights are requested or, on CPU, a row has a single query
+      (an incremental decoding step; ``fused_min_queries``) (the *explicit* path,
+      plain matmul + softmax);
     * with ``qk_norm=True`` each query and key vector of each head is
       normalized after projection and head split (module docstring):
       ``qk_norm_type="l2"`` gives logits ``g * cos(q, k)`` with a learnable
@@ -230,6 +231,11 @@ class QKNormMultiheadAttention(MultiheadAttention):
         #: False selects the explicit matmul/softmax path even when weights are not
         #: needed (reference path for tests and benchmarks).
         self.use_fused = True
+        #: On CPU, ``scaled_dot_product_attention`` runs only for at least this many
+        #: queries per row; fewer (one per incremental decoding step) take the explicit
+        #: path, which the fused CPU kernel's per-call setup makes faster there
+        #: (benchmarks/README.md). 1 sends every query length to the fused kernel.
+        self.fused_min_queries = 2
         #: When True, the next forwards take the explicit path and store attention
         #: health statistics (entropy, max |logit|) in ``self.last_stats``.
         self.record_stats = False
@@ -325,10 +331,14 @@ class QKNormMultiheadAttention(MultiheadAttention):
 
         Bool masks come out with True = *attend* (SDPA's convention, the inverse of
         fairseq's); an additive float ``attn_mask`` stays additive with pads set to
-        ``-inf``. A fully masked row gives zeros, never NaN (both paths).
+        ``-inf``. On CPU a ``key_padding_mask`` without any pad counts as none (fairseq's
+        encoder always returns one): no mask is read or applied then (on other devices
+        the check would cost a host synchronization per call, so the mask is kept). A
+        fully masked row gives zeros, never NaN (both paths).
         """
         pad = None
-        if key_padding_mask is not None:
+        if key_padding_mask is not None and (not key_padding_mask.is_cpu
+                                             or bool(key_padding_mask.any())):
             pad = key_padding_mask.to(torch.bool)[:, None, None, :]  # (B, 1, 1, S)
         if attn_mask is None:
             return None if pad is None else ~pad
@@ -339,6 +349,18 @@ class QKNormMultiheadAttention(MultiheadAttention):
         if pad is None:
             return additive
         return additive.masked_fill(pad, float("-inf"))
+
+    @staticmethod
+    def _dead_rows(mask: Tensor) -> Optional[Tensor]:
+        """Queries that ``mask`` (from :meth:`_attention_mask`) lets see no key, as a bool
+        tensor broadcastable to ``(B, H, T, 1)``; on CPU None when there is none (elsewhere
+        that check would synchronize with the host). Read from the mask, which is at most
+        ``(B, 1, T, S)``, instead of from the ``(B, H, T, S)`` logits."""
+        if mask.dtype == torch.bool:
+            dead = ~mask.any(dim=-1, keepdim=True)
+        else:
+            dead = torch.isneginf(mask).all(dim=-1, keepdim=True)
+        return None if dead.is_cpu and not bool(dead.any()) else dead
 
     # ------------------------------------------------------------------ forward
     def forward(
@@ -411,8 +433,11 @@ class QKNormMultiheadAttention(MultiheadAttention):
                 src_len=k.size(2),
                 static_kv=static_kv,
             )
-            saved_state["prev_key"] = k.contiguous()
-            saved_state["prev_value"] = v.contiguous()
+            # stored as they are, like the parent: the encoder keys/values stay views of the
+            # (S, B, H, hd) projection (no copy), which the decoding bmm reads faster on CPU
+            # than a contiguous (B, H, S, hd) copy (benchmarks/README.md)
+            saved_state["prev_key"] = k
+            saved_state["prev_value"] = v
             saved_state["prev_key_padding_mask"] = key_padding_mask
             self._set_input_buffer(incremental_state, saved_state)
         assert k is not None and v is not None
@@ -442,12 +467,17 @@ class QKNormMultiheadAttention(MultiheadAttention):
             self.training or self.dropout_module.apply_during_inference) else 0.0
 
         weights: Optional[Tensor] = None
-        if (self.use_fused and not need_weights and not before_softmax
-                and not self.record_stats):
+        if (self.use_fused and not need_weights and not before_softmax and not self.record_stats
+                and (q.size(2) >= self.fused_min_queries or not q.is_cpu)):
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
                                                  scale=scale)
         else:
-            logits = torch.matmul(q, k.transpose(-1, -2))  # (B', H, T', S)
+            # 3-D bmm over B' * H rows: torch.matmul's 4-D handling costs more per call
+            # than the work of a decoding step (same reshapes and copies otherwise)
+            rows, q_len = q.size(0) * self.num_heads, q.size(2)
+            logits = torch.bmm(q.reshape(rows, q_len, self.head_dim),
+                               k.reshape(rows, src_len, self.head_dim).transpose(1, 2))
+            logits = logits.view(kv_bsz, self.num_heads, q_len, src_len)  # (B', H, T', S)
             if scale != 1.0:
                 logits = logits * scale
             dead: Optional[Tensor] = None
@@ -458,8 +488,9 @@ class QKNormMultiheadAttention(MultiheadAttention):
                     logits = logits + mask
                 # queries with every key masked attend to nothing: zero output and
                 # zero gradient instead of NaN (as the fused kernel does)
-                dead = torch.isneginf(logits).all(dim=-1, keepdim=True)
-                logits = logits.masked_fill(dead, 0.0)
+                dead = self._dead_rows(mask)
+                if dead is not None:
+                    logits = logits.masked_fill(dead, 0.0)
             if before_softmax:
                 if grouped:
                     raise NotImplementedError("before_softmax with beam-shared encoder states")
@@ -473,7 +504,11 @@ class QKNormMultiheadAttention(MultiheadAttention):
             if self.record_stats:
                 self._store_stats(logits, probs_float, dead)
             probs = probs_float.type_as(logits)
-            out = torch.matmul(F.dropout(probs, p=dropout_p, training=dropout_p > 0), v)
+            if dropout_p > 0:
+                probs = F.dropout(probs, p=dropout_p, training=True)
+            out = torch.bmm(probs.view(rows, q_len, src_len),
+                            v.reshape(rows, src_len, self.head_dim))
+            out = out.view(kv_bsz, self.num_heads, q_len, self.head_dim)
             if need_weights:
                 weights = probs_float
         if grouped:
@@ -502,8 +537,8 @@ class QKNormMultiheadAttention(MultiheadAttention):
         entries. ``logits`` are the ones that enter the softmax, so the statistics hold
         for each QK-norm type as it computes them (``g cos`` for l2, ``N_q(q).N_k(k) /
         sqrt(d_head)`` for layernorm/rmsnorm, ``q.k / sqrt(d_head)`` without QK-norm).
-        ``logits``/``probs``: ``(B', H, T', S)``; ``dead``: ``(B', H, T', 1)``
-        True for fully masked queries, or None.
+        ``logits``/``probs``: ``(B', H, T', S)``; ``dead``: broadcastable to
+        ``(B', H, T', 1)``, True for fully masked queries, or None.
         """
         entropy = -(probs * torch.log(probs.clamp_min(1e-30))).sum(-1)  # (B', H, T')
         if dead is not None:

@@ -10,6 +10,11 @@
 # A finished run (train.json present) is skipped; a killed run resumes from
 # checkpoints/checkpoint_last.pt (fairseq's own resume); wall_seconds accumulates over resumes,
 # interrupted parts included. RUN/.lock keeps a second process off the run.
+# --lr LR trains at another peak learning rate than the profile's (warmup and schedule stay):
+# the run is RUN = .../seedN-lrLR (scripts/lib.sh:qk_run_dir), LR recorded in train.json.
+# A training that diverges (fairseq-train stops with FloatingPointError: non-finite gradients
+# or loss) is a finished result, not a failure to retry: RUN/diverged holds the reason,
+# train.json is written, the exit status is 3, and a rerun skips it (--force retrains).
 set -euo pipefail
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
 # shellcheck source=scripts/lib.sh
@@ -17,33 +22,39 @@ source "$SCRIPT_DIR/lib.sh"
 
 usage() {
     cat <<EOF
-usage: scripts/train.sh PAIR SYSTEM [--profile P] [--seed N] [--max-update N] [--threads N]
-                        [--dry-run] [--force] [-- EXTRA_FAIRSEQ_TRAIN_ARGS...]
+usage: scripts/train.sh PAIR SYSTEM [--profile P] [--seed N] [--max-update N] [--lr LR]
+                        [--threads N] [--dry-run] [--force] [-- EXTRA_FAIRSEQ_TRAIN_ARGS...]
   PAIR         one of: $(qk_known_pairs)
   SYSTEM       one of: $(qk_known_systems)
   --profile P  one of: $(qk_known_profiles) (default: cpu-proxy)
   --seed N     random seed (default 1)
   --max-update N  update budget instead of the profile's (the run goes to
                runs/PAIR/PROFILE-max-update-N/, never over the profile's runs)
+  --lr LR      peak learning rate instead of the profile's --lr (warmup and schedule stay; the
+               run goes to runs/PAIR/LABEL/SYSTEM/seedN-lrLR/)
   --threads N  intra-op CPU threads (default: the profile's THREADS)
   --dry-run    print the resolved fairseq-train command and exit
   --force      retrain even if the run is finished (its directory is emptied)
   -- ARGS      passed on to fairseq-train (a run made with other ARGS is never reused)
 environment: QKNORM_WORK_DIR (outputs under \$QKNORM_WORK_DIR/runs), QKNORM_MAX_UPDATE,
   QKNORM_THREADS
+exit status: 0 trained (or finished before), 3 the training diverged (RUN/diverged; a finished
+  result that a rerun skips), 1 other failures, 2 usage errors
 EOF
 }
 
-PROFILE_ARG=cpu-proxy SEED=1 MAX_UPDATE_ARG="" THREADS_ARG="" DRY_RUN=0 FORCE=0
+PROFILE_ARG=cpu-proxy SEED=1 MAX_UPDATE_ARG="" LR_ARG="" THREADS_ARG="" DRY_RUN=0 FORCE=0
 qk_parse_args "@PAIR_ARG SYSTEM_ARG" "--profile PROFILE_ARG" "--seed SEED" \
-    "--max-update MAX_UPDATE_ARG" "--threads THREADS_ARG" "--dry-run DRY_RUN=1" "--force FORCE=1" \
-    -- "$@"
+    "--max-update MAX_UPDATE_ARG" "--lr LR_ARG" "--threads THREADS_ARG" "--dry-run DRY_RUN=1" \
+    "--force FORCE=1" -- "$@"
 EXTRA=("${QK_REST[@]+"${QK_REST[@]}"}")
 qk_check_uint --seed "$SEED"
 
 load_pair_config "$PAIR_ARG"
 load_system_config "$SYSTEM_ARG"
 load_profile_config "$PROFILE_ARG"
+QK_LR_OVERRIDE=""
+[[ -z "$LR_ARG" ]] || qk_set_lr "$LR_ARG"
 [[ -z "$MAX_UPDATE_ARG" ]] || MAX_UPDATE="$MAX_UPDATE_ARG"
 [[ -z "$THREADS_ARG" ]] || THREADS="$THREADS_ARG"
 qk_check_uint --max-update "$MAX_UPDATE"
@@ -55,7 +66,7 @@ fi
 BIN="$QK_DATA/bin/$PAIR"
 BPE_DIR="$QK_DATA/bpe/$PAIR"
 LABEL="$(qk_run_label)"
-RUN="$(qk_run_dir "$PAIR" "$LABEL" "$SYSTEM" "$SEED")"
+RUN="$(qk_run_dir "$PAIR" "$LABEL" "$SYSTEM" "$SEED" "$QK_LR_OVERRIDE")"
 ARCH="$(qk_arch)"
 
 QKNORM_FLAGS=()
@@ -107,9 +118,13 @@ NEW_COMMAND="$(CMD[0]=fairseq-train; qk_print_cmd "${CMD[@]}")"
 if [[ "$FORCE" == 0 && -f "$RUN/command.txt" ]] \
     && [[ "$(sed '1s/^[^ ]*fairseq-train /fairseq-train /' "$RUN/command.txt")" != "$NEW_COMMAND" ]]; then
     # a finished (or resumable) run made with other settings is never reused silently
-    die "$RUN was trained with another command (see $RUN/command.txt): retrain it with scripts/train.sh $PAIR $SYSTEM --profile $PROFILE --seed $SEED${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG} --force, or remove $RUN"
+    die "$RUN was trained with another command (see $RUN/command.txt): retrain it with scripts/train.sh $PAIR $SYSTEM --profile $PROFILE --seed $SEED${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG}${QK_LR_OVERRIDE:+ --lr $QK_LR_OVERRIDE} --force, or remove $RUN"
 fi
 if [[ -f "$RUN/train.json" && "$FORCE" == 0 ]]; then
+    if [[ -f "$RUN/diverged" ]]; then
+        qk_warn "skip: $RUN diverged ($(head -n 1 "$RUN/diverged")): a finished result; --force to retrain"
+        exit 3
+    fi
     qk_log "skip: $RUN is finished; --force to retrain"
     exit 0
 fi
@@ -126,6 +141,7 @@ qk_log "training $SYSTEM ($SYSTEM_DESC; $PAPER_ROW) on $PAIR, profile $LABEL, ar
 # add_wall_time: wall_seconds accumulates the training time over resumes, also when this
 # script is interrupted (an exit hook: it runs after fairseq-train is stopped)
 START="$(date +%s)"
+LOG_START="$(stat -c %s -- "$RUN/train.log" 2>/dev/null || echo 0)"  # this attempt's part of the log
 add_wall_time() {
     [[ -n "$START" ]] || return 0
     local prev=0
@@ -137,10 +153,20 @@ qk_on_exit add_wall_time
 RC=0
 OMP_NUM_THREADS="$THREADS" MKL_NUM_THREADS="$THREADS" qk_run_tee "$RUN/train.log" "${CMD[@]}" || RC=$?
 add_wall_time
-((RC == 0)) || die "fairseq-train failed (exit $RC) for $RUN; see $RUN/train.log (rerun to resume)"
+TRAIN_JSON=("$QK_PY" -m qknorm_tools.collect train-json "$RUN" --pair "$PAIR" --profile "$LABEL"
+    --system "$SYSTEM" --seed "$SEED" --arch "$ARCH" ${L:+--qk-norm-length "$L"}
+    --paper-qk-norm-length "$PAPER_L" ${QK_LR_OVERRIDE:+--variant "lr=$QK_LR_OVERRIDE"})
+if ((RC != 0)); then
+    # divergence: fairseq (fp32) raises FloatingPointError on non-finite gradients (a NaN/inf
+    # loss makes them so; fairseq/trainer.py train_step) and exits non-zero
+    DIVERGED="$(tail -c "+$((LOG_START + 1))" -- "$RUN/train.log" | grep -m 1 -o 'FloatingPointError: .*' || true)"
+    [[ -n "$DIVERGED" ]] || die "fairseq-train failed (exit $RC) for $RUN; see $RUN/train.log (rerun to resume)"
+    printf '%s\n' "$DIVERGED" >"$RUN/diverged"
+    SUMMARY="$("${TRAIN_JSON[@]}")" || die "could not write $RUN/train.json"
+    qk_warn "$RUN diverged ($DIVERGED) after $SUMMARY: recorded in $RUN/diverged, a finished result (nothing to decode; --force retrains)"
+    exit 3
+fi
 [[ -f "$RUN/checkpoints/checkpoint_last.pt" ]] || die "fairseq-train wrote no checkpoint in $RUN/checkpoints"
 
-SUMMARY="$("$QK_PY" -m qknorm_tools.collect train-json "$RUN" --pair "$PAIR" --profile "$LABEL" \
-    --system "$SYSTEM" --seed "$SEED" --arch "$ARCH" ${L:+--qk-norm-length "$L"} \
-    --paper-qk-norm-length "$PAPER_L")" || die "could not write $RUN/train.json"
+SUMMARY="$("${TRAIN_JSON[@]}")" || die "could not write $RUN/train.json"
 qk_log "finished $RUN: $SUMMARY"

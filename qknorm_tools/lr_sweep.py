@@ -434,7 +434,7 @@ def lr_sweep_markdown(res: LRSweepResult) -> str:
         (
             "Max attention logit (largest logged over training, all modules)",
             "max_attn_logit",
-            ".1f",
+            ".3g",
         ),
     )
     for title, attr, spec in tables:

@@ -588,7 +588,7 @@ def lr_max_logit_figure(sweep, title: str = ""):
             any_found = True
             color = f"C{names.index(r['system']) % 10}"
             ls = "-" if r["seed"] == seeds[0] else "--"
-            ax.plot(*zip(*pts), color=color, ls=ls, lw=1.2)
+            ax.plot(*zip(*pts), color=color, ls=ls, lw=1.2, marker="o", ms=2.5)
             if r["diverged"] is not None:
                 ax.plot(*pts[-1], color=color, marker="x", ms=7)
         ax.set_title(f"lr {lr:g}", fontsize=9)

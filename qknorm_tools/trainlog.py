@@ -253,25 +253,28 @@ def final_qk_norm_g(records: Sequence[Mapping[str, object]]) -> dict[str, float]
 
 
 def max_attention_logit_series(
-    records: Sequence[Mapping[str, object]], kind: str = "train_inner"
+    records: Sequence[Mapping[str, object]], kinds: Sequence[str] = ("train_inner", "valid")
 ) -> tuple[list, list]:
-    """``(num_updates, max attention logit)`` per logged record of ``kind``.
+    """``(num_updates, max attention logit)`` per logged record of the ``kinds``.
 
-    The value is the largest logged ``attn_maxlogit_<module>`` over all attention modules.
+    The value is the largest logged ``attn_maxlogit_<module>`` over all attention modules
+    (training and validation records at one update: the larger).
 
-    The model (``--attn-stats-interval N``) logs each module's largest ``|logit|`` of the
-    actual pre-softmax logits (QKNorm: ``g cos``; dot product and QK-LayerNorm:
-    ``q.k / sqrt(d_head)``), averaged over the batches recorded in a logging interval; a
-    ``train_inner`` record without a recorded batch carries no value and is skipped. The
-    attention-logit growth of Wortsman et al. 2023 (Sec. 3.1) is read from this curve.
-    Non-finite values are kept (a diverging run logs ``nan``/``inf``).
+    The model (``--attn-stats-interval N``) logs each module's largest ``|logit|`` of a batch,
+    of the actual pre-softmax logits (QKNorm: ``g cos``; dot product and QK-LayerNorm:
+    ``q.k / sqrt(d_head)``), averaged over the batches recorded in a logging interval
+    (training: one batch every N updates; validation: every batch); a ``train_inner`` record
+    without a recorded batch carries no value and is skipped. The attention-logit growth of
+    Wortsman et al. 2023 (Sec. 3.1) is read from this curve. Non-finite values are kept (a
+    diverging run logs ``nan``/``inf``).
     """
     pts: dict[float, float] = {}
-    for key in metric_keys(records, MAXLOGIT_PREFIX, kind):
-        for x, y in zip(*series(records, kind, key)):
-            prev = pts.get(x)
-            if prev is None or math.isnan(y) or (not math.isnan(prev) and y > prev):
-                pts[x] = y  # the largest; a nan, once logged, stays
+    for kind in kinds:
+        for key in metric_keys(records, MAXLOGIT_PREFIX, kind):
+            for x, y in zip(*series(records, kind, key)):
+                prev = pts.get(x)
+                if prev is None or math.isnan(y) or (not math.isnan(prev) and y > prev):
+                    pts[x] = y  # the largest; a nan, once logged, stays
     xs = sorted(pts)
     return xs, [pts[x] for x in xs]
 
@@ -282,9 +285,7 @@ def max_attention_logit(records: Sequence[Mapping[str, object]]) -> float | None
     Over training and validation records (see :func:`max_attention_logit_series`); ``nan`` if
     a non-finite one was logged, ``None`` when the run logged no attention statistics.
     """
-    values = [
-        y for kind in ("train_inner", "valid") for y in max_attention_logit_series(records, kind)[1]
-    ]
+    values = max_attention_logit_series(records)[1]
     if not values:
         return None
     if any(math.isnan(v) for v in values):

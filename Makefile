@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 FAIRSEQ_SPEC ?= ve-fairseq==0.12.3
 
-.PHONY: install test lint demo grid ablation bench
+.PHONY: install test lint demo grid ablation lr-sweep bench
 
 install: $(VENV)/.installed
 
@@ -33,7 +33,8 @@ LINT_PATHS ?= qknorm_tools setup.py benchmarks/common.py tests/conftest.py tests
     tests/test_pipeline_train.py tests/test_plots.py tests/test_scripts.py tests/test_bad_input.py \
     tests/test_figures.py tests/test_own_data.py tests/test_train_log.py tests/test_profiles.py \
     tests/test_provenance.py tests/test_scoring_inputs.py tests/fairseq_train_counting.py \
-    tests/test_launcher.py tests/test_slurm.py
+    tests/test_launcher.py tests/test_slurm.py \
+    tests/test_lr_sweep.py
 lint: install
 	$(PY) -m ruff check $(LINT_PATHS)
 	$(PY) -m ruff format --check $(LINT_PATHS)
@@ -70,6 +71,15 @@ ABLATION_SEEDS = $(if $(filter command line environment,$(origin SEEDS)),$(SEEDS
 ablation: install
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/ablation.sh "$(PAIR)" --seeds "$(ABLATION_SEEDS)" \
 	    --profile "$(ABLATION_PROFILE)" --jobs "$(ABLATION_JOBS)" $(LAUNCH_FLAGS)
+
+# the LR sweep (issue 12): make lr-sweep PAIR=gl-en: 4 systems x 6 learning rates x 2 seeds on the
+# CPU proxy, about 2 hours on 2 cores two runs at a time (scripts/lr_sweep.sh for the defaults);
+# other choices: make lr-sweep LR_SWEEP_ARGS="--lrs 1e-3,1e-2 --systems twt,qk_layernorm"
+LR_SWEEP_JOBS ?= 2
+LR_SWEEP_ARGS ?=
+lr-sweep: install
+	PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/lr_sweep.sh "$(PAIR)" --jobs "$(LR_SWEEP_JOBS)" \
+	    $(LR_SWEEP_ARGS)
 
 bench: install
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m benchmarks.run

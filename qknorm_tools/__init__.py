@@ -15,10 +15,12 @@ Modules, one role each:
 * :mod:`.aggregate` - mean and sd over seeds, paired tests on seed-concatenated outputs
 * :mod:`.tables` - Markdown, LaTeX and CSV tables
 * :mod:`.ablation` - the 2x2 {LayerNorm, ScaleNorm} x {dot product, QKNorm} report
+* :mod:`.lr_sweep` - the learning-rate sweep: LR sensitivity, divergence, loss and BLEU per LR
 * :mod:`.corpus` - raw-corpus checks, checksums, safe extraction, length percentile ``L``
 * :mod:`.progress` - time estimates (ETA) of training and decoding for the scripts
 
-Command lines: ``python -m qknorm_tools.evaluate {extract,score,compare,aggregate,ablation}``,
+Command lines: ``python -m qknorm_tools.evaluate {extract,score,compare,aggregate,ablation,
+  lr-sensitivity}``,
 ``python -m qknorm_tools.collect``, ``python -m qknorm_tools.plots``,
 ``python -m qknorm_tools.corpus``, ``python -m qknorm_tools.progress``.
 """

@@ -9,7 +9,9 @@ those records:
 * ``--runs-table STEM``: one row per run, ``STEM.md`` and ``STEM.json`` (``make demo``);
 * ``--aggregate``: mean ± sd over seeds and paired tests against ``--baseline``,
   ``aggregate.{md,tex,csv,json}`` (``scripts/reproduce.sh``, ``scripts/ablation.sh``); a
-  partly finished grid aggregates what it can (:func:`~.aggregate.select_for_aggregate`).
+  partly finished grid aggregates what it can (:func:`~.aggregate.select_for_aggregate`);
+* ``--keep-unscored``: runs whose training finished but that were not decoded (diverged runs,
+  the LR sweep's lr-0 initial-model runs) are kept, with null scores (``scripts/lr_sweep.sh``).
 
 ``python -m qknorm_tools.collect train-json RUN --pair ... --arch ...`` writes a finished
 training's ``train.json`` (what ``scripts/train.sh`` calls; see
@@ -44,11 +46,11 @@ def _cmd_runs(a) -> int:
     refs = parse_kv(a.ref, "--ref")
     records, unfinished = [], []
     for run in a.run:
-        missing = run_status(run, a.split)
+        missing = run_status(run, a.split, scored=not a.keep_unscored)
         if missing:
             unfinished.append(f"{run} (no {', '.join(missing)})")
             continue
-        rec = read_run(run, a.split)
+        rec = read_run(run, a.split, scored=not a.keep_unscored)
         if refs.get(rec.pair):
             rec.ref_path = str(Path(refs[rec.pair]).resolve())
         records.append(rec)
@@ -92,6 +94,7 @@ def _cmd_train_json(a) -> int:
         "arch": a.arch,
         "qk_norm_length": a.qk_norm_length,
         "paper_qk_norm_length": a.paper_qk_norm_length,
+        "variant": parse_kv(a.variant, "--variant"),
     }
     rec = write_train_json(a.run, identity)
     g0 = f", QKNorm g0 = {rec.qk_norm_g0:.4f} (logged by the model)" if rec.qk_norm_g0 else ""
@@ -136,6 +139,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="write aggregate.{md,tex,csv,json} against --baseline",
     )
     r.add_argument("--no-significance", action="store_true", help="aggregate without paired tests")
+    r.add_argument(
+        "--keep-unscored",
+        action="store_true",
+        help="also keep finished trainings without scores (diverged or never decoded runs; "
+        "their scores are null); not with --aggregate or --runs-table",
+    )
     r.set_defaults(fn=_cmd_runs)
 
     t = sub.add_parser("train-json", help="write RUN/train.json for a finished training")
@@ -147,6 +156,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--arch", required=True)
     t.add_argument("--qk-norm-length", type=_number, help="the data's L passed to the model")
     t.add_argument("--paper-qk-norm-length", type=_number, help="the QKNorm authors' L")
+    t.add_argument(
+        "--variant",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a run-defining override beyond pair/profile/system/seed, e.g. lr=3e-3 (repeatable)",
+    )
     t.set_defaults(fn=_cmd_train_json)
     return p
 
@@ -156,6 +171,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     if a.cmd == "runs" and a.aggregate and not a.baseline:
         build_parser().error("--aggregate needs --baseline")
+    if a.cmd == "runs" and a.keep_unscored and (a.aggregate or a.runs_table):
+        build_parser().error("--keep-unscored keeps runs without scores: not with the score tables")
     logging.getLogger("sacrebleu").setLevel(logging.WARNING)
     try:
         return a.fn(a)

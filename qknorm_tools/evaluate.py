@@ -19,6 +19,9 @@
     seed-concatenated outputs, average delta over pairs; Markdown, LaTeX (booktabs) and CSV.
 ``ablation``
     2x2 {layernorm, scalenorm} x {dot, qknorm} confound report.
+``lr-sensitivity``
+    LR sweep per system: final dev loss and test BLEU per peak learning rate, LR sensitivity
+    (Wortsman et al. 2023), diverged runs, best LR (:mod:`.lr_sweep`).
 
 Input errors print ``error: ...`` (naming file and line) and exit with status 2.
 """
@@ -34,6 +37,7 @@ from pathlib import Path
 
 from .ablation import ABLATION_CELLS, ablation_report, write_ablation_report
 from .aggregate import aggregate_results
+from .lr_sweep import lr_sweep, write_lr_sweep_report
 from .provenance import check_one_data_version
 from .records import RunRecord, load_records
 from .scoring import SCORE_FIELDS, format_scores, score_files
@@ -222,6 +226,15 @@ def _cmd_ablation(a) -> int:
     return 0
 
 
+def _cmd_lr_sensitivity(a) -> int:
+    systems = a.systems.split(",") if a.systems else None
+    res = lr_sweep(_load_all(a.results), pair=a.pair, systems=systems)
+    paths = write_lr_sweep_report(res, a.out_dir, a.stem)
+    print(Path(paths["md"]).read_text(encoding="utf-8"))
+    print("wrote " + ", ".join(paths.values()), file=sys.stderr)
+    return 0
+
+
 def _add_test_args(p, bootstrap: bool = True) -> None:
     if bootstrap:
         p.add_argument("--n-bootstrap", type=int, default=1000, help="bootstrap resamples")
@@ -342,6 +355,23 @@ def build_parser() -> argparse.ArgumentParser:
     _add_test_args(b, bootstrap=False)
     b.add_argument("--no-significance", action="store_true", help="skip the paired tests")
     b.set_defaults(fn=_cmd_ablation)
+
+    lr = sub.add_parser(
+        "lr-sensitivity",
+        help="LR sweep: dev loss and BLEU per learning rate, LR sensitivity, divergence",
+    )
+    lr.add_argument(
+        "--results",
+        required=True,
+        nargs="+",
+        help="runs.json of the sweep (python -m qknorm_tools.collect runs --keep-unscored), "
+        "with the lr-0 initial-model runs",
+    )
+    lr.add_argument("--pair", default=None, help="the pair (default: the only one in --results)")
+    lr.add_argument("--systems", default=None, help="comma-separated systems, in table order")
+    lr.add_argument("--out-dir", required=True, help="where STEM.{md,json} go")
+    lr.add_argument("--stem", default="lr_sweep", help="file stem (default lr_sweep)")
+    lr.set_defaults(fn=_cmd_lr_sensitivity)
     return p
 
 

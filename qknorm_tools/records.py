@@ -6,7 +6,9 @@ what ``scripts/train.sh`` and ``scripts/evaluate.sh`` wrote:
 * ``train.json`` - the run's identity and training facts (:func:`write_train_json`);
 * ``train.log`` - fairseq-train's log (QKNorm ``g0`` as the model logged it, the final ``g``);
 * ``{split}.score.json`` and ``{split}.hyp`` - scores and hypotheses;
-* ``data_identity.json`` - the identity of the data it trained on (:mod:`.provenance`).
+* ``data_identity.json`` - the identity of the data it trained on (:mod:`.provenance`);
+* ``command.txt`` - the fairseq-train command (the peak learning rate ``--lr``);
+* ``diverged`` - present when the training diverged (the reason; no scores then).
 
 :func:`read_run` turns one into a :class:`RunRecord` by running every reader in
 :data:`RUN_READERS`; a later feature (provenance, cluster status) adds its reader there and
@@ -23,7 +25,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
+import shlex
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,7 +55,8 @@ PATH_FIELDS = ("run_dir", "train_log", "hyp_path", "ref_path")
 class RunRecord:
     """One run: identity, training facts, scores and the files they came from.
 
-    Scores are BLEU / chrF points (0-100). ``qk_norm_length`` is the data's ``L`` (97.5th
+    Scores are BLEU / chrF points (0-100), ``None`` for a run that was not decoded (a diverged
+    run). ``qk_norm_length`` is the data's ``L`` (97.5th
     percentile BPE length) passed to the model, ``qk_norm_g0`` the initial QKNorm scale the
     model logged, ``qk_norm_g_final`` the scale per attention module at ``checkpoint_best.pt``
     (``{"enc0_self": g, ...}``). ``data_id`` is the identity (sha256) of the data the run
@@ -73,6 +78,18 @@ class RunRecord:
     qk_norm_g0: float | None = None
     qk_norm_g_final: dict[str, float] = field(default_factory=dict)
     data_id: str | None = None
+    #: peak learning rate of the run (``--lr`` of its fairseq-train command)
+    lr: float | None = None
+    #: dev loss (fairseq's ``loss``: label-smoothed cross-entropy, bits per target token) of
+    #: the last validation, and the lowest of all validations; ``None`` without validation
+    dev_loss: float | None = None
+    dev_loss_min: float | None = None
+    #: largest attention logit logged during training and validation (``None`` if the run
+    #: logged no attention statistics; see :func:`.trainlog.max_attention_logit`)
+    max_attn_logit: float | None = None
+    #: why the training diverged (``FloatingPointError: ...`` from ``RUN/diverged``, or
+    #: ``non-finite dev loss``); ``None`` for a run that did not
+    diverged: str | None = None
     bleu_tok: float | None = None
     bleu: float | None = None
     chrf: float | None = None
@@ -205,16 +222,55 @@ def _read_train_json(run: Path, rec: RunRecord, split: str) -> None:
     rec.variant = dict(data.get("variant") or {})
 
 
+def _finite(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else x
+
+
 def _read_train_log(run: Path, rec: RunRecord, split: str) -> None:
     log = run / "train.log"
     if log.is_file():
         rec.train_log = str(log)
-        rec.qk_norm_g_final = trainlog.final_qk_norm_g(
-            trainlog.parse_log_text(log.read_text(encoding="utf-8", errors="replace"))
-        )
+        recs = trainlog.parse_log_text(log.read_text(encoding="utf-8", errors="replace"))
+        rec.qk_norm_g_final = trainlog.final_qk_norm_g(recs)
+        losses = trainlog.series(recs, "valid", "loss")[1]
+        if losses:
+            rec.dev_loss = _finite(losses[-1])
+            rec.dev_loss_min = _finite(
+                min(losses, key=lambda v: v if math.isfinite(v) else math.inf)
+            )
+            if rec.dev_loss is None and rec.diverged is None:
+                rec.diverged = "non-finite dev loss"
+        rec.max_attn_logit = _finite(trainlog.max_attention_logit(recs))
+
+
+def _read_command(run: Path, rec: RunRecord, split: str) -> None:
+    """The peak learning rate and the divergence marker of a run.
+
+    The learning rate is the last ``--lr`` of ``command.txt`` (as argparse reads it); the
+    marker ``diverged`` is what ``scripts/train.sh`` writes when the training diverged.
+    """
+    marker = run / "diverged"
+    if marker.is_file():
+        rec.diverged = marker.read_text(encoding="utf-8", errors="replace").strip() or "diverged"
+    command = run / "command.txt"
+    if command.is_file():
+        try:
+            tokens = shlex.split(command.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise ResultsError(f"{str(command)!r} is not a shell command line: {exc}") from None
+        values = [tokens[i + 1] for i, t in enumerate(tokens[:-1]) if t == "--lr"]
+        if values:
+            try:
+                rec.lr = float(values[-1].split(",")[0])  # fairseq's --lr is a list
+            except ValueError:
+                raise ResultsError(
+                    f"{str(command)!r}: --lr {values[-1]!r} is not a number"
+                ) from None
 
 
 def _read_scores(run: Path, rec: RunRecord, split: str) -> None:
+    if not (run / f"{split}.score.json").is_file():
+        return  # a run that was not decoded (read_run checks that scored runs have scores)
     score = _read_json(run / f"{split}.score.json")
     for k in ("bleu_tok", "bleu", "chrf", "n_lines"):
         setattr(rec, k, score.get(k))
@@ -237,33 +293,42 @@ def _read_data_identity(run: Path, rec: RunRecord, split: str) -> None:
 #: Readers that fill a record from a run directory, in order: ``fn(run_dir, record, split)``.
 RUN_READERS: list[Callable[[Path, RunRecord, str], None]] = [
     _read_train_json,
+    _read_command,
     _read_train_log,
     _read_scores,
     _read_data_identity,
 ]
 
 
-def run_status(run_dir, split: str = "test") -> list[str]:
-    """The files a finished run lacks (empty list: finished)."""
+def run_status(run_dir, split: str = "test", scored: bool = True) -> list[str]:
+    """The files a finished run lacks (empty list: finished).
+
+    ``scored=False``: a finished training is enough (``train.json``; scores are read when
+    present), for runs that are not decoded: diverged runs, the LR sweep's lr-0 runs.
+    """
     run = Path(run_dir)
-    need = ("train.json", f"{split}.score.json", f"{split}.hyp")
+    need = ("train.json", f"{split}.score.json", f"{split}.hyp") if scored else ("train.json",)
     return [name for name in need if not (run / name).is_file()]
 
 
-def read_run(run_dir, split: str = "test", ref_path: str | None = None) -> RunRecord:
+def read_run(
+    run_dir, split: str = "test", ref_path: str | None = None, scored: bool = True
+) -> RunRecord:
     """The record of a finished run directory.
 
     Args:
         run_dir: the run directory.
         split: the evaluated split (``test``: ``test.score.json``, ``test.hyp``).
         ref_path: the reference the hypotheses were scored against (stored in the record).
+        scored: require the scores (default); ``False`` also reads a run that was trained
+            but not decoded (its scores stay ``None``).
 
     Raises:
         ResultsError: the run is not finished (the missing files are named) or its
             ``train.json`` lacks its identity.
     """
     run = Path(run_dir).resolve()
-    missing = run_status(run, split)
+    missing = run_status(run, split, scored)
     if missing:
         raise ResultsError(f"{run} is not a finished run: no {', '.join(missing)}")
     ident = _read_json(run / "train.json")

@@ -17,6 +17,7 @@ initial scale as ``QKNorm g0 = <value> (...)`` (read by :func:`qk_norm_g0`).
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -26,6 +27,8 @@ __all__ = [
     "best_valid_record",
     "final_qk_norm_g",
     "last_num_updates",
+    "max_attention_logit",
+    "max_attention_logit_series",
     "metric_keys",
     "parse_log",
     "parse_log_line",
@@ -49,6 +52,7 @@ _EPOCH_RE = re.compile(r"^epoch\s+(?P<epoch>\d+)$")
 _G0_RE = re.compile(r"QKNorm:? g0 = (?P<g0>[-+0-9.eE]+)")
 _UPDATES_RE = re.compile(r"num_updates[ =](\d+)")
 G_PREFIX = "qknorm_g_"
+MAXLOGIT_PREFIX = "attn_maxlogit_"
 
 
 def _to_float(v) -> float | None:
@@ -246,3 +250,44 @@ def final_qk_norm_g(records: Sequence[Mapping[str, object]]) -> dict[str, float]
         return {}
     mt = best["metrics"]
     return {k[len(G_PREFIX) :]: mt[k] for k in metric_keys([best], G_PREFIX)}
+
+
+def max_attention_logit_series(
+    records: Sequence[Mapping[str, object]], kinds: Sequence[str] = ("train_inner", "valid")
+) -> tuple[list, list]:
+    """``(num_updates, max attention logit)`` per logged record of the ``kinds``.
+
+    The value is the largest logged ``attn_maxlogit_<module>`` over all attention modules
+    (training and validation records at one update: the larger).
+
+    The model (``--attn-stats-interval N``) logs each module's largest ``|logit|`` of a batch,
+    of the actual pre-softmax logits (QKNorm: ``g cos``; dot product and QK-LayerNorm:
+    ``q.k / sqrt(d_head)``), averaged over the batches recorded in a logging interval
+    (training: one batch every N updates; validation: every batch); a ``train_inner`` record
+    without a recorded batch carries no value and is skipped. The attention-logit growth of
+    Wortsman et al. 2023 (Sec. 3.1) is read from this curve. Non-finite values are kept (a
+    diverging run logs ``nan``/``inf``).
+    """
+    pts: dict[float, float] = {}
+    for kind in kinds:
+        for key in metric_keys(records, MAXLOGIT_PREFIX, kind):
+            for x, y in zip(*series(records, kind, key)):
+                prev = pts.get(x)
+                if prev is None or math.isnan(y) or (not math.isnan(prev) and y > prev):
+                    pts[x] = y  # the largest; a nan, once logged, stays
+    xs = sorted(pts)
+    return xs, [pts[x] for x in xs]
+
+
+def max_attention_logit(records: Sequence[Mapping[str, object]]) -> float | None:
+    """The largest attention logit logged during a run.
+
+    Over training and validation records (see :func:`max_attention_logit_series`); ``nan`` if
+    a non-finite one was logged, ``None`` when the run logged no attention statistics.
+    """
+    values = max_attention_logit_series(records)[1]
+    if not values:
+        return None
+    if any(math.isnan(v) for v in values):
+        return math.nan
+    return max(values)

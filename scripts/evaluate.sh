@@ -15,6 +15,8 @@
 # qknorm_tools.provenance), also with --force; the score records that identity.
 # Steps whose outputs are newer than the checkpoint and made on the same data are skipped. The
 # run's lock (RUN/.lock) is held while decoding, so a run being trained is never evaluated.
+# A run whose training diverged (RUN/diverged, scripts/train.sh) has nothing to decode: exit
+# status 3.
 set -euo pipefail
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
 # shellcheck source=scripts/lib.sh
@@ -22,13 +24,14 @@ source "$SCRIPT_DIR/lib.sh"
 
 usage() {
     cat <<EOF
-usage: scripts/evaluate.sh PAIR SYSTEM [--profile P] [--seed N] [--max-update N] [--split test|dev]
-                           [--checkpoint best|last|avgN] [--threads N] [--force]
+usage: scripts/evaluate.sh PAIR SYSTEM [--profile P] [--seed N] [--max-update N] [--lr LR]
+                           [--split test|dev] [--checkpoint best|last|avgN] [--threads N] [--force]
   PAIR         one of: $(qk_known_pairs)
   SYSTEM       one of: $(qk_known_systems)
   --profile P  one of: $(qk_known_profiles) (default: cpu-proxy)
   --seed N     seed of the run (default 1)
   --max-update N  the run's budget, if not the profile's (as given to scripts/train.sh)
+  --lr LR      the run's peak learning rate, if not the profile's (as given to scripts/train.sh)
   --split S    test (default) or dev
   --checkpoint C  best (default: checkpoint_best.pt, the profile's best on dev), last, or
                avgN: the average of the last N checkpoints the profile keeps (outputs SPLIT.avgN.*)
@@ -39,9 +42,9 @@ environment: QKNORM_WORK_DIR, QKNORM_MAX_UPDATE, QKNORM_THREADS
 EOF
 }
 
-PROFILE_ARG=cpu-proxy SEED=1 MAX_UPDATE_ARG="" SPLIT=test CKPT=best THREADS_ARG="" FORCE=0
+PROFILE_ARG=cpu-proxy SEED=1 MAX_UPDATE_ARG="" LR_ARG="" SPLIT=test CKPT=best THREADS_ARG="" FORCE=0
 qk_parse_args "@PAIR_ARG SYSTEM_ARG" "--profile PROFILE_ARG" "--seed SEED" \
-    "--max-update MAX_UPDATE_ARG" "--split SPLIT" "--checkpoint CKPT" "--threads THREADS_ARG" \
+    "--max-update MAX_UPDATE_ARG" "--lr LR_ARG" "--split SPLIT" "--checkpoint CKPT" "--threads THREADS_ARG" \
     "--force FORCE=1" -- "$@"
 qk_check_uint --seed "$SEED"
 [[ -z "$MAX_UPDATE_ARG" ]] || qk_check_uint --max-update "$MAX_UPDATE_ARG"
@@ -57,17 +60,23 @@ esac
 load_pair_config "$PAIR_ARG"
 load_system_config "$SYSTEM_ARG"
 load_profile_config "$PROFILE_ARG"
+QK_LR_OVERRIDE=""
+[[ -z "$LR_ARG" ]] || qk_set_lr "$LR_ARG"
 [[ -z "$THREADS_ARG" ]] || THREADS="$THREADS_ARG"
 [[ -z "$MAX_UPDATE_ARG" ]] || MAX_UPDATE="$MAX_UPDATE_ARG"
 
 LABEL="$(qk_run_label)"
-RUN="$(qk_run_dir "$PAIR" "$LABEL" "$SYSTEM" "$SEED")"
+RUN="$(qk_run_dir "$PAIR" "$LABEL" "$SYSTEM" "$SEED" "$QK_LR_OVERRIDE")"
 CHECKPOINT="$RUN/checkpoints/checkpoint_$CKPT.pt"
 BIN="$QK_DATA/bin/$PAIR"
 REF="$QK_DATA/raw/$PAIR/$SPLIT.$TGT"
 [[ ! -d "$RUN" ]] || qk_lock_run "$RUN"  # before anything else: a run in training is busy
-TRAIN_CMD="scripts/train.sh $PAIR $SYSTEM --profile $PROFILE --seed $SEED${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG}"
+TRAIN_CMD="scripts/train.sh $PAIR $SYSTEM --profile $PROFILE --seed $SEED${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG}${QK_LR_OVERRIDE:+ --lr $QK_LR_OVERRIDE}"
 [[ -f "$RUN/train.json" ]] || die "$RUN is not a finished run: run $TRAIN_CMD first"
+if [[ -f "$RUN/diverged" ]]; then
+    qk_warn "$RUN diverged ($(head -n 1 "$RUN/diverged")): no model to decode"
+    exit 3
+fi
 [[ -n "$N_AVERAGE" || -f "$CHECKPOINT" ]] || die "checkpoint $CHECKPOINT not found"
 [[ -f "$REF" ]] || die "reference $REF not found: run scripts/prepare_data.sh $PAIR"
 # the current data must be consistent, and the ones this run was trained on

@@ -16,7 +16,8 @@
 #   load_pair_config / load_system_config / load_profile_config NAME  source a config
 #   qk_run_label PROFILE          the profile as runs and results are filed: PROFILE, or
 #                                 PROFILE-max-update-N for a budget other than the profile's
-#   qk_run_dir PAIR LABEL SYSTEM SEED   where a run lives
+#   qk_run_dir PAIR LABEL SYSTEM SEED [LR]   where a run lives (LR: an lr override, qk_set_lr)
+#   qk_canonical_lr LR / qk_set_lr LR   one spelling of a learning rate / --lr over the profile's
 #   qk_lock_run RUN               hold RUN/.lock (flock) while this script runs, or die naming the holder
 #   qk_run CMD... / qk_run_tee LOG CMD...   run a child (own process group) and wait for it
 #   qk_pool_init N, qk_pool_submit NAME LOG CMD..., qk_pool_wait   run up to N children at once
@@ -845,10 +846,51 @@ qk_run_label() {
     fi
 }
 
-# qk_run_dir PAIR LABEL SYSTEM SEED: where a training run keeps checkpoints, logs and scores
-# (LABEL from qk_run_label).
+# qk_run_dir PAIR LABEL SYSTEM SEED [LR]: where a training run keeps checkpoints, logs and scores
+# (LABEL from qk_run_label; LR: a peak learning rate other than the profile's, from qk_set_lr,
+# filed as seedN-lrLR; empty or absent: the profile's own lr, seedN).
 qk_run_dir() {
-    printf '%s\n' "$QK_WORK_DIR/runs/$1/$2/$3/seed$4"
+    printf '%s\n' "$QK_WORK_DIR/runs/$1/$2/$3/seed$4${5:+-lr$5}"
+}
+
+# qk_canonical_lr VALUE: VALUE (a non-negative decimal number such as 3e-3, 0.003, 3E-03) in one
+# spelling, MANTISSAeEXPONENT without trailing zeros (3e-3, 1.5e-2, 1e0; 0 for zero), so that
+# one learning rate is always one run directory. Returns 1 if VALUE is not such a number.
+qk_canonical_lr() {
+    local v="${1-}" e m x
+    [[ "$v" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]] || return 1
+    e="$(LC_ALL=C printf '%.6e' "$v")" || return 1  # 3.000000e-03
+    m="${e%e*}" x="${e#*e}"
+    if [[ "$m" == *.* ]]; then
+        while [[ "$m" == *0 ]]; do m="${m%0}"; done
+        m="${m%.}"
+    fi
+    [[ "$m" != 0 ]] || { printf '0\n'; return 0; }
+    x="${x#+}"
+    [[ "$x" != -* ]] || x="-$(printf '%d' "$((10#${x#-}))")"
+    [[ "$x" == -* ]] || x="$((10#$x))"
+    printf '%se%s\n' "$m" "$x"
+}
+
+# qk_set_lr LR: the loaded profile (load_profile_config) trained at peak learning rate LR: the
+# value of --lr in OPTIM_FLAGS is replaced (the warmup and the schedule stay the profile's).
+# Sets QK_LR_OVERRIDE to LR in canonical spelling (qk_canonical_lr), or to "" when LR is the
+# profile's own lr (that run is the profile's, seedN). Usage error on a bad LR, dies if the
+# profile sets no --lr.
+qk_set_lr() {
+    local lr i own=""
+    lr="$(qk_canonical_lr "${1-}")" \
+        || qk_usage_error "--lr must be a non-negative decimal number (e.g. 3e-3, 0.003), got '${1-}'"
+    for i in "${!OPTIM_FLAGS[@]}"; do
+        if [[ "${OPTIM_FLAGS[$i]}" == --lr ]]; then
+            own="$(qk_canonical_lr "${OPTIM_FLAGS[$((i + 1))]}")" \
+                || die "configs/profiles/$PROFILE.sh: --lr '${OPTIM_FLAGS[$((i + 1))]}' is not a number"
+            OPTIM_FLAGS[$((i + 1))]="$lr"
+        fi
+    done
+    [[ -n "$own" ]] || die "configs/profiles/$PROFILE.sh sets no --lr in OPTIM_FLAGS: --lr cannot replace it"
+    QK_LR_OVERRIDE="$lr"
+    [[ "$lr" != "$own" ]] || QK_LR_OVERRIDE=""
 }
 
 # _qk_cell_split ARGS...: a cell's arguments (PAIR SYSTEM OPTION... [-- TRAIN_ARGS...]) ->

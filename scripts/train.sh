@@ -15,6 +15,11 @@
 # on other data than the current data/bin/PAIR is refused, finished or not, naming both.
 # Settings that cannot work together (profile values, -- EXTRA arguments, the data's BPE tool)
 # are refused before anything runs (python -m qknorm_tools.train_check).
+# --lr LR trains at another peak learning rate than the profile's (warmup and schedule stay):
+# the run is RUN = .../seedN-lrLR (scripts/lib.sh:qk_run_dir), LR recorded in train.json.
+# A training that diverges (fairseq-train stops with FloatingPointError: non-finite gradients
+# or loss) is a finished result, not a failure to retry: RUN/diverged holds the reason,
+# train.json is written, the exit status is 3, and a rerun skips it (--force retrains).
 set -euo pipefail
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
 # shellcheck source=scripts/lib.sh
@@ -22,15 +27,17 @@ source "$SCRIPT_DIR/lib.sh"
 
 usage() {
     cat <<EOF
-usage: scripts/train.sh PAIR SYSTEM [--profile P] [--seed N] [--max-update N] [--threads N]
-                        [--nproc N [--launch auto|torchrun|srun]] [--bf16-autocast] [--dry-run]
-                        [--force] [-- EXTRA_FAIRSEQ_TRAIN_ARGS...]
+usage: scripts/train.sh PAIR SYSTEM [--profile P] [--seed N] [--max-update N] [--lr LR]
+                        [--threads N] [--nproc N [--launch auto|torchrun|srun]] [--bf16-autocast]
+                        [--dry-run] [--force] [-- EXTRA_FAIRSEQ_TRAIN_ARGS...]
   PAIR         one of: $(qk_known_pairs)
   SYSTEM       one of: $(qk_known_systems)
   --profile P  one of: $(qk_known_profiles) (default: cpu-proxy)
   --seed N     random seed (default 1)
   --max-update N  update budget instead of the profile's (the run goes to
                runs/PAIR/PROFILE-max-update-N/, never over the profile's runs)
+  --lr LR      peak learning rate instead of the profile's --lr (warmup and schedule stay; the
+               run goes to runs/PAIR/LABEL/SYSTEM/seedN-lrLR/)
   --threads N  intra-op CPU threads (default: the profile's THREADS; --nproc N: shared out)
   --nproc N    N training processes (torch.distributed DDP; default 1). The profile's tokens
                per update are kept: each process batches MAX_TOKENS/N tokens. CPU: torchrun,
@@ -48,14 +55,16 @@ usage: scripts/train.sh PAIR SYSTEM [--profile P] [--seed N] [--max-update N] [-
   -- ARGS      passed on to fairseq-train (a run made with other ARGS is never reused)
 environment: QKNORM_WORK_DIR (outputs under \$QKNORM_WORK_DIR/runs), QKNORM_MAX_UPDATE,
   QKNORM_THREADS
+exit status: 0 trained (or finished before), 3 the training diverged (RUN/diverged; a finished
+  result that a rerun skips), 1 other failures, 2 usage errors
 EOF
 }
 
-PROFILE_ARG=cpu-proxy SEED=1 MAX_UPDATE_ARG="" THREADS_ARG="" DRY_RUN=0 FORCE=0 BF16=0 NPROC=1
-LAUNCH_ARG=auto
+PROFILE_ARG=cpu-proxy SEED=1 MAX_UPDATE_ARG="" LR_ARG="" THREADS_ARG="" DRY_RUN=0 FORCE=0 BF16=0
+NPROC=1 LAUNCH_ARG=auto
 qk_parse_args "@PAIR_ARG SYSTEM_ARG" "--profile PROFILE_ARG" "--seed SEED" \
-    "--max-update MAX_UPDATE_ARG" "--threads THREADS_ARG" "--nproc NPROC" "--launch LAUNCH_ARG" \
-    "--bf16-autocast BF16=1" "--dry-run DRY_RUN=1" "--force FORCE=1" -- "$@"
+    "--max-update MAX_UPDATE_ARG" "--lr LR_ARG" "--threads THREADS_ARG" "--nproc NPROC" \
+    "--launch LAUNCH_ARG" "--bf16-autocast BF16=1" "--dry-run DRY_RUN=1" "--force FORCE=1" -- "$@"
 EXTRA=("${QK_REST[@]+"${QK_REST[@]}"}")
 # The `--` guard: extra fairseq-train arguments may add settings, never replace the ones this
 # script manages (argparse would let the last occurrence win silently).
@@ -71,6 +80,7 @@ for ((i = 0; i < ${#EXTRA[@]}; i++)); do
         --source-lang | --target-lang | -s | -t) use="the pair's direction (configs/pairs; the reverse direction of gl-en is en-gl)" ;;
         --max-update) use="train.sh --max-update N (its runs go to PROFILE-max-update-N)" ;;
         --max-epoch) use="a profile (MAX_EPOCH)" ;;
+        --lr) use="train.sh --lr LR (its runs go to seedN-lrLR)" ;;
         --tensorboard-logdir) use="nothing: the run's tensorboard/ folder" ;;
         --qk-norm-length) use="nothing: train.sh passes the data's L (data/bpe/PAIR/length_stats.json) to QKNorm systems; another g0 is another system (configs/systems)" ;;
         -*) continue ;;
@@ -87,6 +97,8 @@ qk_check_uint --seed "$SEED"
 load_pair_config "$PAIR_ARG"
 load_system_config "$SYSTEM_ARG"
 load_profile_config "$PROFILE_ARG"
+QK_LR_OVERRIDE=""
+[[ -z "$LR_ARG" ]] || qk_set_lr "$LR_ARG"
 [[ -z "$MAX_UPDATE_ARG" ]] || MAX_UPDATE="$MAX_UPDATE_ARG"
 [[ -z "$THREADS_ARG" ]] || THREADS="$THREADS_ARG"
 qk_check_uint --max-update "$MAX_UPDATE"
@@ -98,10 +110,10 @@ fi
 BIN="$QK_DATA/bin/$PAIR"
 BPE_DIR="$QK_DATA/bpe/$PAIR"
 LABEL="$(qk_run_label)"
-RUN="$(qk_run_dir "$PAIR" "$LABEL" "$SYSTEM" "$SEED")"
+RUN="$(qk_run_dir "$PAIR" "$LABEL" "$SYSTEM" "$SEED" "$QK_LR_OVERRIDE")"
 BF16_ARG=""
 ((BF16 == 0)) || BF16_ARG=" --bf16-autocast"
-RETRAIN="scripts/train.sh $PAIR $SYSTEM --profile $PROFILE --seed $SEED${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG}$BF16_ARG --force"
+RETRAIN="scripts/train.sh $PAIR $SYSTEM --profile $PROFILE --seed $SEED${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG}${QK_LR_OVERRIDE:+ --lr $QK_LR_OVERRIDE}$BF16_ARG --force"
 ARCH="$(qk_arch)"
 
 QKNORM_FLAGS=()
@@ -243,6 +255,10 @@ fi
 "$QK_PY" -m qknorm_tools.provenance run "$RUN" --identity "$BIN/identity.json" --record >/dev/null \
     || die "$RUN belongs to other data than the current $BIN: retrain it on the current data with $RETRAIN (or restore the data it was trained on)"
 if [[ -f "$RUN/train.json" ]]; then
+    if [[ -f "$RUN/diverged" ]]; then
+        qk_warn "skip: $RUN diverged ($(head -n 1 "$RUN/diverged")): a finished result; --force to retrain"
+        exit 3
+    fi
     qk_log "skip: $RUN is finished (data ${DATA_ID:0:12}); --force to retrain"
     exit 0
 fi
@@ -260,6 +276,7 @@ qk_log "training $SYSTEM ($SYSTEM_DESC; $PAPER_ROW) on $PAIR, profile $LABEL, ar
 # add_wall_time: wall_seconds accumulates the training time over resumes, also when this
 # script is interrupted (an exit hook: it runs after fairseq-train is stopped)
 START="$(date +%s)"
+LOG_START="$(stat -c %s -- "$RUN/train.log" 2>/dev/null || echo 0)"  # this attempt's part of the log
 add_wall_time() {
     [[ -n "$START" ]] || return 0
     local prev=0
@@ -279,10 +296,20 @@ train_with_eta() {
 RC=0
 OMP_NUM_THREADS="$THREADS" MKL_NUM_THREADS="$THREADS" qk_run train_with_eta || RC=$?
 add_wall_time
-((RC == 0)) || die "fairseq-train failed (exit $RC) for $RUN; see $RUN/train.log (rerun to resume)"
+TRAIN_JSON=("$QK_PY" -m qknorm_tools.collect train-json "$RUN" --pair "$PAIR" --profile "$LABEL"
+    --system "$SYSTEM" --seed "$SEED" --arch "$ARCH" ${L:+--qk-norm-length "$L"}
+    ${PAPER_L:+--paper-qk-norm-length "$PAPER_L"} ${QK_LR_OVERRIDE:+--variant "lr=$QK_LR_OVERRIDE"})
+if ((RC != 0)); then
+    # divergence: fairseq (fp32) raises FloatingPointError on non-finite gradients (a NaN/inf
+    # loss makes them so; fairseq/trainer.py train_step) and exits non-zero
+    DIVERGED="$(tail -c "+$((LOG_START + 1))" -- "$RUN/train.log" | grep -m 1 -o 'FloatingPointError: .*' || true)"
+    [[ -n "$DIVERGED" ]] || die "fairseq-train failed (exit $RC) for $RUN; see $RUN/train.log (rerun to resume)"
+    printf '%s\n' "$DIVERGED" >"$RUN/diverged"
+    SUMMARY="$("${TRAIN_JSON[@]}")" || die "could not write $RUN/train.json"
+    qk_warn "$RUN diverged ($DIVERGED) after $SUMMARY: recorded in $RUN/diverged, a finished result (nothing to decode; --force retrains)"
+    exit 3
+fi
 [[ -f "$RUN/checkpoints/checkpoint_last.pt" ]] || die "fairseq-train wrote no checkpoint in $RUN/checkpoints"
 
-SUMMARY="$("$QK_PY" -m qknorm_tools.collect train-json "$RUN" --pair "$PAIR" --profile "$LABEL" \
-    --system "$SYSTEM" --seed "$SEED" --arch "$ARCH" ${L:+--qk-norm-length "$L"} \
-    ${PAPER_L:+--paper-qk-norm-length "$PAPER_L"})" || die "could not write $RUN/train.json"
+SUMMARY="$("${TRAIN_JSON[@]}")" || die "could not write $RUN/train.json"
 qk_log "finished $RUN: $SUMMARY"

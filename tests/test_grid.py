@@ -43,8 +43,8 @@ PAPER = {
 }
 PROFILES = ("cpu-proxy", "paper")
 
-# system -> (PreNorm, norm type, FixNorm, QKNorm): TWT Table 3 rows, the QKNorm paper's model and
-# the missing ablation cell
+# system -> (PreNorm, norm type, FixNorm, QK norm on): TWT Table 3 rows, the QKNorm paper's model,
+# the missing ablation cell and QK-LayerNorm (ViT-22B)
 SYSTEMS = {
     "postnorm_layernorm": (False, "layernorm", False, False),  # TWT Table 3 (1)
     "prenorm_layernorm": (True, "layernorm", False, False),  # TWT Table 3 (2)
@@ -52,7 +52,10 @@ SYSTEMS = {
     "twt": (True, "scalenorm", True, False),  # TWT Table 3 (4)
     "qknorm_paper": (True, "layernorm", True, True),  # Henry et al. 2020
     "scalenorm_qknorm": (True, "scalenorm", True, True),  # ablation cell
+    "qk_layernorm": (True, "layernorm", True, True),  # QK-LayerNorm (Dehghani et al. 2023)
 }
+# the member of the QK-norm family of the systems with QK norm on (l2 = QKNorm, Henry et al.)
+QK_NORM_TYPE = {"qk_layernorm": "layernorm"}
 # every system has a named arch family (fairseq_qknorm/models/transformer_qknorm.py), whose
 # sizes the profiles pick: *_proxy (CPU), the paper size (gl-en: *_small, others: the base arch)
 FAMILY = {s: f"transformer_{s}" for s in SYSTEMS}
@@ -198,9 +201,12 @@ def test_every_cell_resolves_to_the_papers_settings(pair, profile, work):
             assert a.encoder_ffn_embed_dim == a.decoder_ffn_embed_dim == 1024
             assert a.dropout == 0.3
             assert f["--max-update"] == "1200"
-        if qk:  # no data/bpe in the work dir: the authors' L
+        if qk and QK_NORM_TYPE.get(system, "l2") == "l2":  # no data/bpe: the authors' L
             assert f["--qk-norm-length"] == str(exp["L"]), (system, f)
-            assert a.qk_norm_length == exp["L"]
+            assert a.qk_norm_length == exp["L"] and a.qk_norm_type == "l2"
+        elif qk:  # QK-LayerNorm: no g, so no L
+            assert "--qk-norm-length" not in f and a.qk_norm_length is None, (system, f)
+            assert a.qk_norm_type == QK_NORM_TYPE[system]
         else:
             assert "--qk-norm-length" not in f and "--qk-norm" not in f, (system, f)
 
@@ -290,8 +296,13 @@ def test_system_builds_the_described_model(system, system_models):
     attn = model.attention_modules()
     assert len(attn) == 3 + 3 + 3
     assert all(m.qk_norm is qk for m in attn.values())
-    if qk:
+    if qk and QK_NORM_TYPE.get(system, "l2") == "l2":
         assert all(abs(m.qk_norm_g.item() - math.log2(79 * 79 - 79)) < 1e-5 for m in attn.values())
+    elif qk:  # per-head LayerNorm of q and k over d_head = 256 / 4, no g
+        assert all(m.qk_norm_type == QK_NORM_TYPE[system] for m in attn.values())
+        assert all(m.qk_norm_g is None for m in attn.values())
+        assert all(isinstance(m.q_norm, nn.LayerNorm) for m in attn.values())
+        assert all(m.q_norm.normalized_shape == (64,) for m in attn.values())
     else:
         assert all(m.qk_norm_g is None for m in attn.values())
     # cpu-proxy size: 3+3 layers, d 256, FFN 1024, 4 heads
@@ -355,14 +366,16 @@ def test_reproduce_dry_run_prints_the_whole_grid(profile, work):
     )
     assert time.time() - t0 < 45
     cmds = train_commands(proc.stdout)
-    assert len(cmds) == 5 * 6 * 2
+    assert len(cmds) == 5 * len(SYSTEMS) * 2
     cells = {tuple(Path(flags(c)["--save-dir"]).parts[-5:-1]) for c in cmds}
     assert cells == {(p, profile, s, f"seed{n}") for p in PAPER for s in SYSTEMS for n in (1, 2)}
     assert all(
         flags(c)["--seed"] == c_dir[-1][4:]
         for c, c_dir in ((c, Path(flags(c)["--save-dir"]).parts[-5:-1]) for c in cmds)
     )
-    assert len(re.findall(r"^bash \S+/evaluate\.sh ", proc.stdout, flags=re.M)) == 60
+    assert (
+        len(re.findall(r"^bash \S+/evaluate\.sh ", proc.stdout, flags=re.M)) == 5 * len(SYSTEMS) * 2
+    )
     for p in PAPER:
         assert re.search(rf"^bash \S+/prepare_data\.sh {p}$", proc.stdout, flags=re.M)
         assert re.search(rf"^bash \S+/binarize\.sh {p}$", proc.stdout, flags=re.M)
@@ -419,7 +432,7 @@ def test_reproduce_jobs_2_gives_each_cell_one_thread(work):
             ["--pairs", "gl-en", "--systems", "twt,bogus"],
             2,  # a usage error: the message and the usage line
             "unknown system 'bogus' (known systems: postnorm_layernorm prenorm_fixnorm_layernorm "
-            "prenorm_layernorm qknorm_paper scalenorm_qknorm twt",
+            "prenorm_layernorm qk_layernorm qknorm_paper scalenorm_qknorm twt",
         ),
         (
             ["--pairs", "gl-en", "--systems", "twt", "--profile", "gpu"],

@@ -68,7 +68,9 @@ def _run_pipeline(work: Path, data_dir: Path, n_test: int, merges: int):
     p = run_script("train.sh", "gl-en", "twt", "--max-update", 3, env=env)
     assert p.returncode == 0 and "skip" in out(p)
     # ... but a run made with other settings is never silently reused, and the hint is right
-    p = run_script("train.sh", "gl-en", "twt", "--max-update", 3, "--", "--lr", "0.01", env=env)
+    p = run_script(
+        "train.sh", "gl-en", "twt", "--max-update", 3, "--", "--weight-decay", "0.0001", env=env
+    )
     assert p.returncode != 0 and "another command" in out(p)
     assert "scripts/train.sh gl-en twt --profile cpu-proxy --seed 1 --max-update 3 --force" in out(
         p

@@ -632,6 +632,13 @@ def _scalenorm_qknorm(args):
     _norms(args, prenorm=True, norm_type="scalenorm", fix_norm=True, qk_norm=True)
 
 
+def _qk_layernorm(args):
+    """QK-LayerNorm: PreNorm + FixNorm + LayerNorm, per-head LayerNorm of q and k, then
+    ``q.k / sqrt(d_head)`` (ViT-22B, Dehghani et al. 2023; Wortsman et al. 2023); no ``g``."""
+    _norms(args, prenorm=True, norm_type="layernorm", fix_norm=True, qk_norm=True)
+    args.qk_norm_type = safe_getattr(args, "qk_norm_type", "layernorm")
+
+
 transformer_postnorm_layernorm = _register_family("transformer_postnorm_layernorm", _postnorm_layernorm)
 transformer_prenorm_layernorm = _register_family("transformer_prenorm_layernorm", _prenorm_layernorm)
 transformer_prenorm_fixnorm_layernorm = _register_family(
@@ -639,3 +646,4 @@ transformer_prenorm_fixnorm_layernorm = _register_family(
 transformer_twt = _register_family("transformer_twt", _twt)
 transformer_qknorm_paper = _register_family("transformer_qknorm_paper", _qknorm_paper)
 transformer_scalenorm_qknorm = _register_family("transformer_scalenorm_qknorm", _scalenorm_qknorm)
+transformer_qk_layernorm = _register_family("transformer_qk_layernorm", _qk_layernorm)

@@ -1,0 +1,268 @@
+#!/usr/bin/env bash
+# scripts/lr_sweep.sh: a learning-rate sweep on one pair, one command (issue 12): final dev loss
+# and test BLEU against the peak learning rate for several systems, LR sensitivity (Wortsman et
+# al. 2023), diverged runs, attention-logit growth.
+#   1. data: scripts/prepare_data.sh -> bpe.sh -> binarize.sh (each skips finished outputs);
+#   2. the loss at initialization, per system and seed: scripts/train.sh --lr 0 --max-update 1
+#      -- --warmup-init-lr 0: one update at learning rate 0 leaves every parameter as
+#      initialized, and fairseq validates the model when it stops, so the run's dev loss is
+#      the initial model's (the initialization does not depend on the lr: fairseq seeds torch
+#      before building the model). Its checkpoint is that initial model. Not decoded.
+#   3. the cells, seed-major then lr then system: scripts/train.sh + scripts/evaluate.sh with
+#      --lr LR (lib.sh:qk_cell, the grid's cell as in scripts/reproduce.sh: resumable, skipped
+#      when finished, --jobs N at once with one thread each). The lr replaces the profile's
+#      peak --lr; the warmup and schedule stay. A run that diverges (fairseq stops on
+#      non-finite values, scripts/train.sh exit 3 and RUN/diverged) is a finished result: it is
+#      reported as diverged, not as a failure, and never retried or decoded;
+#   4. python -m qknorm_tools.collect runs --keep-unscored -> RESULTS/runs.json, then
+#      python -m qknorm_tools.evaluate lr-sensitivity -> RESULTS/lr_sweep.{md,json} and
+#      python -m qknorm_tools.plots lr-loss|lr-maxlogit|lr-bleu -> RESULTS/lr_sweep_*.png.
+# Runs: runs/PAIR/LABEL/SYSTEM/seedN-lrLR (LABEL = PROFILE-max-update-N for the sweep's budget;
+# the profile's own lr is the plain seedN run), initial models under PROFILE-max-update-1/...-lr0.
+# RESULTS defaults to results/LABEL/PAIR/lr-sweep. Rerunning the same command continues the
+# sweep; Ctrl-C stops every run it started.
+#
+# Budget (the defaults; README "Does QK normalization widen the stable learning-rate range?"):
+# see the comments at SWEEP_MAX_UPDATE below.
+set -euo pipefail
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
+# shellcheck source=scripts/lib.sh
+source "$SCRIPT_DIR/lib.sh"
+
+# The default sweep: 4 systems x 6 learning rates x 2 seeds = 48 runs (+ 8 one-update runs for
+# the loss at initialization) on the CPU proxy, about 1 h 50 min on 2 idle cores, two at a time.
+# Calibrated on real gl-en (AMD EPYC Zen 4, 2 cores, fp32, one thread per run; measured as CPU
+# time with /usr/bin/time because other jobs loaded the machine 3-5x, 2026-12-01):
+#   training 0.61-0.67 CPU s per update (cpu-proxy-fast; the 2x2 ablation measured 0.75 s of
+#   wall per update with two runs side by side on the idle machine), plus about 17 s per run to
+#   start, validate the 742 dev sentences once and save; decoding the 1,112 test sentences with
+#   beam 4 took 36-106 CPU s (models that repeat a token run to the length cap: the slowest).
+#   Greedy decoding is no cheaper on those (every hypothesis ran to the cap, 34-36 s, BLEU 0),
+#   so the sweep decodes as the profile does: beam 4, the whole test set.
+#   Per run: about 25 s + 250 x 0.72 s + about 70 s of decoding = 275 s; 48 runs two at a time
+#   = 110 min, the 8 initial-model runs 2 min more.
+#   Checked on the idle machine (load 1.3; 2 runs of 60 updates side by side, 2026-12-01):
+#   0.56 s of wall per update, 13 s to start, validate and save, 103 s to decode a 60-update
+#   model: 1 h 30 min to 1 h 45 min predicted, so 110 min keeps a margin.
+SWEEP_SYSTEMS=prenorm_fixnorm_layernorm,qknorm_paper,qk_layernorm,twt
+# half-decade steps from 3e-4 (Wortsman et al. 2023 sweep 3e-4..3e-1 in such steps). The TWT
+# baseline does not diverge (NaN or a dev loss above the initial one) at any lr tried: after 300
+# updates its dev loss was 8.64 at 3e-2, 8.96 at 1e-1, 9.06 at 3e-1, 9.18 at 1 and 10.95 at 10,
+# all below the 13.44 of the initial model; from 3e-2 on it collapses instead (at most two
+# distinct outputs for the 1,112 test sentences, BLEU < 0.5, encoder self-attention entropy
+# ~0, max attention logit from 2.6 at initialization to 1.7e4 at 3e-2 and 2.0e5 at 1e-1, where
+# 1e-3 reaches 11). The grid ends at 1e-1, two steps into that collapse; --lrs ...,3e-1 adds
+# Wortsman's upper end (8 more runs, about 20 min).
+SWEEP_LRS=3e-4,1e-3,3e-3,1e-2,3e-2,1e-1
+SWEEP_PROFILE=cpu-proxy-fast
+# 250 updates per run: the profile's 200 warmup updates to the peak lr, then 50 near it (the
+# collapse above is complete by update 250); one dev validation (the profile validates every
+# 250 updates). The profile's own 1,000 updates would take about 7 hours for this grid.
+SWEEP_MAX_UPDATE=250
+
+usage() {
+    cat <<EOF
+usage: scripts/lr_sweep.sh PAIR [--systems S1,S2,...] [--lrs LR1,LR2,...] [--seeds 1,2]
+                           [--profile P] [--max-update N] [--jobs N] [--results-dir DIR]
+                           [--data-dir DIR] [--report-only] [--dry-run]
+  PAIR           one of: $(qk_known_pairs)
+  --systems L    comma-separated systems or all (default $SWEEP_SYSTEMS);
+                 known: $(qk_known_systems)
+  --lrs L        comma-separated peak learning rates > 0 (default $SWEEP_LRS); each replaces
+                 the profile's --lr, the warmup stays
+  --seeds L      comma-separated seeds (default 1,2)
+  --profile P    one of: $(qk_known_profiles) (default $SWEEP_PROFILE)
+  --max-update N updates per run (default $SWEEP_MAX_UPDATE; runs and results go to
+                 PROFILE-max-update-N/ unless N is the profile's budget)
+  --jobs N       runs at once (default 1); N > 1 gives each run --threads 1
+  --results-dir D  where runs.json, lr_sweep.{md,json} and the figures go
+                 (default: results/LABEL/PAIR/lr-sweep)
+  --data-dir D   passed to scripts/prepare_data.sh (local corpus copy)
+  --report-only  skip data and training: collect the finished runs, write the report
+  --dry-run      print every step (each run's full fairseq-train command) without running any
+environment: QKNORM_WORK_DIR (data/, runs/, results/ below it), QKNORM_DATA_DIR
+EOF
+}
+
+SYSTEMS_ARG="$SWEEP_SYSTEMS" LRS_ARG="$SWEEP_LRS" SEEDS_ARG=1,2 PROFILE_ARG="$SWEEP_PROFILE"
+MAXU="$SWEEP_MAX_UPDATE" JOBS=1 RESULTS_DIR_ARG="" DATA_DIR_ARG="" REPORT_ONLY=0 DRY_RUN=0
+qk_parse_args "@PAIR_ARG" "--systems SYSTEMS_ARG" "--lrs LRS_ARG" "--seeds SEEDS_ARG" \
+    "--profile PROFILE_ARG" "--max-update MAXU" "--jobs JOBS" "--results-dir RESULTS_DIR_ARG" \
+    "--data-dir DATA_DIR_ARG" "--report-only REPORT_ONLY=1" "--dry-run DRY_RUN=1" -- "$@"
+
+# ---------------------------------------------------------------------------------------------
+# argument checks (everything is checked before anything runs)
+
+qk_check_uint --max-update "$MAXU"
+qk_check_posint --jobs "$JOBS"
+qk_parse_names systems SYSTEMS "$SYSTEMS_ARG"
+qk_parse_seeds SEEDS "$SEEDS_ARG"
+split_list LR_ITEMS "$LRS_ARG" || qk_usage_error "bad --lrs list '$LRS_ARG' (empty item)"
+LRS=()
+for lr in "${LR_ITEMS[@]}"; do
+    c="$(qk_canonical_lr "$lr")" \
+        || qk_usage_error "bad --lrs list '$LRS_ARG': '$lr' is not a non-negative decimal number (e.g. 3e-4,1e-3)"
+    [[ "$c" != 0 ]] \
+        || qk_usage_error "bad --lrs list '$LRS_ARG': lr 0 is the loss at initialization, which the sweep measures itself"
+    [[ " ${LRS[*]} " == *" $c "* ]] || LRS+=("$c")
+done
+load_pair_config "$PAIR_ARG"
+load_profile_config "$PROFILE_ARG"
+MAX_UPDATE="$MAXU"
+if [[ "$MAX_UPDATE" == 0 && "${MAX_EPOCH:-0}" == 0 ]]; then
+    qk_usage_error "--max-update 0 with profile $PROFILE (max-epoch 0) would never stop training"
+fi
+LABEL="$(qk_run_label)"
+INIT_LABEL="$(qk_run_label "$PROFILE" 1)"
+OUT="${RESULTS_DIR_ARG:-$QK_WORK_DIR/results/$LABEL/$PAIR/lr-sweep}"
+REF="$QK_DATA/raw/$PAIR/test.$TGT"
+
+CELL_OPTS=(--profile "$PROFILE" --max-update "$MAX_UPDATE")
+((JOBS == 1)) || CELL_OPTS+=(--threads 1)
+DATA_OPT=()
+[[ -z "$DATA_DIR_ARG" ]] || DATA_OPT=(--data-dir "$DATA_DIR_ARG")
+# the initial model: one update at lr 0 from an lr-0 warmup start (no parameter moves)
+INIT_OPTS=(--profile "$PROFILE" --max-update 1 --lr 0)
+((JOBS == 1)) || INIT_OPTS+=(--threads 1)
+INIT_EXTRA=(-- --warmup-init-lr 0 --no-save-optimizer-state)
+
+# run directories: qk_run_dir is the one place that names them (the profile's own lr: seedN)
+declare -A LR_DIR=()
+for lr in "${LRS[@]}"; do
+    LR_DIR[$lr]="$(qk_set_lr "$lr" && printf '%s' "$QK_LR_OVERRIDE")"
+done
+RUN_NAMES=() INIT_NAMES=()
+declare -A RUN_OF=() INIT_CMD=() CELL_ARGS=()
+for seed in "${SEEDS[@]}"; do
+    for s in "${SYSTEMS[@]}"; do
+        name="$PAIR/$s/seed$seed-init"
+        INIT_NAMES+=("$name")
+        RUN_OF[$name]="$(qk_run_dir "$PAIR" "$INIT_LABEL" "$s" "$seed" 0)"
+        INIT_CMD[$name]="$s $seed"
+    done
+    for lr in "${LRS[@]}"; do
+        for s in "${SYSTEMS[@]}"; do
+            name="$PAIR/$s/seed$seed-lr$lr"
+            RUN_NAMES+=("$name")
+            RUN_OF[$name]="$(qk_run_dir "$PAIR" "$LABEL" "$s" "$seed" "${LR_DIR[$lr]}")"
+            CELL_ARGS[$name]="$s $seed $lr"
+        done
+    done
+done
+
+COLLECT=("$QK_PY" -m qknorm_tools.collect runs --keep-unscored --work-dir "$QK_WORK_DIR"
+    --out-dir "$OUT" --ref "$PAIR=$REF")
+for name in "${INIT_NAMES[@]}" "${RUN_NAMES[@]}"; do
+    COLLECT+=(--run "${RUN_OF[$name]}")
+done
+REPORT=("$QK_PY" -m qknorm_tools.evaluate lr-sensitivity --results "$OUT/runs.json" --pair "$PAIR"
+    --systems "$(IFS=,; echo "${SYSTEMS[*]}")" --out-dir "$OUT")
+FIGURES=(loss maxlogit bleu)
+PROXY_NOTE=""
+[[ "$PROFILE_ARCH" != proxy ]] || PROXY_NOTE=", CPU proxy"  # on every figure of a proxy model
+# figure_cmd FIG: FIG_CMD = the command drawing RESULTS/lr_sweep_FIG.png
+figure_cmd() {
+    local what
+    case "$1" in
+        loss) what="final dev loss vs peak learning rate" ;;
+        maxlogit) what="max attention logit over training" ;;
+        bleu) what="test BLEU vs peak learning rate" ;;
+    esac
+    FIG_CMD=("$QK_PY" -m qknorm_tools.plots "lr-$1" --json "$OUT/lr_sweep.json"
+        --out "$OUT/lr_sweep_$1.png" --title "$PAIR ($LABEL$PROXY_NOTE): $what")
+}
+
+N_RUNS=${#RUN_NAMES[@]}
+qk_log "profile $LABEL on $PAIR: systems ${SYSTEMS[*]}; lrs ${LRS[*]}; seeds ${SEEDS[*]}; $N_RUNS runs + ${#INIT_NAMES[@]} initial-model runs, $JOBS at a time"
+
+# ---------------------------------------------------------------------------------------------
+# --dry-run: print every step
+
+if ((DRY_RUN)); then
+    echo "# lr_sweep.sh dry run: $PAIR, profile $LABEL, $N_RUNS runs (systems ${SYSTEMS[*]}; lrs ${LRS[*]}; seeds ${SEEDS[*]}), $JOBS at a time"
+    if ((REPORT_ONLY == 0)); then
+        echo "# data (each step skips finished outputs)"
+        qk_print_cmd bash "$SCRIPT_DIR/prepare_data.sh" "$PAIR" "${DATA_OPT[@]+"${DATA_OPT[@]}"}"
+        qk_print_cmd bash "$SCRIPT_DIR/bpe.sh" "$PAIR"
+        qk_print_cmd bash "$SCRIPT_DIR/binarize.sh" "$PAIR"
+        for name in "${INIT_NAMES[@]}"; do
+            read -r s seed <<<"${INIT_CMD[$name]}"
+            echo "# loss at initialization: $PAIR $s seed $seed -> ${RUN_OF[$name]}"
+            bash "$SCRIPT_DIR/train.sh" "$PAIR" "$s" --seed "$seed" "${INIT_OPTS[@]}" --dry-run \
+                "${INIT_EXTRA[@]}" || die "train.sh --dry-run failed for $name"
+        done
+        for name in "${RUN_NAMES[@]}"; do
+            read -r s seed lr <<<"${CELL_ARGS[$name]}"
+            echo "# cell $PAIR $s seed $seed lr $lr -> ${RUN_OF[$name]}"
+            bash "$SCRIPT_DIR/train.sh" "$PAIR" "$s" --seed "$seed" --lr "$lr" "${CELL_OPTS[@]}" \
+                --dry-run || die "train.sh --dry-run failed for $name"
+            qk_print_cmd bash "$SCRIPT_DIR/evaluate.sh" "$PAIR" "$s" --seed "$seed" --lr "$lr" "${CELL_OPTS[@]}"
+        done
+    fi
+    echo "# report -> $OUT/{runs.json,lr_sweep.md,lr_sweep.json,lr_sweep_*.png}"
+    qk_print_cmd "${COLLECT[@]}"
+    qk_print_cmd "${REPORT[@]}"
+    for fig in "${FIGURES[@]}"; do
+        figure_cmd "$fig"
+        qk_print_cmd "${FIG_CMD[@]}"
+    done
+    exit 0
+fi
+
+# ---------------------------------------------------------------------------------------------
+# data, initial models, cells
+
+FAILED=() DIVERGED=()
+if ((REPORT_ONLY == 0)); then
+    qk_log "pair $PAIR: data preparation (finished steps are skipped)"
+    qk_run bash "$SCRIPT_DIR/prepare_data.sh" "$PAIR" "${DATA_OPT[@]+"${DATA_OPT[@]}"}" \
+        && qk_run bash "$SCRIPT_DIR/bpe.sh" "$PAIR" && qk_run bash "$SCRIPT_DIR/binarize.sh" "$PAIR" \
+        || die "data preparation of $PAIR failed"
+
+    qk_pool_init "$JOBS"
+    for name in "${INIT_NAMES[@]}"; do
+        read -r s seed <<<"${INIT_CMD[$name]}"
+        qk_pool_submit "$name" "" bash "$SCRIPT_DIR/train.sh" "$PAIR" "$s" --seed "$seed" \
+            "${INIT_OPTS[@]}" "${INIT_EXTRA[@]}"
+    done
+    for name in "${RUN_NAMES[@]}"; do
+        read -r s seed lr <<<"${CELL_ARGS[$name]}"
+        LOG=""
+        if ((JOBS > 1)); then
+            LOG="${RUN_OF[$name]}/lr_sweep.log"
+            mkdir -p -- "${RUN_OF[$name]}"
+        fi
+        qk_log "cell $name${LOG:+ (output also in $LOG)}"
+        qk_pool_submit "$name" "$LOG" qk_cell "$PAIR" "$s" --seed "$seed" --lr "$lr" "${CELL_OPTS[@]}"
+    done
+    qk_pool_wait
+    # a diverged run is a result (RUN/diverged, train.sh exit 3), not a failure
+    for name in "${QK_POOL_FAILED[@]+"${QK_POOL_FAILED[@]}"}"; do
+        if [[ -f "${RUN_OF[$name]}/diverged" && -f "${RUN_OF[$name]}/train.json" ]]; then
+            DIVERGED+=("$name")
+        else
+            FAILED+=("$name")
+        fi
+    done
+    ((${#DIVERGED[@]} == 0)) || qk_log "diverged (finished results): ${DIVERGED[*]}"
+fi
+
+# ---------------------------------------------------------------------------------------------
+# report
+
+if "${COLLECT[@]}" && "${REPORT[@]}"; then
+    : >"$OUT/plots.log"
+    for fig in "${FIGURES[@]}"; do  # secondary outputs: a failure is a warning
+        figure_cmd "$fig"
+        if "${FIG_CMD[@]}" >>"$OUT/plots.log" 2>&1; then
+            qk_log "$(tail -n 1 "$OUT/plots.log")"
+        else
+            qk_warn "figure failed: $(tail -n 1 "$OUT/plots.log") (see $OUT/plots.log)"
+        fi
+    done
+    qk_log "results in $OUT"
+else
+    FAILED+=("report")
+fi
+((${#FAILED[@]} == 0)) || die "failed: ${FAILED[*]} (rerun the same command to resume)"
+qk_log "done"

@@ -422,7 +422,7 @@ def section_scaling(a, out: Dict) -> None:
                                          qk_norm_scale=g0 if qk else None)
             m.load_state_dict(stock.state_dict(), strict=False)
             m.use_fused = fused
-            mods[f"{'qknorm_paper' if qk else 'prenorm_fixnorm_layernorm'}_{'fused' if fused else 'explicit'}"] = m
+            mods[f"{'qknorm' if qk else 'dotprod'}_{'fused' if fused else 'explicit'}"] = m
     mods["stock"] = stock
     for m in mods.values():
         m.train()

@@ -282,6 +282,8 @@ def _read_data_identity(run: Path, rec: RunRecord, split: str) -> None:
     """The run's data identity; its score must have been made on the same data."""
     if rec.data_id is None and (run / RUN_IDENTITY_FILE).is_file():
         rec.data_id = _read_json(run / RUN_IDENTITY_FILE).get("data_id")
+    if not (run / f"{split}.score.json").is_file():
+        return  # not decoded (a diverged run, the LR sweep's lr-0 runs): nothing to compare
     scored_on = _read_json(run / f"{split}.score.json").get("data_id")
     if scored_on is not None and rec.data_id is not None and scored_on != rec.data_id:
         raise ResultsError(

@@ -197,11 +197,20 @@ qk_parse_seeds() {
 }
 
 # qk_parse_names KIND OUT_ARRAY LIST: a comma-separated list of configs/KIND names, or "all".
+# For systems, "all" means the papers' systems: a system config with SYSTEM_IN_ALL=0 (one that
+# is not in the papers' tables, e.g. qk_layernorm) is run only when named.
 qk_parse_names() {
     local kind="$1" list="$3" n
     local -n __names_out="$2"
     if [[ "$list" == all ]]; then
-        read -r -a __names_out <<<"$(qk_config_names "$kind")"
+        __names_out=()
+        for n in $(qk_config_names "$kind"); do
+            if [[ "$kind" == systems ]] \
+                && grep -q '^SYSTEM_IN_ALL=0' "$QK_REPO_ROOT/configs/systems/$n.sh"; then
+                continue
+            fi
+            __names_out+=("$n")
+        done
         return 0
     fi
     split_list __names_out "$list" || qk_usage_error "bad --$kind list '$list' (empty item)"

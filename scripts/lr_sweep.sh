@@ -95,6 +95,8 @@ qk_parse_args "@PAIR_ARG" "--systems SYSTEMS_ARG" "--lrs LRS_ARG" "--seeds SEEDS
 
 qk_check_uint --max-update "$MAXU"
 qk_check_posint --jobs "$JOBS"
+# "all" here is every system, QK-LayerNorm included (reproduce.sh's "all" is the papers' systems)
+[[ "$SYSTEMS_ARG" != all ]] || SYSTEMS_ARG="$(qk_known_systems | tr ' ' ',')"
 qk_parse_names systems SYSTEMS "$SYSTEMS_ARG"
 qk_parse_seeds SEEDS "$SEEDS_ARG"
 split_list LR_ITEMS "$LRS_ARG" || qk_usage_error "bad --lrs list '$LRS_ARG' (empty item)"

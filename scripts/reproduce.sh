@@ -38,7 +38,8 @@ usage: scripts/reproduce.sh --pairs P1,P2,...|all --systems S1,S2,...|all [--see
                             [-- EXTRA_FAIRSEQ_TRAIN_ARGS...]
        scripts/reproduce.sh --list
   --pairs L      comma-separated pairs, or all: $(qk_known_pairs)
-  --systems L    comma-separated systems, or all: $(qk_known_systems)
+  --systems L    comma-separated systems, or all (the papers' systems; qk_layernorm only by name):
+                 $(qk_known_systems)
   --seeds L      comma-separated non-negative integer seeds (default 1)
   --profile P    one of: $(qk_known_profiles) (default: cpu-proxy)
   --max-update N update budget instead of the profile's (runs and results then go to

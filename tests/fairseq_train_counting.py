@@ -15,8 +15,14 @@ import atexit
 import json
 import os
 
+# isort: off
+# fairseq_cli.train first: importing it sets up logging as fairseq-train does (logging.basicConfig
+# with fairseq's format); an earlier fairseq import would leave Python's default format, which
+# qknorm_tools.trainlog does not parse
+from fairseq_cli import train as fairseq_train
 from fairseq.tasks.translation import TranslationTask
-from fairseq_cli import train as fairseq_train  # first: sets up logging as fairseq-train does
+
+# isort: on
 
 from fairseq_qknorm.tasks import translation_word_dropout as wd_task
 

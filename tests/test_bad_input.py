@@ -277,11 +277,11 @@ def test_demo_checks_every_option_before_any_data_step(tmp_path, good, args, env
         ),
         (["--lr", "1e-3", "--arch", "transformer"], "--arch", "a system (configs/systems"),
         (["--max-update", "5"], "--max-update", "train.sh --max-update N"),
-        (["--max-epoch", "5"], "--max-epoch", "a profile (MAX_EPOCH)"),
         (["--user-dir", "/x"], "--user-dir", "always loads this repository's plugin"),
         (["--source-lang", "en"], "--source-lang", "the pair's direction"),
         (["--task", "translation"], "--task", "a profile (TRAIN_TASK"),
         (["--qk-norm-length", "50"], "--qk-norm-length", "the data's L"),
+        (["--bf16-autocast"], "--bf16-autocast", "use train.sh --bf16-autocast"),
     ],
 )
 def test_extra_fairseq_args_never_override_managed_flags(tmp_path, extra, flag, hint):

@@ -8,3 +8,4 @@ SYSTEM_DESC="PreNorm + FixNorm + LayerNorm + QK-LayerNorm"
 PAPER_ROW="(not in the papers: QK-LayerNorm, ViT-22B)"
 SYSTEM_ARCH=transformer_qk_layernorm  # named arch family: base, _small, _proxy sizes
 SYSTEM_QKNORM=0                       # no g: train.sh passes no --qk-norm-length
+SYSTEM_IN_ALL=0                       # not in the papers' tables: --systems all leaves it out

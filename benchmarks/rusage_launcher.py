@@ -24,8 +24,15 @@ def main() -> int:
         os._exit(127)
     _, status, ru = os.wait4(pid, 0)
     with open(out, "w") as f:
-        json.dump({"maxrss_kb": ru.ru_maxrss, "utime_s": ru.ru_utime, "stime_s": ru.ru_stime,
-                   "status": status}, f)
+        json.dump(
+            {
+                "maxrss_kb": ru.ru_maxrss,
+                "utime_s": ru.ru_utime,
+                "stime_s": ru.ru_stime,
+                "status": status,
+            },
+            f,
+        )
     return os.waitstatus_to_exitcode(status)
 
 

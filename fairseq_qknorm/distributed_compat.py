@@ -53,12 +53,14 @@ TORCHRUN_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")
 def _cpu_torchrun_launch(cfg) -> bool:
     """Whether ``cfg`` (fairseq ``DistributedTrainingConfig``) is a torchrun launch
     with several processes on a machine without CUDA, that fairseq cannot start."""
-    return (cfg.distributed_init_method is None
-            and not cfg.tpu
-            and not cfg.pipeline_model_parallel
-            and torch.cuda.device_count() == 0
-            and all(k in os.environ for k in TORCHRUN_ENV)
-            and int(os.environ["WORLD_SIZE"]) > 1)
+    return (
+        cfg.distributed_init_method is None
+        and not cfg.tpu
+        and not cfg.pipeline_model_parallel
+        and torch.cuda.device_count() == 0
+        and all(k in os.environ for k in TORCHRUN_ENV)
+        and int(os.environ["WORLD_SIZE"]) > 1
+    )
 
 
 def _wrap_infer_init_method(fairseq_infer_init_method):
@@ -72,8 +74,10 @@ def _wrap_infer_init_method(fairseq_infer_init_method):
         if not _cpu_torchrun_launch(cfg):
             return fairseq_infer_init_method(cfg, force_distributed)
         if cfg.distributed_backend == "nccl":
-            raise ValueError("multi-process training without CUDA needs "
-                             "--distributed-backend gloo (fairseq's default nccl needs CUDA)")
+            raise ValueError(
+                "multi-process training without CUDA needs "
+                "--distributed-backend gloo (fairseq's default nccl needs CUDA)"
+            )
         # fairseq/distributed/utils.py _infer_torch_distributed_launch_init, minus its
         # CUDA device pick (rank % torch.cuda.device_count())
         cfg.distributed_init_method = "env://"
@@ -106,7 +110,9 @@ def install() -> None:
 
     if not getattr(distributed_utils.infer_init_method, _MARK, False):
         distributed_utils.infer_init_method = _wrap_infer_init_method(
-            distributed_utils.infer_init_method)
+            distributed_utils.infer_init_method
+        )
     if not getattr(distributed_fairseq_model.DistributedDataParallel, _MARK, False):
         distributed_fairseq_model.DistributedDataParallel = _wrap_ddp(
-            distributed_fairseq_model.DistributedDataParallel)
+            distributed_fairseq_model.DistributedDataParallel
+        )

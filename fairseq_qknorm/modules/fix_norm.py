@@ -75,8 +75,12 @@ class FixNormLinear(nn.Linear):
         if self.training or (torch.is_grad_enabled() and w.requires_grad):
             return scaled_l2_normalize(w, FIX_NORM_EPS)
         cache = self._normalized_cache
-        if cache is not None and cache[0] is w and cache[1] == w.data_ptr() \
-                and cache[2] == w._version:
+        if (
+            cache is not None
+            and cache[0] is w
+            and cache[1] == w.data_ptr()
+            and cache[2] == w._version
+        ):
             return cache[3]
         with torch.no_grad():
             normalized = scaled_l2_normalize(w, FIX_NORM_EPS)

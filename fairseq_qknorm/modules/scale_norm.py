@@ -46,8 +46,10 @@ class ScaleNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         if x.dim() == 0 or x.size(-1) != self.dim:
-            raise ValueError(f"ScaleNorm({self.dim}) got an input of shape {tuple(x.shape)}: "
-                             f"its last dimension must be {self.dim}")
+            raise ValueError(
+                f"ScaleNorm({self.dim}) got an input of shape {tuple(x.shape)}: "
+                f"its last dimension must be {self.dim}"
+            )
         return scaled_l2_normalize(x, self.eps, self.scale)
 
     def extra_repr(self) -> str:

@@ -95,8 +95,9 @@ def _macos_bf16_features() -> List[str]:
     if platform.system() != "Darwin":
         return []
     try:
-        out = subprocess.run(["sysctl", "-n", "hw.optional.arm.FEAT_BF16"], capture_output=True,
-                             text=True, timeout=5).stdout.strip()
+        out = subprocess.run(
+            ["sysctl", "-n", "hw.optional.arm.FEAT_BF16"], capture_output=True, text=True, timeout=5
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return []
     return ["bf16"] if out == "1" else []
@@ -106,11 +107,17 @@ def _onednn_bf16() -> Tuple[bool, str]:
     """Whether torch's oneDNN (which runs bf16 ``linear``/``matmul`` on CPU) is built and
     reports bf16 support."""
     if not torch.backends.mkldnn.is_available():
-        return False, "this torch build has no oneDNN (torch.backends.mkldnn.is_available() is False)"
+        return (
+            False,
+            "this torch build has no oneDNN (torch.backends.mkldnn.is_available() is False)",
+        )
     check = getattr(getattr(torch.ops, "mkldnn", None), "_is_mkldnn_bf16_supported", None)
     try:
         if check is not None and not check():
-            return False, "torch's oneDNN reports no bf16 support (mkldnn._is_mkldnn_bf16_supported)"
+            return (
+                False,
+                "torch's oneDNN reports no bf16 support (mkldnn._is_mkldnn_bf16_supported)",
+            )
     except Exception:  # noqa: BLE001
         pass
     return True, ""
@@ -140,8 +147,10 @@ def native_bf16_support(cpuinfo: Optional[str] = None) -> Tuple[bool, str]:
     features = [f for f in NATIVE_BF16_FEATURES if f in features]  # ordered, no duplicates
     cpu = cpu_model_name(text)
     if not features:
-        return False, (f"this CPU ({cpu}) has no native bf16 instructions (looked for "
-                       f"avx512_bf16 or amx_bf16 on x86, bf16 on ARM)")
+        return False, (
+            f"this CPU ({cpu}) has no native bf16 instructions (looked for "
+            f"avx512_bf16 or amx_bf16 on x86, bf16 on ARM)"
+        )
     if not given:
         ok, why = _onednn_bf16()
         if not ok:
@@ -167,12 +176,16 @@ def check_native_bf16(options: Iterable[str], allow_emulated: bool) -> Tuple[boo
     if native:
         return native, reason
     asked = " and ".join(options)
-    msg = (f"{asked}: {reason}. Without it torch emulates bf16 matmuls and autocast makes "
-           f"training much slower than fp32 (about 20x on an AVX2-only AMD EPYC, "
-           f"benchmarks/README.md).")
+    msg = (
+        f"{asked}: {reason}. Without it torch emulates bf16 matmuls and autocast makes "
+        f"training much slower than fp32 (about 20x on an AVX2-only AMD EPYC, "
+        f"benchmarks/README.md)."
+    )
     if not allow_emulated:
-        raise ValueError(f"{msg} Train in fp32 (drop {asked}), or pass "
-                         f"--bf16-autocast-allow-emulated to run it anyway.")
+        raise ValueError(
+            f"{msg} Train in fp32 (drop {asked}), or pass "
+            f"--bf16-autocast-allow-emulated to run it anyway."
+        )
     logger.warning("%s Running anyway (--bf16-autocast-allow-emulated).", msg)
     return native, reason
 
@@ -183,9 +196,11 @@ def require_cpu(modules: Iterable[torch.nn.Module]) -> None:
     for module in modules:
         for p in module.parameters():
             if p.device.type != "cpu":
-                raise ValueError(f"--bf16-autocast is CPU autocast, but the model is on "
-                                 f"{p.device}: train with --cpu, or on a GPU use fairseq's "
-                                 f"--amp or --fp16 instead")
+                raise ValueError(
+                    f"--bf16-autocast is CPU autocast, but the model is on "
+                    f"{p.device}: train with --cpu, or on a GPU use fairseq's "
+                    f"--amp or --fp16 instead"
+                )
             break  # one parameter per module: fairseq keeps a model on one device
 
 
@@ -215,4 +230,3 @@ class Bf16AutocastCriterion:
     def __call__(self, model, sample):
         with bf16_autocast(True):
             return self.criterion(model, sample)
-

@@ -111,8 +111,13 @@ class TranslationWordDropoutConfig(TranslationConfig):
     seed: int = II("common.seed")
 
 
-def word_dropout(tokens: torch.Tensor, p: float, unk: int, nspecial: int,
-                 generator: Optional[torch.Generator] = None) -> torch.Tensor:
+def word_dropout(
+    tokens: torch.Tensor,
+    p: float,
+    unk: int,
+    nspecial: int,
+    generator: Optional[torch.Generator] = None,
+) -> torch.Tensor:
     """Return a copy of ``tokens`` with each token ``>= nspecial`` replaced by ``unk`` with
     probability ``p`` (special symbols, including padding and EOS, are never replaced).
 
@@ -161,20 +166,26 @@ class TranslationWordDropoutTask(TranslationTask):
             ValueError: a bf16 autocast option on a CPU without native bf16 (from
                 :func:`.cpu_bf16.check_native_bf16`), unless ``--bf16-autocast-allow-emulated``.
         """
-        asked = [name for name, on in (
-            ("--bf16-autocast", getattr(cfg, "bf16_autocast", False)),
-            ("--bf16-autocast-inference", getattr(cfg, "bf16_autocast_inference", False)),
-        ) if on]
+        asked = [
+            name
+            for name, on in (
+                ("--bf16-autocast", getattr(cfg, "bf16_autocast", False)),
+                ("--bf16-autocast-inference", getattr(cfg, "bf16_autocast_inference", False)),
+            )
+            if on
+        ]
         if asked:
             if kwargs.get("from_checkpoint", False):
                 native, reason = cpu_bf16.native_bf16_support()
                 if not native and not getattr(cfg, "bf16_autocast_allow_emulated", False):
-                    logger.warning("%s stored in the checkpoint switched off: %s",
-                                   " and ".join(asked), reason)
+                    logger.warning(
+                        "%s stored in the checkpoint switched off: %s", " and ".join(asked), reason
+                    )
                     cfg.bf16_autocast = cfg.bf16_autocast_inference = False
             else:
                 cpu_bf16.check_native_bf16(
-                    asked, bool(getattr(cfg, "bf16_autocast_allow_emulated", False)))
+                    asked, bool(getattr(cfg, "bf16_autocast_allow_emulated", False))
+                )
         return super().setup_task(cfg, **kwargs)
 
     def __init__(self, cfg, src_dict, tgt_dict):
@@ -187,17 +198,23 @@ class TranslationWordDropoutTask(TranslationTask):
         except (TypeError, ValueError):  # unresolved interpolation outside fairseq-train
             self._wd_seed = 1
         self._wd_update = None  # update number of the previous train_step call
-        self._wd_micro = 0      # micro-batch index within that update (--update-freq > 1)
+        self._wd_micro = 0  # micro-batch index within that update (--update-freq > 1)
         if self.word_dropout_p > 0:
-            logger.info("word dropout: p = %g on src_tokens and prev_output_tokens (training "
-                        "only), replacement <unk>, seed %d", self.word_dropout_p, self._wd_seed)
+            logger.info(
+                "word dropout: p = %g on src_tokens and prev_output_tokens (training "
+                "only), replacement <unk>, seed %d",
+                self.word_dropout_p,
+                self._wd_seed,
+            )
         self.bf16_autocast = bool(getattr(cfg, "bf16_autocast", False))
         self.bf16_autocast_inference = bool(getattr(cfg, "bf16_autocast_inference", False))
         self._bf16_on_cpu = False  # require_cpu passed once (the model does not move)
         if self.bf16_autocast:
-            logger.info("bf16 autocast: train_step forward + loss (backward outside) and "
-                        "valid_step under torch.autocast('cpu', bfloat16); parameters, "
-                        "gradients and optimizer fp32")
+            logger.info(
+                "bf16 autocast: train_step forward + loss (backward outside) and "
+                "valid_step under torch.autocast('cpu', bfloat16); parameters, "
+                "gradients and optimizer fp32"
+            )
         if self.bf16_autocast_inference:
             logger.info("bf16 autocast: inference_step under torch.autocast('cpu', bfloat16)")
 
@@ -206,8 +223,11 @@ class TranslationWordDropoutTask(TranslationTask):
             self._wd_update, self._wd_micro = update_num, 0
         else:
             self._wd_micro += 1
-        rank = torch.distributed.get_rank() if (torch.distributed.is_available()
-                                                and torch.distributed.is_initialized()) else 0
+        rank = (
+            torch.distributed.get_rank()
+            if (torch.distributed.is_available() and torch.distributed.is_initialized())
+            else 0
+        )
         g = torch.Generator()
         g.manual_seed(_mask_seed(self._wd_seed, update_num, self._wd_micro, rank))
         return g
@@ -222,11 +242,13 @@ class TranslationWordDropoutTask(TranslationTask):
             return sample
         g = self._generator(update_num)
         net_input = dict(sample["net_input"])
-        net_input["src_tokens"] = word_dropout(net_input["src_tokens"], p, self.src_dict.unk(),
-                                               self.src_dict.nspecial, g)
+        net_input["src_tokens"] = word_dropout(
+            net_input["src_tokens"], p, self.src_dict.unk(), self.src_dict.nspecial, g
+        )
         if net_input.get("prev_output_tokens") is not None:
             net_input["prev_output_tokens"] = word_dropout(
-                net_input["prev_output_tokens"], p, self.tgt_dict.unk(), self.tgt_dict.nspecial, g)
+                net_input["prev_output_tokens"], p, self.tgt_dict.unk(), self.tgt_dict.nspecial, g
+            )
         out = dict(sample)
         out["net_input"] = net_input
         return out
@@ -247,8 +269,14 @@ class TranslationWordDropoutTask(TranslationTask):
         if self.bf16_autocast:
             self._check_cpu([model])
             criterion = cpu_bf16.Bf16AutocastCriterion(criterion)
-        return super().train_step(self.apply_word_dropout(sample, update_num), model, criterion,
-                                  optimizer, update_num, ignore_grad=ignore_grad)
+        return super().train_step(
+            self.apply_word_dropout(sample, update_num),
+            model,
+            criterion,
+            optimizer,
+            update_num,
+            ignore_grad=ignore_grad,
+        )
 
     def valid_step(self, sample, model, criterion):
         """fairseq's ``valid_step`` (dev loss and ``--eval-bleu`` decoding), under bf16
@@ -264,5 +292,6 @@ class TranslationWordDropoutTask(TranslationTask):
         if self.bf16_autocast_inference:
             self._check_cpu(models)
         with cpu_bf16.bf16_autocast(self.bf16_autocast_inference):
-            return super().inference_step(generator, models, sample, prefix_tokens=prefix_tokens,
-                                          constraints=constraints)
+            return super().inference_step(
+                generator, models, sample, prefix_tokens=prefix_tokens, constraints=constraints
+            )

@@ -61,7 +61,6 @@ import traceback
 from contextlib import nullcontext
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Dict, List
 
 import torch
 
@@ -75,7 +74,7 @@ MODES = ("fp32", "bf16")
 EXPLICIT = "bf16_explicit_attention"
 
 
-def mode_flags(a) -> Dict[str, List[str]]:
+def mode_flags(a) -> dict[str, list[str]]:
     """fairseq-train flags of each mode: CPU, the plugin task, and bf16 autocast or not."""
     base = ["--cpu", "--task", "translation_word_dropout"]
     return {
@@ -157,7 +156,7 @@ def uptime() -> str:
         return f"load average {os.getloadavg()}"
 
 
-def speedup(fp32_s: List[float], bf16_s: List[float]) -> Dict:
+def speedup(fp32_s: list[float], bf16_s: list[float]) -> dict:
     """Speed of bf16 relative to fp32 (> 1: bf16 faster): ratio of the medians, the min-max
     of the per-repetition ratios (repetition i of both entries ran back to back), and the
     ratio of the fastest repetitions (the figure least disturbed by other jobs)."""
@@ -171,7 +170,7 @@ def speedup(fp32_s: List[float], bf16_s: List[float]) -> Dict:
 
 
 # ------------------------------------------------------------------------ model-only
-def plugin_task(dict_dir: Path, flags: List[str]):
+def plugin_task(dict_dir: Path, flags: list[str]):
     """``(task, args)`` as fairseq-train builds them from ``flags`` (:func:`mode_flags`) plus
     the cpu-proxy criterion and optimizer, on a dictionary-only data dir."""
     from fairseq import options, tasks
@@ -237,7 +236,7 @@ def use_explicit_attention(model) -> int:
     return len(mods)
 
 
-def section_model(a, work: Path, bf16_ok: bool, out: Dict) -> None:
+def section_model(a, work: Path, bf16_ok: bool, out: dict) -> None:
     dict_dir = c.write_dict_dir(work / "dict", a.vocab)
     tasks = {
         mode: plugin_task(dict_dir, mode_flags(a)[mode])
@@ -300,7 +299,7 @@ def prepare_gl_en(work: Path) -> Path:
     return work / "data" / "bin" / "gl-en"
 
 
-def section_e2e(a, work: Path, bf16_ok: bool, out: Dict) -> None:
+def section_e2e(a, work: Path, bf16_ok: bool, out: dict) -> None:
     data = a.e2e_data
     if data is None:
         data = bench.DEFAULT_E2E_DATA if bench.DEFAULT_E2E_DATA.is_dir() else prepare_gl_en(work)
@@ -319,7 +318,7 @@ def section_e2e(a, work: Path, bf16_ok: bool, out: Dict) -> None:
     )
     modes = [m for m in MODES if m == "fp32" or bf16_ok]
     extra = mode_flags(a)
-    runs: Dict[str, List[Dict]] = {f"{s}:{m}": [] for s in a.systems for m in modes}
+    runs: dict[str, list[dict]] = {f"{s}:{m}": [] for s in a.systems for m in modes}
     for r in range(a.e2e_rounds):
         for system in a.systems:
             for mode in modes:
@@ -368,7 +367,7 @@ def section_e2e(a, work: Path, bf16_ok: bool, out: Dict) -> None:
 
 
 # ------------------------------------------------------------------------ report
-def _table(title: str, unit: str, rows: Dict[str, Dict], cell) -> List[str]:
+def _table(title: str, unit: str, rows: dict[str, dict], cell) -> list[str]:
     """A Markdown table: one row per system; per mode ``cell(entry)`` and, for the bf16
     modes, the speed-up over fp32 (:func:`speedup`)."""
     fmt = bench.fmt
@@ -392,7 +391,7 @@ def _table(title: str, unit: str, rows: Dict[str, Dict], cell) -> List[str]:
     return out + [""]
 
 
-def markdown(res: Dict) -> str:
+def markdown(res: dict) -> str:
     m = res["machine"]
     L = [
         "# bf16 autocast vs fp32 on CPU",
@@ -444,7 +443,7 @@ def main(argv=None) -> int:
     native, reason = cpu_bf16.native_bf16_support()
     bf16_ok = native or a.allow_emulated
     command = "python -m benchmarks.bf16_cpu " + " ".join(sys.argv[1:] if argv is None else argv)
-    res: Dict = {
+    res: dict = {
         "command": command,
         "machine": c.machine_info(),
         "uptime_start": uptime(),

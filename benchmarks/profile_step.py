@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Tuple
+from typing import Callable
 
 import torch
 
@@ -50,7 +50,7 @@ def categorize(name: str) -> str:
     return "elementwise / other"
 
 
-def profile_system(task, system: str, size: str, batch, warmup: int, qk_length: float) -> Dict:
+def profile_system(task, system: str, size: str, batch, warmup: int, qk_length: float) -> dict:
     model, _ = c.build_model(task, system, size, qk_length)
     step = c.make_train_step(model, batch, task.source_dictionary.pad(), phases=True)
     for _ in range(warmup):
@@ -61,7 +61,7 @@ def profile_system(task, system: str, size: str, batch, warmup: int, qk_length: 
     phases = {e.key: e.cpu_time_total / 1e3 for e in events if e.key.startswith("## ")}
     ops = [e for e in events if not e.key.startswith("## ") and e.self_cpu_time_total > 0]
     total_self = sum(e.self_cpu_time_total for e in ops) / 1e3
-    cats: Dict[str, float] = {}
+    cats: dict[str, float] = {}
     for e in ops:
         cat = categorize(e.key)
         cats[cat] = cats.get(cat, 0.0) + e.self_cpu_time_total / 1e3
@@ -90,7 +90,7 @@ class _OpTimes(torch.utils._python_dispatch.TorchDispatchMode):
 
     def __init__(self):
         super().__init__()
-        self.rows: List[Tuple[str, float]] = []
+        self.rows: list[tuple[str, float]] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         t0 = time.thread_time()
@@ -99,7 +99,7 @@ class _OpTimes(torch.utils._python_dispatch.TorchDispatchMode):
         return out
 
 
-def per_op_minimum(runs: Dict[str, Callable], n: int) -> Dict[str, Dict]:
+def per_op_minimum(runs: dict[str, Callable], n: int) -> dict[str, dict]:
     """Per system: each op's minimum thread CPU time over ``n`` interleaved runs, summed by
     op name and by category (:func:`categorize`), with the thread CPU time of the whole run
     (minimum over ``n`` unrecorded runs: includes Python and dispatch overhead).
@@ -108,8 +108,8 @@ def per_op_minimum(runs: Dict[str, Callable], n: int) -> Dict[str, Dict]:
         RuntimeError: a run dispatched a different op sequence than the first (the figure
             needs the same work every run).
     """
-    logs: Dict[str, List[List[Tuple[str, float]]]] = {name: [] for name in runs}
-    whole: Dict[str, List[float]] = {name: [] for name in runs}
+    logs: dict[str, list[list[tuple[str, float]]]] = {name: [] for name in runs}
+    whole: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(n):
         for name, fn in runs.items():
             t0 = time.thread_time()
@@ -122,10 +122,10 @@ def per_op_minimum(runs: Dict[str, Callable], n: int) -> Dict[str, Dict]:
     for name, rr in logs.items():
         if any([op for op, _ in r] != [op for op, _ in rr[0]] for r in rr):
             raise RuntimeError(f"{name}: the runs dispatched different ops")
-        by_op: Dict[str, float] = {}
+        by_op: dict[str, float] = {}
         for i, (op, _) in enumerate(rr[0]):
             by_op[op] = by_op.get(op, 0.0) + 1e3 * min(r[i][1] for r in rr)
-        cats: Dict[str, float] = {}
+        cats: dict[str, float] = {}
         for op, ms in by_op.items():
             cats[categorize(op)] = cats.get(categorize(op), 0.0) + ms
         out[name] = {
@@ -158,7 +158,7 @@ def decode_run(
     )
 
 
-def profile_decode(run: Callable, system: str, size: str, warmup: int) -> Dict:
+def profile_decode(run: Callable, system: str, size: str, warmup: int) -> dict:
     """torch.profiler breakdown of one decoding loop (categories and top ops, self CPU)."""
     for _ in range(warmup):
         run()
@@ -167,7 +167,7 @@ def profile_decode(run: Callable, system: str, size: str, warmup: int) -> Dict:
     events = prof.key_averages()
     ops = [e for e in events if e.self_cpu_time_total > 0]
     total = sum(e.self_cpu_time_total for e in ops) / 1e3
-    cats: Dict[str, float] = {}
+    cats: dict[str, float] = {}
     for e in ops:
         cats[categorize(e.key)] = cats.get(categorize(e.key), 0.0) + e.self_cpu_time_total / 1e3
     top = sorted(ops, key=lambda e: e.self_cpu_time_total, reverse=True)
@@ -190,7 +190,7 @@ def profile_decode(run: Callable, system: str, size: str, warmup: int) -> Dict:
     }
 
 
-def min_of_report(task, systems, size, batch, a, warmup, steps, bsz) -> List[Dict]:
+def min_of_report(task, systems, size, batch, a, warmup, steps, bsz) -> list[dict]:
     """``--min-of``: build the runs, print the per-op minimum table, return its rows."""
     runs = {}
     for system in systems:

@@ -42,7 +42,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Optional
 
 import torch
 
@@ -279,7 +279,7 @@ def log(msg: str) -> None:
 
 
 # =================================================================== model-only step
-def section_model(a, task, out: Dict) -> None:
+def section_model(a, task, out: dict) -> None:
     dictionary = task.source_dictionary
     out["flop_formula"] = c.FLOP_FORMULA
     for size in a.sizes:
@@ -356,7 +356,7 @@ PAIRS = [
 ]
 
 
-def speed_ratios(times: Dict[str, float]) -> Dict[str, float]:
+def speed_ratios(times: dict[str, float]) -> dict[str, float]:
     """Throughput ratios ``A/B = time_B / time_A`` (> 1: A is faster) for the pairs of interest."""
     return {
         f"{x}/{y}": times[y] / times[x]
@@ -366,8 +366,8 @@ def speed_ratios(times: Dict[str, float]) -> Dict[str, float]:
 
 
 def paired_speed_stats(
-    samples: Dict[str, List[Optional[float]]], throughput: bool = False
-) -> Dict[str, Dict]:
+    samples: dict[str, list[Optional[float]]], throughput: bool = False
+) -> dict[str, dict]:
     """Per-repetition speed ratios ``A/B`` of every pair in ``PAIRS`` with their median,
     min-max and bootstrap interval (:mod:`benchmarks.stats`).
 
@@ -392,7 +392,7 @@ def paired_speed_stats(
 
 
 # ============================================================================ bf16
-def section_bf16(a, task, out: Dict) -> None:
+def section_bf16(a, task, out: dict) -> None:
     size = a.bf16_size
     log(f"bf16 autocast step, size {size}")
     dictionary = task.source_dictionary
@@ -433,7 +433,7 @@ def section_bf16(a, task, out: Dict) -> None:
 
 
 # ========================================================================== decode
-def section_decode(a, task, out: Dict) -> None:
+def section_decode(a, task, out: dict) -> None:
     from fairseq.sequence_generator import SequenceGenerator
 
     size = a.decode_size
@@ -523,7 +523,7 @@ def _incremental_loop(model, src_tokens, src_lengths, beam, steps, eos):
             enc = model.encoder(src_tokens, src_lengths=src_lengths)
             enc = model.encoder.reorder_encoder_out(enc, expand)
             tokens = torch.full((B * beam, steps + 1), eos, dtype=torch.long)
-            state: Dict[str, Dict[str, Optional[torch.Tensor]]] = {}
+            state: dict[str, dict[str, Optional[torch.Tensor]]] = {}
             for t in range(steps):
                 dec = model.decoder(tokens[:, : t + 1], encoder_out=enc, incremental_state=state)
                 lprobs = model.get_normalized_probs((dec[0][:, -1:, :], dec[1]), log_probs=True)
@@ -536,7 +536,7 @@ def _incremental_loop(model, src_tokens, src_lengths, beam, steps, eos):
 
 
 # ========================================================================= scaling
-def section_scaling(a, out: Dict) -> None:
+def section_scaling(a, out: dict) -> None:
     from fairseq.modules import MultiheadAttention
 
     from fairseq_qknorm.modules import QKNormMultiheadAttention, qk_norm_initial_scale
@@ -613,7 +613,7 @@ def section_scaling(a, out: Dict) -> None:
 
 
 # =========================================================================== norms
-def section_norms(a, out: Dict) -> None:
+def section_norms(a, out: dict) -> None:
     import torch.nn.functional as F
     from fairseq.modules import LayerNorm
 
@@ -695,7 +695,7 @@ def section_norms(a, out: Dict) -> None:
 
 
 # ========================================================================== memory
-def section_memory(a, work: Path, out: Dict) -> None:
+def section_memory(a, work: Path, out: dict) -> None:
     size = a.sizes[0]
     for system in a.systems:
         log(f"memory child {system} ({size})")
@@ -744,7 +744,7 @@ def section_memory(a, work: Path, out: Dict) -> None:
 
 
 # ===================================================================== e2e (train)
-def train_cmd(a, system: str, save_dir: Path, updates: int, size: str, extra=()) -> List:
+def train_cmd(a, system: str, save_dir: Path, updates: int, size: str, extra=()) -> list:
     return [
         c.VENV_BIN / "fairseq-train",
         a.e2e_data,
@@ -806,7 +806,7 @@ def train_cmd(a, system: str, save_dir: Path, updates: int, size: str, extra=())
 _NUM = r"([0-9.eE+-]+)"
 
 
-def parse_train_log(text: str) -> Dict:
+def parse_train_log(text: str) -> dict:
     """``wps=`` etc. of every ``train_inner`` line and the last epoch summary."""
     inner = []
     for line in text.splitlines():
@@ -827,7 +827,7 @@ def parse_train_log(text: str) -> Dict:
     return {"inner": inner, "summary": summary}
 
 
-def steady_wps(parsed: Dict) -> Optional[float]:
+def steady_wps(parsed: dict) -> Optional[float]:
     """Median ``wps`` over the logged intervals after the first (warm-up), else the summary's."""
     w = [d["wps"] for d in parsed["inner"] if "wps" in d]
     if len(w) > 1:
@@ -837,7 +837,7 @@ def steady_wps(parsed: Dict) -> Optional[float]:
     return parsed["summary"].get("wps")
 
 
-def section_e2e(a, work: Path, out: Dict) -> Dict[str, Path]:
+def section_e2e(a, work: Path, out: dict) -> dict[str, Path]:
     checkpoints = {}
     runs = {s: [] for s in a.e2e_systems}
     for r in range(a.e2e_rounds):
@@ -929,7 +929,7 @@ GEN_RE = re.compile(
 )
 
 
-def section_generate(a, work: Path, checkpoints: Dict[str, Path], out: Dict) -> None:
+def section_generate(a, work: Path, checkpoints: dict[str, Path], out: dict) -> None:
     subset = make_subset(
         a.e2e_data, "test", a.e2e_src, a.e2e_tgt, a.gen_sentences, work / "gen_subset"
     )
@@ -1017,7 +1017,7 @@ def section_generate(a, work: Path, checkpoints: Dict[str, Path], out: Dict) -> 
 
 
 # ===================================================================== fairseq bf16
-def section_fairseq_bf16(a, work: Path, out: Dict) -> None:
+def section_fairseq_bf16(a, work: Path, out: dict) -> None:
     # the failure (if any) is in fairseq's option handling, not in a model: one system suffices
     for system in a.systems[:1]:
         log(f"fairseq-train --bf16 --cpu smoke: {system}")
@@ -1058,7 +1058,7 @@ def fmt(x, nd=2, pct=False):
     return f"{100 * x:.0f}%" if pct else f"{x:.{nd}f}"
 
 
-def fmt_spread(summary: Optional[Dict], nd: int = 3, pct: bool = False) -> str:
+def fmt_spread(summary: Optional[dict], nd: int = 3, pct: bool = False) -> str:
     """``median [min-max]`` of a :func:`benchmarks.stats.ratio_summary`."""
     if not summary:
         return "n/a"
@@ -1068,7 +1068,7 @@ def fmt_spread(summary: Optional[Dict], nd: int = 3, pct: bool = False) -> str:
     )
 
 
-def ratio_line(title: str, ratio_stats: Dict[str, Dict]) -> str:
+def ratio_line(title: str, ratio_stats: dict[str, dict]) -> str:
     return (
         f"{title} (median [min-max] of {next(iter(ratio_stats.values()))['n']} paired "
         "repetitions): " + ", ".join(f"{k} {fmt_spread(v)}" for k, v in ratio_stats.items())
@@ -1077,7 +1077,7 @@ def ratio_line(title: str, ratio_stats: Dict[str, Dict]) -> str:
     )
 
 
-def targets(res: Dict) -> List[Dict]:
+def targets(res: dict) -> list[dict]:
     """The targets evaluated on this run, each with its per-repetition spread and verdict
     (:func:`benchmarks.stats.target_entry`): issue 14's "QKNorm at no cost" first, then
     the earlier ones (ScaleNorm vs LayerNorm, end-to-end vs model-only)."""
@@ -1182,7 +1182,7 @@ def targets(res: Dict) -> List[Dict]:
     return t
 
 
-def markdown(res: Dict) -> str:
+def markdown(res: dict) -> str:
     m = res["machine"]
     L = [
         f"# fairseq_qknorm benchmark ({m['date_utc']})",
@@ -1445,7 +1445,7 @@ def main(argv=None) -> int:
     except RuntimeError:
         pass
     command = "python -m benchmarks.run " + " ".join(sys.argv[1:] if argv is None else argv)
-    res: Dict = {
+    res: dict = {
         "command": command,
         "machine": c.machine_info(),
         "smoke": a.smoke,
@@ -1472,7 +1472,7 @@ def main(argv=None) -> int:
             if name not in a.sections:
                 return None
             t0 = time.perf_counter()
-            out: Dict = {}
+            out: dict = {}
             res[name] = out
             try:
                 return fn(*args, out)

@@ -14,7 +14,8 @@ resample's median is the smallest value is 5.8% for ``n = 5``, above the 2.5% ta
 ``n = 7`` on it drops the extremes.
 """
 
-from typing import Dict, Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 import numpy as np
 
@@ -62,7 +63,7 @@ def bootstrap_median_interval(
     confidence: float = CONFIDENCE,
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = BOOTSTRAP_SEED,
-) -> Dict[str, float]:
+) -> dict[str, float]:
     """Percentile-bootstrap interval of the median (Efron & Tibshirani 1993, Ch. 13).
 
     ``resamples`` samples of ``len(values)`` values drawn with replacement (numpy
@@ -101,7 +102,7 @@ def bootstrap_median_interval(
     }
 
 
-def ratio_summary(values: Sequence[float], **bootstrap_kwargs) -> Dict:
+def ratio_summary(values: Sequence[float], **bootstrap_kwargs) -> dict:
     """Median, min, max, bootstrap interval of the median and the values themselves.
 
     Returns:
@@ -141,8 +142,8 @@ MIN_REPETITIONS = 5
 
 
 def target_entry(
-    name: str, summary: Optional[Dict], threshold: float, min_n: int = MIN_REPETITIONS
-) -> Dict:
+    name: str, summary: Optional[dict], threshold: float, min_n: int = MIN_REPETITIONS
+) -> dict:
     """One target of the report: ``summary`` (from :func:`ratio_summary`, per-repetition
     figures), the threshold, the verdict from the bootstrap interval and the gap of the
     median to the threshold (``median - threshold``). Without a summary the verdict is

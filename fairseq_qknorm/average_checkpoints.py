@@ -33,7 +33,8 @@ import logging
 import os
 import re
 import sys
-from typing import Dict, List, Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 import torch
 from fairseq import checkpoint_utils
@@ -46,7 +47,7 @@ UPDATE_PATTERN = re.compile(r"checkpoint_\d+_(\d+)\.pt")
 
 def last_checkpoints(
     directory: str, n: int, update_based: bool, upper_bound: Optional[int] = None
-) -> List[str]:
+) -> list[str]:
     """The ``n`` newest epoch (``checkpointE.pt``) or update (``checkpoint_E_U.pt``)
     checkpoints of ``directory``, newest first (fairseq's ``last_n_checkpoints``).
 
@@ -77,12 +78,12 @@ def last_checkpoints(
     return [os.path.join(directory, name) for _, name in sorted(found, reverse=True)[:n]]
 
 
-def _load(path: str) -> Dict:
+def _load(path: str) -> dict:
     with open(path, "rb") as f:
         return torch.load(f, map_location="cpu", weights_only=False)
 
 
-def average_checkpoints(paths: Sequence[str]) -> Dict:
+def average_checkpoints(paths: Sequence[str]) -> dict:
     """A checkpoint whose model parameters are the mean of those of ``paths``.
 
     Args:

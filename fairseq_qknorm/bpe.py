@@ -22,7 +22,7 @@ the way ``fairseq-generate --post-process`` does for that tool.
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Optional
 
 from fairseq.data.data_utils import post_process
 from fairseq.data.encoders import register_bpe
@@ -37,7 +37,7 @@ MANIFEST = "bpe.json"
 TOOLS = tuple(POST_PROCESS)
 
 
-def read_manifest(bpe_dir) -> Dict[str, object]:
+def read_manifest(bpe_dir) -> dict[str, object]:
     """Read ``bpe_dir/bpe.json`` as written by ``scripts/bpe.sh``.
 
     Args:

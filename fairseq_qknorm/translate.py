@@ -33,8 +33,9 @@ import dataclasses
 import os
 import subprocess
 import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Optional
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,7 +52,7 @@ printf '%s\0' "$QK_DATA" "$(qk_run_dir "$PAIR" "$(qk_run_label)" "$SYSTEM" "$5")
 """
 
 
-def generation_options(flags: Sequence[str]) -> Dict[str, object]:
+def generation_options(flags: Sequence[str]) -> dict[str, object]:
     """Parse ``fairseq-generate`` generation flags into hub ``translate`` keyword arguments.
 
     Uses fairseq's own parser for its ``GenerationConfig`` (the options group
@@ -103,7 +104,7 @@ class PipelineSettings:
     data_bin: Path
     bpe_dir: Path
     max_tokens: int
-    generate_flags: List[str]
+    generate_flags: list[str]
 
 
 def pipeline_settings(
@@ -193,6 +194,7 @@ class Translator:
         **generation,
     ):
         from fairseq.dataclass.configs import GenerationConfig
+
         from fairseq_qknorm.bpe import read_manifest
         from fairseq_qknorm.models.transformer_qknorm import TransformerQKNormModel
 
@@ -260,7 +262,7 @@ class Translator:
             **generation_options(s.generate_flags),
         )
 
-    def translate(self, sentences: Iterable[str]) -> List[str]:
+    def translate(self, sentences: Iterable[str]) -> list[str]:
         """Translate raw (not yet segmented) sentences.
 
         Args:

@@ -100,9 +100,10 @@ TORCHRUN_ENV = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999", "WORLD_SIZE"
 
 def _dist_cfg(*flags):
     """``cfg.distributed_training`` of ``fairseq-train --cpu FLAGS`` as fairseq builds it."""
-    import fairseq_qknorm  # noqa: F401  (installs the shim)
     from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    import fairseq_qknorm  # noqa: F401  (installs the shim)
 
     args = options.parse_args_and_arch(
         options.get_training_parser(), ["unused", "--arch", "transformer_qknorm", "--cpu", *flags]
@@ -164,10 +165,11 @@ def test_other_launches_are_left_to_fairseq(cpu_torchrun_env, monkeypatch, case)
 
 
 def test_install_is_idempotent_and_wraps_fairseqs_functions():
-    import fairseq_qknorm
     from fairseq.distributed import utils as distributed_utils
     from fairseq.models import distributed_fairseq_model as dfm
     from torch.nn.parallel import DistributedDataParallel
+
+    import fairseq_qknorm
 
     before = (distributed_utils.infer_init_method, dfm.DistributedDataParallel)
     fairseq_qknorm.distributed_compat.install()
@@ -209,9 +211,10 @@ def test_checkpoint_broadcast_load_is_trusted():
     ``torch.load`` (``_broadcast_object_slow``); checkpoints hold configs, not only tensors."""
     import io
 
-    import fairseq_qknorm  # noqa: F401
     from fairseq.distributed import utils as distributed_utils
     from omegaconf import OmegaConf
+
+    import fairseq_qknorm  # noqa: F401
 
     buf = io.BytesIO()
     torch.save({"cfg": OmegaConf.create({"arch": "transformer_twt"})}, buf)

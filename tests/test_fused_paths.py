@@ -11,9 +11,10 @@ encoder keys), and for a whole model's training step.
 import pytest
 import torch
 
-from conftest import build_model
 from fairseq_qknorm.modules import QKNormMultiheadAttention
-from test_attention import E, VARIANTS, make, reference_attention
+
+from conftest import build_model
+from test_attention import VARIANTS, E, make, reference_attention
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 ALL = list(VARIANTS)

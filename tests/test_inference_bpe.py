@@ -104,8 +104,9 @@ def read(path: Path):
 
 
 def build_bpe(**kwargs):
-    import fairseq_qknorm  # noqa: F401  (registers --bpe pipeline)
     from fairseq.data import encoders
+
+    import fairseq_qknorm  # noqa: F401  (registers --bpe pipeline)
 
     return encoders.build_bpe(Namespace(**kwargs))
 
@@ -419,8 +420,8 @@ def test_real_gl_en_moses_tokenizer_reproduces_corpus_tokens():
     """What the README says about untokenized text: fairseq's --tokenizer moses with the
     language and --moses-no-dash-splits (escaping on) turns the Moses-detokenized corpus back
     into its tokens (the corpus has no @-@ dash splits and keeps &apos; / &quot;)."""
-    from sacremoses import MosesDetokenizer
     from fairseq.data import encoders
+    from sacremoses import MosesDetokenizer
 
     for lang in ("gl", "en"):
         tok = encoders.build_tokenizer(

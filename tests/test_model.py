@@ -10,7 +10,6 @@ import pytest
 import torch
 from torch.nn import LayerNorm  # what fairseq's LayerNorm() builds on CPU
 
-from conftest import PLUGIN_DIR, build_model, run_cli
 from fairseq_qknorm.models.transformer_qknorm import TransformerQKNormModel
 from fairseq_qknorm.modules import (
     FixNormEmbedding,
@@ -20,6 +19,8 @@ from fairseq_qknorm.modules import (
     qk_norm_initial_scale,
     scaled_l2_normalize,
 )
+
+from conftest import PLUGIN_DIR, build_model, run_cli
 
 TINY = [
     "--encoder-embed-dim",

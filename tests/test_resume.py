@@ -12,10 +12,11 @@ from conftest import PLUGIN_DIR, run_cli
 def _plateau(patience=3, shrink=0.8, lr=1e-3):
     """fairseq's reduce_lr_on_plateau scheduler over a one-parameter Adam, as fairseq-train
     builds it."""
-    import fairseq_qknorm  # noqa: F401  (installs the fix)
     from fairseq import optim
     from fairseq.optim.lr_scheduler import build_lr_scheduler
     from omegaconf import OmegaConf
+
+    import fairseq_qknorm  # noqa: F401  (installs the fix)
 
     opt_cfg = OmegaConf.create(
         {
@@ -99,9 +100,10 @@ def test_early_stopping_state_round_trip(monkeypatch):
 
 
 def test_install_is_idempotent():
-    import fairseq_qknorm
     from fairseq.optim.lr_scheduler.reduce_lr_on_plateau import ReduceLROnPlateauLRSchedule
     from fairseq.trainer import Trainer
+
+    import fairseq_qknorm
 
     def patched():
         return [

@@ -6,9 +6,9 @@ import re
 import pytest
 import torch
 
-from conftest import PLUGIN_DIR, run_cli
-
 from fairseq_qknorm.tasks import translation_word_dropout as wd  # registers the task
+
+from conftest import PLUGIN_DIR, run_cli
 
 
 def make_task(bin_dir, p, seed=1):

@@ -1,7 +1,7 @@
 """FixNorm: l2-normalized word embeddings (Nguyen & Chiang, NAACL 2018; used with
 ScaleNorm in Nguyen & Salazar, "Transformers without Tears", 2019, Sec. 2.3)."""
 
-from typing import Optional, Tuple
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -62,7 +62,7 @@ class FixNormLinear(nn.Linear):
 
     def __init__(self, in_features: int, out_features: int):
         super().__init__(in_features, out_features, bias=False)
-        self._normalized_cache: Optional[Tuple[Tensor, int, int, Tensor]] = None
+        self._normalized_cache: Optional[tuple[Tensor, int, int, Tensor]] = None
 
     def train(self, mode: bool = True) -> "FixNormLinear":
         self._normalized_cache = None

@@ -57,7 +57,7 @@ Which rescaling of the projected q and k leaves the logits unchanged (per vector
 """
 
 import math
-from typing import Dict, Optional, Tuple
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -256,7 +256,7 @@ class QKNormMultiheadAttention(MultiheadAttention):
         #: When True, the next forwards take the explicit path and store attention
         #: health statistics (entropy, max |logit|) in ``self.last_stats``.
         self.record_stats = False
-        self.last_stats: Dict[str, Tensor] = {}
+        self.last_stats: dict[str, Tensor] = {}
 
     def extra_repr(self) -> str:
         text = f"qk_norm={self.qk_norm}"
@@ -409,20 +409,20 @@ class QKNormMultiheadAttention(MultiheadAttention):
         key: Optional[Tensor],
         value: Optional[Tensor],
         key_padding_mask: Optional[Tensor] = None,
-        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+        incremental_state: Optional[dict[str, dict[str, Optional[Tensor]]]] = None,
         need_weights: bool = True,
         static_kv: bool = False,
         attn_mask: Optional[Tensor] = None,
         before_softmax: bool = False,
         need_head_weights: bool = False,
-    ) -> Tuple[Tensor, Optional[Tensor]]:
+    ) -> tuple[Tensor, Optional[Tensor]]:
         """See the class docstring for shapes and errors; arguments as in fairseq's parent."""
         if need_head_weights:
             need_weights = True
         self._check_inputs(query, key, value, key_padding_mask)
         tgt_len, bsz, _ = query.size()
 
-        saved_state: Optional[Dict[str, Optional[Tensor]]] = None
+        saved_state: Optional[dict[str, Optional[Tensor]]] = None
         if incremental_state is not None:
             saved_state = self._get_input_buffer(incremental_state)
             if "prev_key" in saved_state and static_kv:

@@ -20,9 +20,10 @@ therefore refuses the options without native bf16 unless ``--bf16-autocast-allow
 import logging
 import platform
 import subprocess
+from collections.abc import Iterable
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Iterable, List, Optional, Tuple
+from typing import Optional
 
 import torch
 
@@ -52,7 +53,7 @@ def cpu_model_name(cpuinfo: Optional[str] = None) -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
-def bf16_features_from_cpuinfo(cpuinfo: str) -> List[str]:
+def bf16_features_from_cpuinfo(cpuinfo: str) -> list[str]:
     """The :data:`NATIVE_BF16_FEATURES` that a ``/proc/cpuinfo`` text lists.
 
     Args:
@@ -77,7 +78,7 @@ def bf16_features_from_cpuinfo(cpuinfo: str) -> List[str]:
     return found
 
 
-def _torch_bf16_features() -> List[str]:
+def _torch_bf16_features() -> list[str]:
     """bf16 features according to torch's own CPU checks (cpuinfo library: CPUID plus the OS's
     support for the AVX-512 state); private ``torch.cpu`` helpers, absent in some builds."""
     found = []
@@ -90,7 +91,7 @@ def _torch_bf16_features() -> List[str]:
     return found
 
 
-def _macos_bf16_features() -> List[str]:
+def _macos_bf16_features() -> list[str]:
     """ARM BF16 on macOS (``sysctl hw.optional.arm.FEAT_BF16``: Apple M2 and later)."""
     if platform.system() != "Darwin":
         return []
@@ -103,7 +104,7 @@ def _macos_bf16_features() -> List[str]:
     return ["bf16"] if out == "1" else []
 
 
-def _onednn_bf16() -> Tuple[bool, str]:
+def _onednn_bf16() -> tuple[bool, str]:
     """Whether torch's oneDNN (which runs bf16 ``linear``/``matmul`` on CPU) is built and
     reports bf16 support."""
     if not torch.backends.mkldnn.is_available():
@@ -123,7 +124,7 @@ def _onednn_bf16() -> Tuple[bool, str]:
     return True, ""
 
 
-def native_bf16_support(cpuinfo: Optional[str] = None) -> Tuple[bool, str]:
+def native_bf16_support(cpuinfo: Optional[str] = None) -> tuple[bool, str]:
     """Whether this CPU computes in bf16 natively, so that bf16 autocast can beat fp32.
 
     Native means a bf16 instruction set (:data:`NATIVE_BF16_FEATURES`: ``avx512_bf16`` or
@@ -158,7 +159,7 @@ def native_bf16_support(cpuinfo: Optional[str] = None) -> Tuple[bool, str]:
     return True, f"native bf16 on this CPU ({cpu}): {', '.join(features)}"
 
 
-def check_native_bf16(options: Iterable[str], allow_emulated: bool) -> Tuple[bool, str]:
+def check_native_bf16(options: Iterable[str], allow_emulated: bool) -> tuple[bool, str]:
     """Refuse bf16 autocast options on a CPU without native bf16, unless ``allow_emulated``.
 
     Args:

@@ -62,10 +62,9 @@ from typing import Optional
 
 import numpy as np
 import torch
-from omegaconf import II
-
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
+from omegaconf import II
 
 from . import cpu_bf16
 

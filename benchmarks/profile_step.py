@@ -1,6 +1,7 @@
 """Where the time of one training step goes: torch.profiler, top ops by self CPU time.
 
-    python -m benchmarks.profile_step [--size small] [--systems qknorm_paper,twt,prenorm_fixnorm_layernorm,stock]
+    python -m benchmarks.profile_step [--size small]
+                                      [--systems qknorm_paper,twt,prenorm_fixnorm_layernorm,stock]
                                       [--rows 15] [--threads N] [--smoke] [--json OUT]
                                       [--decode] [--min-of N]
 
@@ -323,9 +324,8 @@ def main(argv=None) -> int:
             )
             print(f"top {a.rows} ops by self CPU time:")
             for o in r["top_ops"][: a.rows]:
-                print(
-                    f"  {o['self_ms']:9.2f} ms {100 * o['share']:5.1f}%  x{o['calls']:<5d} {o['op']}"
-                )
+                share = 100 * o["share"]
+                print(f"  {o['self_ms']:9.2f} ms {share:5.1f}%  x{o['calls']:<5d} {o['op']}")
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
         a.json.write_text(

@@ -95,7 +95,8 @@ def parse_args(argv=None):
         "--targets",
         action="store_true",
         help="only what the targets need: sections model,decode,e2e, systems "
-        "qknorm_paper,prenorm_fixnorm_layernorm,stock (e2e: qknorm_paper,stock), 5 repetitions each, "
+        "qknorm_paper,prenorm_fixnorm_layernorm,stock (e2e: qknorm_paper,stock), "
+        "5 repetitions each, "
         "e2e 5 rounds x 8 updates; builds data/bin/gl-en if missing "
         "(explicit options still win)",
     )
@@ -455,7 +456,7 @@ def section_decode(a, task, out: dict) -> None:
             [model], dictionary, beam_size=beam, max_len_a=0, max_len_b=steps, min_len=steps
         )
 
-        def run_gen(gen=gen, system=system):
+        def run_gen(gen=gen, system=system, model=model):
             with torch.no_grad():
                 hyps = gen.generate([model], sample)
             gen_tokens[system] = sum(len(h[0]["tokens"]) for h in hyps)
@@ -553,9 +554,8 @@ def section_scaling(a, out: dict) -> None:
             )
             m.load_state_dict(stock.state_dict(), strict=False)
             m.use_fused = fused
-            mods[
-                f"{'qknorm_paper' if qk else 'prenorm_fixnorm_layernorm'}_{'fused' if fused else 'explicit'}"
-            ] = m
+            system = "qknorm_paper" if qk else "prenorm_fixnorm_layernorm"
+            mods[f"{system}_{'fused' if fused else 'explicit'}"] = m
     mods["stock"] = stock
     for m in mods.values():
         m.train()
@@ -571,7 +571,7 @@ def section_scaling(a, out: dict) -> None:
             entries = {}
             for name, m in mods.items():
 
-                def fn(m=m):
+                def fn(m=m, x=x, pad=pad, grad=grad):
                     m.zero_grad(set_to_none=True)
                     x.grad = None
                     y, _ = m(x, x, x, key_padding_mask=pad, need_weights=False)

@@ -426,7 +426,6 @@ def test_named_arch_resolves_to_documented_values(toy_task, arch):
     assert all(isinstance(m, QKNormMultiheadAttention) and m.qk_norm == qk_norm for m in attns)
     if qk_norm:
         assert all(float(m.qk_norm_g) == pytest.approx(math.log2(79**2 - 79)) for m in attns)
-    norm_cls = ScaleNorm if norm_type == "scalenorm" else LayerNorm
     other = LayerNorm if norm_type == "scalenorm" else ScaleNorm
     norms = [m for m in model.modules() if isinstance(m, (ScaleNorm, LayerNorm))]
     assert len(norms) == 5 * layers + 2  # 2 per enc layer, 3 per dec layer, 2 final (PreNorm)
@@ -682,7 +681,7 @@ def test_qk_norm_flags_build_the_documented_modules(toy_task, variant):
     model = _tiny_model(toy_task, variant)
     attns = model.attention_modules()
     assert len(attns) == 6
-    for name, m in attns.items():
+    for m in attns.values():
         assert m.qk_norm and m.qk_norm_type == ("l2" if variant.startswith("l2") else variant)
         if variant.startswith("l2"):
             assert m.qk_norm_g.shape == ((2,) if variant == "l2_per_head" else ())

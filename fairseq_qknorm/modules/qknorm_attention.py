@@ -444,7 +444,8 @@ class QKNormMultiheadAttention(MultiheadAttention):
                 and bsz == key.size(1)
             ):
                 # beam-shared encoder states, as in the parent, but only while decoding
-                # incrementally (never in a training/validation forward): (S, B*beam, C) -> (S, B, C)
+                # incrementally (never in a training/validation forward):
+                # (S, B*beam, C) -> (S, B, C)
                 key = key.view(key.size(0), -1, self.beam_size, key.size(2))[:, :, 0, :]
                 if key_padding_mask is not None:
                     key_padding_mask = key_padding_mask.view(

@@ -1,4 +1,4 @@
-"""bf16 autocast on CPU (``--task translation_word_dropout --bf16-autocast``) against fp32.
+r"""bf16 autocast on CPU (``--task translation_word_dropout --bf16-autocast``) against fp32.
 
     python -m benchmarks.bf16_cpu [--sections model,e2e] [--systems twt,qknorm_paper] [--reps 7]
                                   [--threads N] [--e2e-data DIR] [--work-dir DIR] [--out JSON]
@@ -35,7 +35,7 @@ Quality at equal updates (not run here: two ~13-minute trainings on 2 idle cores
     W=/tmp/qknorm-bf16 && mkdir -p "$W" && ln -sfn "$PWD/data" "$W/data"  # own runs/, same data
     scripts/train.sh gl-en twt --profile cpu-proxy-fast --seed 1
     scripts/evaluate.sh gl-en twt --profile cpu-proxy-fast --seed 1
-    QKNORM_WORK_DIR="$W" scripts/train.sh gl-en twt --profile cpu-proxy-fast --seed 1 \\
+    QKNORM_WORK_DIR="$W" scripts/train.sh gl-en twt --profile cpu-proxy-fast --seed 1 \
         -- --task translation_word_dropout --bf16-autocast
     QKNORM_WORK_DIR="$W" scripts/evaluate.sh gl-en twt --profile cpu-proxy-fast --seed 1
 
@@ -157,9 +157,12 @@ def uptime() -> str:
 
 
 def speedup(fp32_s: list[float], bf16_s: list[float]) -> dict:
-    """Speed of bf16 relative to fp32 (> 1: bf16 faster): ratio of the medians, the min-max
-    of the per-repetition ratios (repetition i of both entries ran back to back), and the
-    ratio of the fastest repetitions (the figure least disturbed by other jobs)."""
+    """Speed of bf16 relative to fp32 (> 1: bf16 faster).
+
+    The ratio of the medians, the min-max of the per-repetition ratios (repetition i of both entries
+    ran back to back), and the ratio of the fastest repetitions (the figure least disturbed by other
+    jobs).
+    """
     per_rep = [f / b for f, b in zip(fp32_s, bf16_s)]
     return {
         "median_ratio": c.median(fp32_s) / c.median(bf16_s),
@@ -171,8 +174,10 @@ def speedup(fp32_s: list[float], bf16_s: list[float]) -> dict:
 
 # ------------------------------------------------------------------------ model-only
 def plugin_task(dict_dir: Path, flags: list[str]):
-    """``(task, args)`` as fairseq-train builds them from ``flags`` (:func:`mode_flags`) plus
-    the cpu-proxy criterion and optimizer, on a dictionary-only data dir."""
+    """``(task, args)`` as fairseq-train builds them from ``flags`` (:func:`mode_flags`).
+
+    Plus the cpu-proxy criterion and optimizer, on a dictionary-only data dir.
+    """
     from fairseq import options, tasks
 
     args = options.parse_args_and_arch(
@@ -206,8 +211,11 @@ def plugin_task(dict_dir: Path, flags: list[str]):
 
 
 def make_step(task, args, model, batch):
-    """One fairseq training step: ``task.train_step`` (forward + loss under the task's
-    autocast, backward outside) with fairseq's criterion and Adam, then ``optimizer.step``."""
+    """One fairseq training step: ``task.train_step``, then ``optimizer.step``.
+
+    Forward + loss under the task's autocast, backward outside, with fairseq's criterion and
+    Adam.
+    """
     from fairseq import optim
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
@@ -226,8 +234,11 @@ def make_step(task, args, model, batch):
 
 
 def use_explicit_attention(model) -> int:
-    """Switch every QKNorm/TWT attention module of ``model`` to its explicit matmul/softmax
-    path (``QKNormMultiheadAttention.use_fused = False``); returns how many."""
+    """Switch every QKNorm/TWT attention module of ``model`` to its explicit path.
+
+    The explicit matmul/softmax path is ``QKNormMultiheadAttention.use_fused = False``;
+    returns how many modules were switched.
+    """
     from fairseq_qknorm.modules import QKNormMultiheadAttention
 
     mods = [m for m in model.modules() if isinstance(m, QKNormMultiheadAttention)]
@@ -286,8 +297,10 @@ def section_model(a, work: Path, bf16_ok: bool, out: dict) -> None:
 
 # ------------------------------------------------------------------------ end to end
 def prepare_gl_en(work: Path) -> Path:
-    """Build data/bin/gl-en under ``work`` with the project's scripts (real corpus from
-    ``../shared/data`` or $QKNORM_DATA_DIR)."""
+    """Build data/bin/gl-en under ``work`` with the project's scripts.
+
+    The real corpus comes from ``../shared/data`` or $QKNORM_DATA_DIR.
+    """
     env = dict(c.cli_env(1), QKNORM_WORK_DIR=str(work))
     for script in ("prepare_data.sh", "bpe.sh", "binarize.sh"):
         bench.log(f"{script} gl-en -> {work}")
@@ -368,8 +381,11 @@ def section_e2e(a, work: Path, bf16_ok: bool, out: dict) -> None:
 
 # ------------------------------------------------------------------------ report
 def _table(title: str, unit: str, rows: dict[str, dict], cell) -> list[str]:
-    """A Markdown table: one row per system; per mode ``cell(entry)`` and, for the bf16
-    modes, the speed-up over fp32 (:func:`speedup`)."""
+    """A Markdown table with one row per system.
+
+    Per mode ``cell(entry)`` and, for the bf16 modes, the speed-up over fp32
+    (:func:`speedup`).
+    """
     fmt = bench.fmt
     modes = [m for m in (*MODES, EXPLICIT) if any(m in r for r in rows.values())]
     head = ["system", f"fp32 {unit}"]

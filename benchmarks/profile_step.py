@@ -101,9 +101,10 @@ class _OpTimes(torch.utils._python_dispatch.TorchDispatchMode):
 
 
 def per_op_minimum(runs: dict[str, Callable], n: int) -> dict[str, dict]:
-    """Per system: each op's minimum thread CPU time over ``n`` interleaved runs, summed by
-    op name and by category (:func:`categorize`), with the thread CPU time of the whole run
-    (minimum over ``n`` unrecorded runs: includes Python and dispatch overhead).
+    """Per system: each op's minimum thread CPU time over ``n`` interleaved runs.
+
+    Summed by op name and by category (:func:`categorize`), with the thread CPU time of the whole
+    run (minimum over ``n`` unrecorded runs: includes Python and dispatch overhead).
 
     Raises:
         RuntimeError: a run dispatched a different op sequence than the first (the figure

@@ -250,9 +250,11 @@ def parse_args(argv=None):
 
 
 def build_gl_en_data() -> None:
-    """Make ``DEFAULT_E2E_DATA`` (binarized gl-en) with the project's own pipeline
-    (scripts/prepare_data.sh, bpe.sh, binarize.sh under ``$QKNORM_WORK_DIR``) unless it
-    exists; about 20-60 s. Raises ``SystemExit`` naming the failed script."""
+    """Make ``DEFAULT_E2E_DATA`` (binarized gl-en) with the project's own pipeline.
+
+    Runs scripts/prepare_data.sh, bpe.sh, binarize.sh under ``$QKNORM_WORK_DIR`` unless it
+    exists; about 20-60 s. Raises ``SystemExit`` naming the failed script.
+    """
     if DEFAULT_E2E_DATA.is_dir():
         return
     env = c.cli_env(1)
@@ -369,8 +371,9 @@ def speed_ratios(times: dict[str, float]) -> dict[str, float]:
 def paired_speed_stats(
     samples: dict[str, list[Optional[float]]], throughput: bool = False
 ) -> dict[str, dict]:
-    """Per-repetition speed ratios ``A/B`` of every pair in ``PAIRS`` with their median,
-    min-max and bootstrap interval (:mod:`benchmarks.stats`).
+    """Per-repetition speed ratios ``A/B`` of every pair in ``PAIRS``.
+
+    With their median, min-max and bootstrap interval (:mod:`benchmarks.stats`).
 
     ``samples[system][r]``: seconds (or, with ``throughput``, e.g. words/s) of repetition
     ``r``; a repetition where either value is missing (None, a failed run) is left out.
@@ -513,8 +516,10 @@ def section_decode(a, task, out: dict) -> None:
 
 
 def _incremental_loop(model, src_tokens, src_lengths, beam, steps, eos):
-    """Encoder once, then ``steps`` incremental decoder steps over ``B*beam`` rows, a
-    greedy token per row and a within-sentence beam reorder per step (as beam search)."""
+    """Encoder once, then ``steps`` incremental decoder steps over ``B*beam`` rows.
+
+    A greedy token per row and a within-sentence beam reorder per step (as beam search).
+    """
     B = src_tokens.size(0)
     expand = torch.arange(B).repeat_interleave(beam)
     perm = torch.arange(B * beam).view(B, beam).roll(1, dims=1).reshape(-1)
@@ -1078,9 +1083,12 @@ def ratio_line(title: str, ratio_stats: dict[str, dict]) -> str:
 
 
 def targets(res: dict) -> list[dict]:
-    """The targets evaluated on this run, each with its per-repetition spread and verdict
+    """The targets evaluated on this run.
+
+    Each with its per-repetition spread and verdict
     (:func:`benchmarks.stats.target_entry`): issue 14's "QKNorm at no cost" first, then
-    the earlier ones (ScaleNorm vs LayerNorm, end-to-end vs model-only)."""
+    the earlier ones (ScaleNorm vs LayerNorm, end-to-end vs model-only).
+    """
     T = stats.target_entry
     t = []
     model = res.get("model", {})

@@ -1,5 +1,7 @@
-"""Statistics of the benchmark harness: paired per-repetition ratios, their spread, a
-seeded percentile-bootstrap interval of their median, and target verdicts.
+"""Statistics of the benchmark harness.
+
+Paired per-repetition ratios, their spread, a seeded percentile-bootstrap interval of their
+median, and target verdicts.
 
 Every section times its entries in interleaved order, so repetition ``i`` of entry A and
 repetition ``i`` of entry B ran next to each other; ``paired_ratios`` turns them into one
@@ -35,8 +37,9 @@ def paired_ratios(reference: Sequence[float], candidate: Sequence[float]) -> np.
     to stock in each repetition (> 1: faster); with throughputs pass them the other way.
 
     Args:
-        reference, candidate: equally long sequences of positive, finite numbers (the
-            ``i``-th of each from the same interleaved repetition).
+        reference: positive, finite numbers, one per repetition.
+        candidate: as ``reference`` and as long (the ``i``-th of each from the same
+            interleaved repetition).
 
     Returns:
         float64 array of ``len(reference)`` ratios.
@@ -144,11 +147,13 @@ MIN_REPETITIONS = 5
 def target_entry(
     name: str, summary: Optional[dict], threshold: float, min_n: int = MIN_REPETITIONS
 ) -> dict:
-    """One target of the report: ``summary`` (from :func:`ratio_summary`, per-repetition
-    figures), the threshold, the verdict from the bootstrap interval and the gap of the
-    median to the threshold (``median - threshold``). Without a summary the verdict is
-    ``not measured``; with fewer than ``min_n`` repetitions it is ``too few repetitions``
-    (the figures are still reported)."""
+    """One target of the report.
+
+    ``summary`` (from :func:`ratio_summary`, per-repetition figures), the threshold, the verdict
+    from the bootstrap interval and the gap of the median to the threshold (``median - threshold``).
+    Without a summary the verdict is ``not measured``; with fewer than ``min_n`` repetitions it is
+    ``too few repetitions`` (the figures are still reported).
+    """
     entry = {"target": name, "threshold": threshold}
     if not summary:
         entry["verdict"] = "not measured"

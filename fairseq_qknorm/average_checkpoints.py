@@ -1,4 +1,4 @@
-"""Average the parameters of fairseq checkpoints (checkpoint averaging for decoding).
+r"""Average the parameters of fairseq checkpoints (checkpoint averaging for decoding).
 
 fairseq's own tool, ``scripts/average_checkpoints.py`` of the fairseq repository, is
 not installed by the ``ve-fairseq`` package, and under torch >= 2.6 its ``torch.load``
@@ -7,9 +7,9 @@ not installed by the ``ve-fairseq`` package, and under torch >= 2.6 its ``torch.
 the same options::
 
     python -m fairseq_qknorm.average_checkpoints --inputs A.pt B.pt --output avg.pt
-    python -m fairseq_qknorm.average_checkpoints --inputs RUN/checkpoints \\
+    python -m fairseq_qknorm.average_checkpoints --inputs RUN/checkpoints \
         --num-epoch-checkpoints 5 --output RUN/checkpoints/checkpoint_avg5.pt
-    python -m fairseq_qknorm.average_checkpoints --inputs RUN/checkpoints \\
+    python -m fairseq_qknorm.average_checkpoints --inputs RUN/checkpoints \
         --num-update-checkpoints 5 [--checkpoint-upper-bound 40000] --output avg.pt
 
 ``--num-epoch-checkpoints N`` takes the last N ``checkpointE.pt`` of the directory
@@ -48,8 +48,10 @@ UPDATE_PATTERN = re.compile(r"checkpoint_\d+_(\d+)\.pt")
 def last_checkpoints(
     directory: str, n: int, update_based: bool, upper_bound: Optional[int] = None
 ) -> list[str]:
-    """The ``n`` newest epoch (``checkpointE.pt``) or update (``checkpoint_E_U.pt``)
-    checkpoints of ``directory``, newest first (fairseq's ``last_n_checkpoints``).
+    """The ``n`` newest epoch or update checkpoints of ``directory``, newest first.
+
+    Epoch checkpoints are ``checkpointE.pt``, update checkpoints ``checkpoint_E_U.pt``
+    (fairseq's ``last_n_checkpoints``).
 
     Args:
         directory: a fairseq ``--save-dir``.

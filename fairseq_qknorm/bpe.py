@@ -92,8 +92,10 @@ def _existing(file: Path, manifest_path: Path) -> str:
 
 
 class SubwordNMTVocabularyBPE:
-    """subword-nmt BPE with a vocabulary filter, as ``subword-nmt apply-bpe`` with
-    ``--codes CODES --vocabulary VOCAB --vocabulary-threshold T`` applies it.
+    """subword-nmt BPE with a vocabulary filter, as ``subword-nmt apply-bpe`` applies it.
+
+    That is ``subword-nmt apply-bpe --codes CODES --vocabulary VOCAB
+    --vocabulary-threshold T``.
 
     Uses subword-nmt's own ``apply_bpe.BPE`` and ``apply_bpe.read_vocabulary`` (the
     functions its command line calls), reading the files as UTF-8 like the command does.

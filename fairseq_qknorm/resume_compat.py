@@ -49,9 +49,11 @@ EARLY_STOP_KEY = "should_stop_early"
 
 
 def _should_stop_early_functions():
-    """fairseq's ``should_stop_early`` as loaded in this process: in
-    ``fairseq_cli.train`` (``fairseq-train``) or ``__main__``
-    (``python -m fairseq_cli.train``)."""
+    """Fairseq's ``should_stop_early`` as loaded in this process.
+
+    In ``fairseq_cli.train`` (``fairseq-train``) or ``__main__``
+    (``python -m fairseq_cli.train``).
+    """
     suffix = os.path.join("fairseq_cli", "train.py")
     found = []
     for name in ("fairseq_cli.train", "__main__"):
@@ -66,8 +68,10 @@ def _should_stop_early_functions():
 
 
 def early_stop_state():
-    """``{"best": float, "num_runs": int}`` of fairseq's ``should_stop_early``, or
-    None before its first validation with ``--patience`` > 0."""
+    """``{"best": float, "num_runs": int}`` of fairseq's ``should_stop_early``.
+
+    None before its first validation with ``--patience`` > 0.
+    """
     for fn in _should_stop_early_functions():
         if getattr(fn, "best", None) is not None:
             return {"best": fn.best, "num_runs": getattr(fn, "num_runs", 0)}
@@ -85,7 +89,7 @@ def _wrap_plateau(cls):
     fairseq_state_dict, fairseq_load_state_dict = cls.state_dict, cls.load_state_dict
 
     def state_dict(self):
-        """fairseq's state plus ``num_bad_epochs`` (fairseq PR #4071)."""
+        """Fairseq's state plus ``num_bad_epochs`` (fairseq PR #4071)."""
         state = fairseq_state_dict(self)
         state["num_bad_epochs"] = self.lr_scheduler.num_bad_epochs
         return state
@@ -117,8 +121,11 @@ def _wrap_trainer(cls):
         optimizer_overrides=None,
         reset_meters=False,
     ):
-        """fairseq's; then restores the early-stopping state and takes the
-        end-of-epoch ``lr_step(epoch, valid_loss)`` the checkpoint was saved before."""
+        """Fairseq's, then the early-stopping state and the pending ``lr_step``.
+
+        Restores the early-stopping state and takes the end-of-epoch ``lr_step(epoch, valid_loss)``
+        the checkpoint was saved before.
+        """
         extra_state = fairseq_load(
             self,
             filename,
@@ -155,8 +162,10 @@ def _wrap_trainer(cls):
         shard_batch_itr=True,
         disable_iterator_cache=False,
     ):
-        """fairseq's; a reusable iterator first created at epoch > 1 gets the batches
-        of epoch 1, as in a run that never stopped."""
+        """Fairseq's, except for a reusable iterator first created at epoch > 1.
+
+        Such an iterator gets the batches of epoch 1, as in a run that never stopped.
+        """
         cached = dict(self.task.dataset_to_epoch_iter)
         kwargs = dict(
             combine=combine,
@@ -180,8 +189,10 @@ def _wrap_trainer(cls):
 
 
 def install() -> None:
-    """Wrap the scheduler's and the trainer's checkpoint methods (idempotent; see the
-    module docstring for the fairseq lines worked around)."""
+    """Wrap the scheduler's and the trainer's checkpoint methods.
+
+    Idempotent; see the module docstring for the fairseq lines worked around.
+    """
     from fairseq.optim.lr_scheduler.reduce_lr_on_plateau import ReduceLROnPlateauLRSchedule
     from fairseq.trainer import Trainer
 

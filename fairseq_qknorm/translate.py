@@ -118,7 +118,10 @@ def pipeline_settings(
     """Resolve a pipeline run through the scripts' own configuration (``scripts/lib.sh``).
 
     Args:
-        pair, system, profile, seed: as for ``scripts/evaluate.sh``.
+        pair: language pair, as for ``scripts/evaluate.sh`` (e.g. ``gl-en``).
+        system: system name, as for ``scripts/evaluate.sh``.
+        profile: profile name, as for ``scripts/evaluate.sh``.
+        seed: training seed, as for ``scripts/evaluate.sh``.
         checkpoint: ``best`` or ``last``.
         max_update: the run's budget when it is not the profile's (``--max-update`` of
             ``scripts/train.sh``; such runs live under ``runs/PAIR/PROFILE-max-update-N/``).
@@ -239,8 +242,9 @@ class Translator:
         moses: bool = False,
         max_update: Optional[int] = None,
     ) -> "Translator":
-        """The run ``scripts/evaluate.sh PAIR SYSTEM --profile P --seed N`` evaluates, with
-        its settings (see :func:`pipeline_settings`).
+        """The run ``scripts/evaluate.sh PAIR SYSTEM --profile P --seed N`` evaluates.
+
+        With its settings (see :func:`pipeline_settings`).
 
         Raises:
             ValueError: see :func:`pipeline_settings`.

@@ -167,9 +167,11 @@ def resolve_qk_norm_args(args) -> Optional[float]:
 
 
 def qk_norm_g0_log_line(g0: float, length: Optional[float]) -> str:
-    """The line the model logs for l2 QKNorm's ``g0`` (parsed by the pipeline's tools):
+    """The line the model logs for l2 QKNorm's ``g0`` (parsed by the pipeline's tools).
+
     ``QKNorm g0 = 13.031357 (qk_norm_length L = 92)`` or
-    ``QKNorm g0 = 12.500000 (qk_norm_scale)``."""
+    ``QKNorm g0 = 12.500000 (qk_norm_scale)``.
+    """
     if length is None:
         return f"QKNorm g0 = {g0:.6f} (qk_norm_scale)"
     length = float(length)
@@ -178,8 +180,11 @@ def qk_norm_g0_log_line(g0: float, length: Optional[float]) -> str:
 
 
 def _cli_float(check):
-    """argparse ``type=`` for a float checked by ``check(value)``: a ValueError becomes
-    argparse's own error (usage, ``PROG: error: argument --flag: ...``, exit status 2)."""
+    """An argparse ``type=`` for a float checked by ``check(value)``.
+
+    A ValueError becomes argparse's own error (usage, ``PROG: error: argument --flag: ...``, exit
+    status 2).
+    """
 
     def parse(text: str) -> float:
         try:
@@ -280,8 +285,11 @@ class _LayerOutputLayoutResidual:
 
 
 class TransformerQKNormEncoderLayer(_LayerOutputLayoutResidual, TransformerEncoderLayerBase):
-    """fairseq encoder layer whose self-attention is :class:`QKNormMultiheadAttention`
-    and whose two norms follow ``--norm-type``; otherwise identical."""
+    """Fairseq encoder layer with QKNorm self-attention and ``--norm-type`` norms.
+
+    Its self-attention is :class:`QKNormMultiheadAttention` and its two norms follow
+    ``--norm-type``; otherwise identical.
+    """
 
     def __init__(self, cfg, return_fc=False):
         super().__init__(cfg, return_fc=return_fc)
@@ -299,8 +307,11 @@ class TransformerQKNormEncoderLayer(_LayerOutputLayoutResidual, TransformerEncod
 
 
 class TransformerQKNormDecoderLayer(_LayerOutputLayoutResidual, TransformerDecoderLayerBase):
-    """fairseq decoder layer whose self- and encoder-attention are
-    :class:`QKNormMultiheadAttention` and whose norms follow ``--norm-type``."""
+    """Fairseq decoder layer with QKNorm attention and ``--norm-type`` norms.
+
+    Its self- and encoder-attention are :class:`QKNormMultiheadAttention` and its norms
+    follow ``--norm-type``.
+    """
 
     def __init__(self, cfg, no_encoder_attn=False, add_bias_kv=False, add_zero_attn=False):
         super().__init__(
@@ -348,8 +359,10 @@ class TransformerQKNormDecoderLayer(_LayerOutputLayoutResidual, TransformerDecod
 
 # ------------------------------------------------------------ encoder/decoder
 class TransformerQKNormEncoder(TransformerEncoder):
-    """fairseq ``TransformerEncoder`` built from :class:`TransformerQKNormEncoderLayer`,
-    with its final/embedding norms following ``--norm-type``."""
+    """Fairseq ``TransformerEncoder`` built from :class:`TransformerQKNormEncoderLayer`.
+
+    Its final/embedding norms follow ``--norm-type``.
+    """
 
     def __init__(self, args, dictionary, embed_tokens, return_fc=False):
         super().__init__(args, dictionary, embed_tokens, return_fc=return_fc)
@@ -360,9 +373,11 @@ class TransformerQKNormEncoder(TransformerEncoder):
 
 
 class TransformerQKNormDecoder(TransformerDecoder):
-    """fairseq ``TransformerDecoder`` built from :class:`TransformerQKNormDecoderLayer`,
-    norms following ``--norm-type`` and, with ``--fix-norm``, a
-    :class:`FixNormLinear` output projection (tied to the embeddings when shared)."""
+    """Fairseq ``TransformerDecoder`` built from :class:`TransformerQKNormDecoderLayer`.
+
+    Its norms follow ``--norm-type``; with ``--fix-norm`` its output projection is a
+    :class:`FixNormLinear` (tied to the embeddings when shared).
+    """
 
     def __init__(
         self, args, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None
@@ -393,8 +408,10 @@ class TransformerQKNormDecoder(TransformerDecoder):
 # ----------------------------------------------------------------------- model
 @register_model("transformer_qknorm")
 class TransformerQKNormModel(TransformerModel):
-    """fairseq's Transformer (Vaswani et al., 2017) with QKNorm (Henry et al., 2020),
-    ScaleNorm and FixNorm (Nguyen & Salazar, 2019) as flags and named archs.
+    """Fairseq's Transformer (Vaswani et al., 2017) with QKNorm, ScaleNorm and FixNorm.
+
+    QKNorm (Henry et al., 2020), ScaleNorm and FixNorm (Nguyen & Salazar, 2019) as flags and
+    named archs.
 
     With all new flags off it is fairseq's ``transformer`` except that attention
     runs through :class:`QKNormMultiheadAttention` (same math, owned forward).
@@ -518,8 +535,10 @@ class TransformerQKNormModel(TransformerModel):
 
     # ------------------------------------------------------ attention health
     def attention_modules(self):
-        """``{name: QKNormMultiheadAttention}`` named ``enc{i}_self``,
-        ``dec{i}_self``, ``dec{i}_cross`` (i = layer index)."""
+        """The attention modules as ``{name: QKNormMultiheadAttention}``.
+
+        Named ``enc{i}_self``, ``dec{i}_self``, ``dec{i}_cross`` (i = layer index).
+        """
         named = {}
         for i, layer in enumerate(self.encoder.layers):
             named[f"enc{i}_self"] = layer.self_attn
@@ -539,8 +558,11 @@ class TransformerQKNormModel(TransformerModel):
         alignment_layer=None,
         alignment_heads=None,
     ):
-        """As fairseq's; every ``--attn-stats-interval`` training forwards (and every
-        validation forward) also logs attention health through fairseq metrics."""
+        """As fairseq's, plus attention health logged through fairseq metrics.
+
+        Logged every ``--attn-stats-interval`` training forwards and every validation
+        forward.
+        """
         interval = getattr(self, "_stats_interval", 0)
         record = False
         if interval > 0:
@@ -722,8 +744,10 @@ def _scalenorm_qknorm(args):
 
 
 def _qk_layernorm(args):
-    """QK-LayerNorm: PreNorm + FixNorm + LayerNorm, per-head LayerNorm of q and k, then
-    ``q.k / sqrt(d_head)`` (ViT-22B, Dehghani et al. 2023; Wortsman et al. 2023); no ``g``."""
+    """QK-LayerNorm: PreNorm + FixNorm + LayerNorm, per-head LayerNorm of q and k.
+
+    Then ``q.k / sqrt(d_head)`` (ViT-22B, Dehghani et al. 2023; Wortsman et al. 2023); no ``g``.
+    """
     _norms(args, prenorm=True, norm_type="layernorm", fix_norm=True, qk_norm=True)
     args.qk_norm_type = safe_getattr(args, "qk_norm_type", "layernorm")
 

@@ -1,5 +1,8 @@
-"""FixNorm: l2-normalized word embeddings (Nguyen & Chiang, NAACL 2018; used with
-ScaleNorm in Nguyen & Salazar, "Transformers without Tears", 2019, Sec. 2.3)."""
+"""FixNorm: l2-normalized word embeddings.
+
+Nguyen & Chiang, NAACL 2018; used with ScaleNorm in Nguyen & Salazar, "Transformers
+without Tears", 2019, Sec. 2.3.
+"""
 
 from typing import Optional
 
@@ -69,8 +72,10 @@ class FixNormLinear(nn.Linear):
         return super().train(mode)
 
     def normalized_weight(self) -> Tensor:
-        """``W / max(||W||_row, eps)``, ``(out_features, in_features)``; cached as the
-        class docstring says in eval mode without autograd, recomputed otherwise."""
+        """``W / max(||W||_row, eps)``, shape ``(out_features, in_features)``.
+
+        Cached as the class docstring says in eval mode without autograd, recomputed otherwise.
+        """
         w = self.weight
         if self.training or (torch.is_grad_enabled() and w.requires_grad):
             return scaled_l2_normalize(w, FIX_NORM_EPS)

@@ -296,8 +296,10 @@ class QKNormMultiheadAttention(MultiheadAttention):
 
     @property
     def logit_scale(self) -> float:
-        """Factor applied to ``normalize_queries(q) . normalize_keys(k)``: 1 for l2
-        (``g`` is in the queries), ``1 / sqrt(head_dim)`` otherwise."""
+        """Factor applied to ``normalize_queries(q) . normalize_keys(k)``.
+
+        1 for l2 (``g`` is in the queries), ``1 / sqrt(head_dim)`` otherwise.
+        """
         return 1.0 if self.qk_norm_type == "l2" else self.scaling
 
     def _check_inputs(
@@ -392,10 +394,12 @@ class QKNormMultiheadAttention(MultiheadAttention):
 
     @staticmethod
     def _dead_rows(mask: Tensor) -> Optional[Tensor]:
-        """Queries that ``mask`` (from :meth:`_attention_mask`) lets see no key, as a bool
-        tensor broadcastable to ``(B, H, T, 1)``; on CPU None when there is none (elsewhere
+        """Queries that ``mask`` (from :meth:`_attention_mask`) lets see no key.
+
+        A bool tensor broadcastable to ``(B, H, T, 1)``; on CPU None when there is none (elsewhere
         that check would synchronize with the host). Read from the mask, which is at most
-        ``(B, 1, T, S)``, instead of from the ``(B, H, T, S)`` logits."""
+        ``(B, 1, T, S)``, instead of from the ``(B, H, T, S)`` logits.
+        """
         if mask.dtype == torch.bool:
             dead = ~mask.any(dim=-1, keepdim=True)
         else:

@@ -79,8 +79,11 @@ def bf16_features_from_cpuinfo(cpuinfo: str) -> list[str]:
 
 
 def _torch_bf16_features() -> list[str]:
-    """bf16 features according to torch's own CPU checks (cpuinfo library: CPUID plus the OS's
-    support for the AVX-512 state); private ``torch.cpu`` helpers, absent in some builds."""
+    """bf16 features according to torch's own CPU checks.
+
+    The checks are the cpuinfo library's (CPUID plus the OS's support for the AVX-512 state),
+    through private ``torch.cpu`` helpers that some builds lack.
+    """
     found = []
     check = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
     try:
@@ -105,8 +108,10 @@ def _macos_bf16_features() -> list[str]:
 
 
 def _onednn_bf16() -> tuple[bool, str]:
-    """Whether torch's oneDNN (which runs bf16 ``linear``/``matmul`` on CPU) is built and
-    reports bf16 support."""
+    """Whether torch's oneDNN is built and reports bf16 support.
+
+    oneDNN runs bf16 ``linear``/``matmul`` on CPU.
+    """
     if not torch.backends.mkldnn.is_available():
         return (
             False,
@@ -192,8 +197,11 @@ def check_native_bf16(options: Iterable[str], allow_emulated: bool) -> tuple[boo
 
 
 def require_cpu(modules: Iterable[torch.nn.Module]) -> None:
-    """Raise ``ValueError`` if a parameter of ``modules`` is not on the CPU: CPU autocast
-    would silently do nothing for CUDA tensors (use fairseq's ``--amp``/``--fp16`` there)."""
+    """Raise ``ValueError`` if a parameter of ``modules`` is not on the CPU.
+
+    CPU autocast would silently do nothing for CUDA tensors (use fairseq's ``--amp``/``--fp16``
+    there).
+    """
     for module in modules:
         for p in module.parameters():
             if p.device.type != "cpu":
@@ -206,14 +214,15 @@ def require_cpu(modules: Iterable[torch.nn.Module]) -> None:
 
 
 def bf16_autocast(enabled: bool):
-    """``torch.autocast("cpu", dtype=torch.bfloat16)`` if ``enabled``, else a no-op context
-    (never ``autocast(enabled=False)``, which would switch off an enclosing autocast)."""
+    """``torch.autocast("cpu", dtype=torch.bfloat16)`` if ``enabled``, else a no-op context.
+
+    Never ``autocast(enabled=False)``, which would switch off an enclosing autocast.
+    """
     return torch.autocast("cpu", dtype=AUTOCAST_DTYPE) if enabled else nullcontext()
 
 
 class Bf16AutocastCriterion:
-    """A criterion whose call ``criterion(model, sample)`` (forward pass and loss) runs under
-    bf16 autocast.
+    """A criterion whose call ``criterion(model, sample)`` (forward, loss) runs in bf16 autocast.
 
     fairseq's ``FairseqTask.train_step`` calls ``criterion(model, sample)`` and then
     ``optimizer.backward(loss)``; passing this wrapper instead of the criterion puts exactly

@@ -1,5 +1,6 @@
-"""``translation_word_dropout``: fairseq's ``translation`` task plus two training options, both
-off by default: word dropout (``--word-dropout P``) and bf16 autocast on CPU
+r"""``translation_word_dropout``: fairseq's ``translation`` task plus two training options.
+
+Both are off by default: word dropout (``--word-dropout P``) and bf16 autocast on CPU
 (``--bf16-autocast``, with ``--bf16-autocast-inference`` for decoding).
 
 Identical to fairseq's :class:`~fairseq.tasks.translation.TranslationTask` except:
@@ -39,9 +40,9 @@ one, independently of the global torch RNG (which dropout layers consume).
 
 Use::
 
-    fairseq-train DATA --user-dir /abs/path/fairseq_qknorm \\
+    fairseq-train DATA --user-dir /abs/path/fairseq_qknorm \
         --task translation_word_dropout --word-dropout 0.1 ...
-    fairseq-train DATA --user-dir /abs/path/fairseq_qknorm --cpu \\
+    fairseq-train DATA --user-dir /abs/path/fairseq_qknorm --cpu \
         --task translation_word_dropout --bf16-autocast ...
 
 Decoding a checkpoint trained with this task works with ``--task translation`` (the model is
@@ -117,8 +118,10 @@ def word_dropout(
     nspecial: int,
     generator: Optional[torch.Generator] = None,
 ) -> torch.Tensor:
-    """Return a copy of ``tokens`` with each token ``>= nspecial`` replaced by ``unk`` with
-    probability ``p`` (special symbols, including padding and EOS, are never replaced).
+    """Return a copy of ``tokens`` with each regular token replaced by ``unk`` with prob. ``p``.
+
+    Regular tokens are those ``>= nspecial``; special symbols, including padding and EOS, are
+    never replaced.
 
     :param tokens: integer tensor of token indices, any shape (e.g. ``(batch, length)``).
     :param p: replacement probability in ``[0, 1]``; ``p == 1`` replaces every regular token.
@@ -146,16 +149,17 @@ def _mask_seed(*parts: int) -> int:
 
 @register_task("translation_word_dropout", dataclass=TranslationWordDropoutConfig)
 class TranslationWordDropoutTask(TranslationTask):
-    """fairseq's ``translation`` task with word dropout on the model inputs in ``train_step``
-    only and optional bf16 autocast on CPU (see the module docstring for sources and what is
-    and is not changed)."""
+    """Fairseq's ``translation`` task with word dropout and optional bf16 autocast on CPU.
+
+    Word dropout on the model inputs in ``train_step`` only and optional bf16 autocast on CPU (see
+    the module docstring for sources and what is and is not changed).
+    """
 
     cfg: TranslationWordDropoutConfig
 
     @classmethod
     def setup_task(cls, cfg, **kwargs):
-        """fairseq's ``setup_task``, after checking that the CPU has native bf16 if a bf16
-        autocast option is on.
+        """Fairseq's ``setup_task``, after checking for native bf16 if a bf16 option is on.
 
         A task built from a checkpoint (``from_checkpoint=True``: the hub interface,
         ``fairseq-validate``) is never refused: its stored bf16 options are switched off with a
@@ -232,10 +236,12 @@ class TranslationWordDropoutTask(TranslationTask):
         return g
 
     def apply_word_dropout(self, sample, update_num: int):
-        """A shallow copy of ``sample`` whose ``net_input.src_tokens`` and
-        ``net_input.prev_output_tokens`` went through :func:`word_dropout`; ``sample`` itself
-        and ``sample["target"]`` are not modified. Returns ``sample`` when P = 0 or the batch
-        is empty (fairseq's dummy batches)."""
+        """A shallow copy of ``sample`` with word dropout on its model inputs.
+
+        Its ``net_input.src_tokens`` and ``net_input.prev_output_tokens`` went through
+        :func:`word_dropout`; ``sample`` itself and ``sample["target"]`` are not modified. Returns
+        ``sample`` when P = 0 or the batch is empty (fairseq's dummy batches).
+        """
         p = self.word_dropout_p
         if p <= 0 or not sample or "net_input" not in sample:
             return sample
@@ -258,8 +264,9 @@ class TranslationWordDropoutTask(TranslationTask):
             self._bf16_on_cpu = True
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
-        """fairseq's ``train_step`` on :meth:`apply_word_dropout` of the batch; with
-        ``--bf16-autocast`` its ``criterion(model, sample)`` call (forward pass and loss) runs
+        """Fairseq's ``train_step`` on :meth:`apply_word_dropout` of the batch.
+
+        With ``--bf16-autocast`` its ``criterion(model, sample)`` call (forward pass and loss) runs
         under bf16 autocast (:class:`.cpu_bf16.Bf16AutocastCriterion`), its backward outside.
 
         Raises:
@@ -278,16 +285,20 @@ class TranslationWordDropoutTask(TranslationTask):
         )
 
     def valid_step(self, sample, model, criterion):
-        """fairseq's ``valid_step`` (dev loss and ``--eval-bleu`` decoding), under bf16
-        autocast with ``--bf16-autocast``."""
+        """Fairseq's ``valid_step``, under bf16 autocast with ``--bf16-autocast``.
+
+        Both the dev loss and the ``--eval-bleu`` decoding run under it.
+        """
         if self.bf16_autocast:
             self._check_cpu([model])
         with cpu_bf16.bf16_autocast(self.bf16_autocast):
             return super().valid_step(sample, model, criterion)
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
-        """fairseq's ``inference_step``, under bf16 autocast with ``--bf16-autocast-inference``
-        (otherwise unchanged: inside ``valid_step`` it keeps ``--bf16-autocast``'s autocast)."""
+        """Fairseq's ``inference_step``, under bf16 autocast with ``--bf16-autocast-inference``.
+
+        Otherwise unchanged: inside ``valid_step`` it keeps ``--bf16-autocast``'s autocast.
+        """
         if self.bf16_autocast_inference:
             self._check_cpu(models)
         with cpu_bf16.bf16_autocast(self.bf16_autocast_inference):

@@ -86,6 +86,7 @@ def mode_flags(a) -> dict[str, list[str]]:
 
 
 def parse_args(argv=None):
+    """Command-line options of ``python -m benchmarks.bf16_cpu``."""
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.bf16_cpu", description=__doc__.split("\n\n")[0]
     )
@@ -150,6 +151,7 @@ def parse_args(argv=None):
 
 
 def uptime() -> str:
+    """The ``uptime`` line (load averages), or ``os.getloadavg()`` without it."""
     try:
         return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     except OSError:
@@ -248,6 +250,10 @@ def use_explicit_attention(model) -> int:
 
 
 def section_model(a, work: Path, bf16_ok: bool, out: dict) -> None:
+    """Time training steps per system and mode on one synthetic batch; results into ``out``.
+
+    The bf16 modes run only if ``bf16_ok``.
+    """
     dict_dir = c.write_dict_dir(work / "dict", a.vocab)
     tasks = {
         mode: plugin_task(dict_dir, mode_flags(a)[mode])
@@ -313,6 +319,10 @@ def prepare_gl_en(work: Path) -> Path:
 
 
 def section_e2e(a, work: Path, bf16_ok: bool, out: dict) -> None:
+    """``fairseq-train`` words/s, fp32 against ``--bf16-autocast``, on real gl-en; into ``out``.
+
+    The bf16 runs only if ``bf16_ok``.
+    """
     data = a.e2e_data
     if data is None:
         data = bench.DEFAULT_E2E_DATA if bench.DEFAULT_E2E_DATA.is_dir() else prepare_gl_en(work)
@@ -408,6 +418,7 @@ def _table(title: str, unit: str, rows: dict[str, dict], cell) -> list[str]:
 
 
 def markdown(res: dict) -> str:
+    """The Markdown report of a result dict (machine, load, tables)."""
     m = res["machine"]
     L = [
         "# bf16 autocast vs fp32 on CPU",
@@ -452,6 +463,7 @@ def markdown(res: dict) -> str:
 
 
 def main(argv=None) -> int:
+    """Run the benchmark, write the JSON and Markdown, print the Markdown; exit status."""
     from fairseq_qknorm.tasks import cpu_bf16
 
     a = parse_args(argv)

@@ -16,6 +16,7 @@ import torch
 
 
 def main(argv=None) -> int:
+    """Build one system, run ``--steps`` training steps, print RSS figures as JSON; exit status."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--system", required=True)
     p.add_argument("--size", required=True)

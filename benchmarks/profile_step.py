@@ -45,6 +45,7 @@ CATEGORIES = [
 
 
 def categorize(name: str) -> str:
+    """The category (:data:`CATEGORIES`) of a profiler op name."""
     for cat, pat in CATEGORIES:
         if re.search(pat, name):
             return cat
@@ -52,6 +53,7 @@ def categorize(name: str) -> str:
 
 
 def profile_system(task, system: str, size: str, batch, warmup: int, qk_length: float) -> dict:
+    """Profile one training step of ``system``: phases, op categories and top ops (ms)."""
     model, _ = c.build_model(task, system, size, qk_length)
     step = c.make_train_step(model, batch, task.source_dictionary.pad(), phases=True)
     for _ in range(warmup):
@@ -237,6 +239,7 @@ def min_of_report(task, systems, size, batch, a, warmup, steps, bsz) -> list[dic
 
 
 def main(argv=None) -> int:
+    """Profile the systems, print the tables (and write ``--json``); exit status."""
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.profile_step", description=__doc__.splitlines()[0]
     )

@@ -79,10 +79,12 @@ TARGET_PRESET = dict(
 
 
 def csv(type_=str):
+    """An argparse ``type=`` for a comma list of ``type_`` values."""
     return lambda s: [type_(x) for x in s.split(",") if x.strip()]
 
 
 def parse_args(argv=None):
+    """Command-line options of ``python -m benchmarks.run``."""
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0]
     )
@@ -278,11 +280,13 @@ def _guess_langs(data: Path):
 
 
 def log(msg: str) -> None:
+    """Print a time-stamped progress line to stderr."""
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 # =================================================================== model-only step
 def section_model(a, task, out: dict) -> None:
+    """Model-only training steps per size and system, interleaved; times and FLOPs into ``out``."""
     dictionary = task.source_dictionary
     out["flop_formula"] = c.FLOP_FORMULA
     for size in a.sizes:
@@ -397,6 +401,7 @@ def paired_speed_stats(
 
 # ============================================================================ bf16
 def section_bf16(a, task, out: dict) -> None:
+    """The model-only step under bf16 CPU autocast against fp32, per system; into ``out``."""
     size = a.bf16_size
     log(f"bf16 autocast step, size {size}")
     dictionary = task.source_dictionary
@@ -438,6 +443,7 @@ def section_bf16(a, task, out: dict) -> None:
 
 # ========================================================================== decode
 def section_decode(a, task, out: dict) -> None:
+    """In-process decoding per system: incremental loop and SequenceGenerator; into ``out``."""
     from fairseq.sequence_generator import SequenceGenerator
 
     size = a.decode_size
@@ -543,6 +549,7 @@ def _incremental_loop(model, src_tokens, src_lengths, beam, steps, eos):
 
 # ========================================================================= scaling
 def section_scaling(a, out: dict) -> None:
+    """Attention forward+backward against length and batch, per attention variant; into ``out``."""
     from fairseq.modules import MultiheadAttention
 
     from fairseq_qknorm.modules import QKNormMultiheadAttention, qk_norm_initial_scale
@@ -619,6 +626,7 @@ def section_scaling(a, out: dict) -> None:
 
 # =========================================================================== norms
 def section_norms(a, out: dict) -> None:
+    """ScaleNorm against LayerNorm (and the QKNorm query scaling) forward+backward; into ``out``."""
     import torch.nn.functional as F
     from fairseq.modules import LayerNorm
 
@@ -701,6 +709,7 @@ def section_norms(a, out: dict) -> None:
 
 # ========================================================================== memory
 def section_memory(a, work: Path, out: dict) -> None:
+    """Peak RSS of a training step, one fresh :mod:`benchmarks.memory_child` per system."""
     size = a.sizes[0]
     for system in a.systems:
         log(f"memory child {system} ({size})")
@@ -750,6 +759,7 @@ def section_memory(a, work: Path, out: dict) -> None:
 
 # ===================================================================== e2e (train)
 def train_cmd(a, system: str, save_dir: Path, updates: int, size: str, extra=()) -> list:
+    """The ``fairseq-train`` command line of an end-to-end run (cpu-proxy settings) + ``extra``."""
     return [
         c.VENV_BIN / "fairseq-train",
         a.e2e_data,
@@ -843,6 +853,11 @@ def steady_wps(parsed: dict) -> Optional[float]:
 
 
 def section_e2e(a, work: Path, out: dict) -> dict[str, Path]:
+    """``fairseq-train`` words/s and peak RSS, systems alternating; into ``out``.
+
+    Returns:
+        The last checkpoint of each system that trained (for :func:`section_generate`).
+    """
     checkpoints = {}
     runs = {s: [] for s in a.e2e_systems}
     for r in range(a.e2e_rounds):
@@ -935,6 +950,7 @@ GEN_RE = re.compile(
 
 
 def section_generate(a, work: Path, checkpoints: dict[str, Path], out: dict) -> None:
+    """``fairseq-generate`` sentences/s, tokens/s and peak RSS per checkpoint; into ``out``."""
     subset = make_subset(
         a.e2e_data, "test", a.e2e_src, a.e2e_tgt, a.gen_sentences, work / "gen_subset"
     )
@@ -1023,6 +1039,7 @@ def section_generate(a, work: Path, checkpoints: dict[str, Path], out: dict) -> 
 
 # ===================================================================== fairseq bf16
 def section_fairseq_bf16(a, work: Path, out: dict) -> None:
+    """Whether ``fairseq-train --bf16 --cpu`` runs 2 updates; the outcome into ``out``."""
     # the failure (if any) is in fairseq's option handling, not in a model: one system suffices
     for system in a.systems[:1]:
         log(f"fairseq-train --bf16 --cpu smoke: {system}")
@@ -1058,6 +1075,7 @@ def section_fairseq_bf16(a, work: Path, out: dict) -> None:
 
 # ========================================================================= summary
 def fmt(x, nd=2, pct=False):
+    """``x`` with ``nd`` decimals (or as a percentage), ``n/a`` if missing or not finite."""
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "n/a"
     return f"{100 * x:.0f}%" if pct else f"{x:.{nd}f}"
@@ -1074,6 +1092,7 @@ def fmt_spread(summary: Optional[dict], nd: int = 3, pct: bool = False) -> str:
 
 
 def ratio_line(title: str, ratio_stats: dict[str, dict]) -> str:
+    """One report line: ``title`` and each ratio's ``median [min-max]``."""
     return (
         f"{title} (median [min-max] of {next(iter(ratio_stats.values()))['n']} paired "
         "repetitions): " + ", ".join(f"{k} {fmt_spread(v)}" for k, v in ratio_stats.items())
@@ -1191,6 +1210,7 @@ def targets(res: dict) -> list[dict]:
 
 
 def markdown(res: dict) -> str:
+    """The Markdown summary of a result dict (machine, sections, targets)."""
     m = res["machine"]
     L = [
         f"# fairseq_qknorm benchmark ({m['date_utc']})",
@@ -1446,6 +1466,7 @@ def markdown(res: dict) -> str:
 
 # ============================================================================ main
 def main(argv=None) -> int:
+    """Run the selected sections, write the JSON and Markdown, print the Markdown; exit status."""
     a = parse_args(argv)
     torch.set_num_threads(a.threads)
     try:

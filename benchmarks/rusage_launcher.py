@@ -14,6 +14,7 @@ import sys
 
 
 def main() -> int:
+    """Run ``argv[2:]``, write its peak RSS to ``argv[1]``; the command's exit status."""
     out, cmd = sys.argv[1], sys.argv[2:]
     pid = os.fork()
     if pid == 0:  # pragma: no cover - replaced by exec

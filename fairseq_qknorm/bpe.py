@@ -128,6 +128,8 @@ class SubwordNMTVocabularyBPE:
 
 @dataclass
 class PipelineBPEConfig(FairseqDataclass):
+    """Options of ``--bpe pipeline``: ``--bpe-dir`` and ``--bpe-lang``."""
+
     bpe_dir: str = field(
         default="???",
         metadata={

@@ -296,6 +296,7 @@ class TransformerQKNormEncoderLayer(_LayerOutputLayoutResidual, TransformerEncod
         _rebuild_norms(self, cfg, ("self_attn_layer_norm", "final_layer_norm"))
 
     def build_self_attention(self, embed_dim, cfg):
+        """Fairseq's hook: the encoder self-attention as a :func:`build_attention` module."""
         return build_attention(
             cfg,
             embed_dim,
@@ -333,6 +334,7 @@ class TransformerQKNormDecoderLayer(_LayerOutputLayoutResidual, TransformerDecod
         )
 
     def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
+        """Fairseq's hook: the decoder self-attention as a :func:`build_attention` module."""
         return build_attention(
             cfg,
             embed_dim,
@@ -345,6 +347,7 @@ class TransformerQKNormDecoderLayer(_LayerOutputLayoutResidual, TransformerDecod
         )
 
     def build_encoder_attention(self, embed_dim, cfg):
+        """Fairseq's hook: the encoder-decoder attention as a :func:`build_attention` module."""
         return build_attention(
             cfg,
             embed_dim,
@@ -369,6 +372,7 @@ class TransformerQKNormEncoder(TransformerEncoder):
         _rebuild_norms(self, self.cfg, ("layer_norm", "layernorm_embedding"))
 
     def build_encoder_layer(self, args):
+        """Fairseq's hook: a :class:`TransformerQKNormEncoderLayer`, wrapped as fairseq's are."""
         return _wrap_layer(TransformerQKNormEncoderLayer(args, return_fc=self.return_fc), args)
 
 
@@ -392,9 +396,17 @@ class TransformerQKNormDecoder(TransformerDecoder):
         _rebuild_norms(self, self.cfg, ("layer_norm", "layernorm_embedding"))
 
     def build_decoder_layer(self, args, no_encoder_attn=False):
+        """Fairseq's hook: a :class:`TransformerQKNormDecoderLayer`, wrapped as fairseq's are."""
         return _wrap_layer(TransformerQKNormDecoderLayer(args, no_encoder_attn), args)
 
     def build_output_projection(self, args, dictionary, embed_tokens):
+        """Fairseq's output projection, replaced by a :class:`FixNormLinear` with ``--fix-norm``.
+
+        The FixNorm projection keeps fairseq's weight (tied to the embeddings when shared).
+
+        Raises:
+            ValueError: ``--fix-norm`` with an adaptive softmax.
+        """
         super().build_output_projection(args, dictionary, embed_tokens)
         if not safe_getattr(args, "fix_norm", False):
             return
@@ -419,6 +431,7 @@ class TransformerQKNormModel(TransformerModel):
 
     @classmethod
     def hub_models(cls):
+        """No pretrained models are published for this architecture: an empty dict."""
         return {}
 
     @classmethod
@@ -515,6 +528,11 @@ class TransformerQKNormModel(TransformerModel):
 
     @classmethod
     def build_embedding(cls, args, dictionary, embed_dim, path=None):
+        """Fairseq's token embedding, or a :class:`FixNormEmbedding` with ``--fix-norm``.
+
+        Raises:
+            ValueError: ``--fix-norm`` with pretrained embeddings (``path``).
+        """
         if not safe_getattr(args, "fix_norm", False):
             return super().build_embedding(args, dictionary, embed_dim, path)
         if path:
@@ -525,10 +543,12 @@ class TransformerQKNormModel(TransformerModel):
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
+        """A :class:`TransformerQKNormEncoder`."""
         return TransformerQKNormEncoder(args, src_dict, embed_tokens)
 
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):
+        """A :class:`TransformerQKNormDecoder` (no encoder attention: ``--no-cross-attention``)."""
         return TransformerQKNormDecoder(
             args, tgt_dict, embed_tokens, no_encoder_attn=args.no_cross_attention
         )

@@ -36,6 +36,7 @@ class FixNormEmbedding(nn.Embedding):
         nn.init.zeros_(self.weight[padding_idx])
 
     def forward(self, tokens: Tensor) -> Tensor:
+        """Embed ``tokens`` (integer, any shape ``(*)``) as l2-normalized rows ``(*, dim)``."""
         # normalize only the looked-up rows: same result, cheaper than the whole table
         return scaled_l2_normalize(super().forward(tokens), FIX_NORM_EPS)
 
@@ -68,6 +69,7 @@ class FixNormLinear(nn.Linear):
         self._normalized_cache: Optional[tuple[Tensor, int, int, Tensor]] = None
 
     def train(self, mode: bool = True) -> "FixNormLinear":
+        """As :meth:`torch.nn.Module.train`; also drops the cached normalized weight."""
         self._normalized_cache = None
         return super().train(mode)
 
@@ -93,6 +95,7 @@ class FixNormLinear(nn.Linear):
         return normalized
 
     def forward(self, x: Tensor) -> Tensor:
+        """Logits ``x @ normalized_weight().T``: ``(*, in_features)`` -> ``(*, out_features)``."""
         weight = self.normalized_weight()
         # One 2-D matmul. Under no_grad the normalized weight needs no gradient, and
         # torch's matmul then runs a 3-D input through bmm with the (V, d) weight expanded

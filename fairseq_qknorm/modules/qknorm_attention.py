@@ -259,6 +259,7 @@ class QKNormMultiheadAttention(MultiheadAttention):
         self.last_stats: dict[str, Tensor] = {}
 
     def extra_repr(self) -> str:
+        """QKNorm settings and head layout for ``repr(module)``."""
         text = f"qk_norm={self.qk_norm}"
         if self.qk_norm:
             text += f", qk_norm_type={self.qk_norm_type}"

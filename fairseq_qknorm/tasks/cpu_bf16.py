@@ -238,5 +238,6 @@ class Bf16AutocastCriterion:
         self.criterion = criterion
 
     def __call__(self, model, sample):
+        """The wrapped criterion's ``(loss, sample_size, logging_output)``, computed in autocast."""
         with bf16_autocast(True):
             return self.criterion(model, sample)

@@ -27,14 +27,7 @@ TESTS ?=
 test: install
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q $(TESTS) tests
 
-# the files ruff checks; the rest of the tree joins after its one-time `ruff format` pass
-LINT_PATHS ?= qknorm_tools setup.py benchmarks/common.py tests/conftest.py tests/test_benchmarks.py \
-    tests/test_collect.py tests/test_data_pipeline.py tests/test_evaluate.py tests/test_grid.py \
-    tests/test_pipeline_train.py tests/test_plots.py tests/test_scripts.py tests/test_bad_input.py \
-    tests/test_figures.py tests/test_own_data.py tests/test_train_log.py tests/test_profiles.py \
-    tests/test_provenance.py tests/test_scoring_inputs.py tests/fairseq_train_counting.py \
-    tests/test_launcher.py tests/test_slurm.py \
-    tests/test_lr_sweep.py
+LINT_PATHS ?= .
 lint: install
 	$(PY) -m ruff check $(LINT_PATHS)
 	$(PY) -m ruff format --check $(LINT_PATHS)

@@ -1,1 +1,4 @@
-"""Side-by-side performance benchmarks of the fairseq_qknorm systems (``python -m benchmarks.run``)."""
+"""Side-by-side performance benchmarks of the fairseq_qknorm systems.
+
+Run with ``python -m benchmarks.run``.
+"""

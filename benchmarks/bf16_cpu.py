@@ -1,4 +1,4 @@
-"""bf16 autocast on CPU (``--task translation_word_dropout --bf16-autocast``) against fp32.
+r"""bf16 autocast on CPU (``--task translation_word_dropout --bf16-autocast``) against fp32.
 
     python -m benchmarks.bf16_cpu [--sections model,e2e] [--systems twt,qknorm_paper] [--reps 7]
                                   [--threads N] [--e2e-data DIR] [--work-dir DIR] [--out JSON]
@@ -35,7 +35,7 @@ Quality at equal updates (not run here: two ~13-minute trainings on 2 idle cores
     W=/tmp/qknorm-bf16 && mkdir -p "$W" && ln -sfn "$PWD/data" "$W/data"  # own runs/, same data
     scripts/train.sh gl-en twt --profile cpu-proxy-fast --seed 1
     scripts/evaluate.sh gl-en twt --profile cpu-proxy-fast --seed 1
-    QKNORM_WORK_DIR="$W" scripts/train.sh gl-en twt --profile cpu-proxy-fast --seed 1 \\
+    QKNORM_WORK_DIR="$W" scripts/train.sh gl-en twt --profile cpu-proxy-fast --seed 1 \
         -- --task translation_word_dropout --bf16-autocast
     QKNORM_WORK_DIR="$W" scripts/evaluate.sh gl-en twt --profile cpu-proxy-fast --seed 1
 
@@ -61,7 +61,6 @@ import traceback
 from contextlib import nullcontext
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Dict, List
 
 import torch
 
@@ -75,42 +74,73 @@ MODES = ("fp32", "bf16")
 EXPLICIT = "bf16_explicit_attention"
 
 
-def mode_flags(a) -> Dict[str, List[str]]:
+def mode_flags(a) -> dict[str, list[str]]:
     """fairseq-train flags of each mode: CPU, the plugin task, and bf16 autocast or not."""
     base = ["--cpu", "--task", "translation_word_dropout"]
-    return {"fp32": base,
-            "bf16": base + ["--bf16-autocast"]
-            + (["--bf16-autocast-allow-emulated"] if a.allow_emulated else [])}
+    return {
+        "fp32": base,
+        "bf16": base
+        + ["--bf16-autocast"]
+        + (["--bf16-autocast-allow-emulated"] if a.allow_emulated else []),
+    }
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m benchmarks.bf16_cpu",
-                                description=__doc__.split("\n\n")[0])
-    p.add_argument("--sections", type=bench.csv(), default=list(SECTIONS),
-                   help=f"comma list of {','.join(SECTIONS)}")
-    p.add_argument("--systems", type=bench.csv(), default=["twt", "qknorm_paper"],
-                   help=f"comma list of {','.join(c.SYSTEMS)} (default: the demo's two)")
+    """Command-line options of ``python -m benchmarks.bf16_cpu``."""
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.bf16_cpu", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument(
+        "--sections",
+        type=bench.csv(),
+        default=list(SECTIONS),
+        help=f"comma list of {','.join(SECTIONS)}",
+    )
+    p.add_argument(
+        "--systems",
+        type=bench.csv(),
+        default=["twt", "qknorm_paper"],
+        help=f"comma list of {','.join(c.SYSTEMS)} (default: the demo's two)",
+    )
     p.add_argument("--size", default="proxy", help="model size (proxy; smoke for tests)")
-    p.add_argument("--threads", type=int,
-                   default=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                   else os.cpu_count())
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=len(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else os.cpu_count(),
+    )
     p.add_argument("--batch", type=int, default=146, help="sentences per synthetic batch")
     p.add_argument("--len", type=int, default=28, help="tokens per sentence and side, EOS incl.")
     p.add_argument("--vocab", type=int, default=2048, help="joined vocabulary (gl-en: 2048)")
     p.add_argument("--reps", type=int, default=7, help="timed repetitions per entry (>= 5)")
-    p.add_argument("--e2e-data", type=Path, help="binarized data (default data/bin/gl-en, "
-                   "else built from ../shared/data under --work-dir)")
+    p.add_argument(
+        "--e2e-data",
+        type=Path,
+        help="binarized data (default data/bin/gl-en, "
+        "else built from ../shared/data under --work-dir)",
+    )
     p.add_argument("--e2e-updates", type=int, default=40, help="updates per fairseq-train run")
     p.add_argument("--e2e-rounds", type=int, default=2, help="fp32/bf16 alternations")
     p.add_argument("--e2e-log-interval", type=int, default=10)
     p.add_argument("--e2e-max-tokens", type=int, default=4096)
-    p.add_argument("--no-explicit-attention", dest="explicit_attention", action="store_false",
-                   help=f"leave out the model-only entry {EXPLICIT}")
-    p.add_argument("--allow-emulated", action="store_true",
-                   help="time bf16 even without native bf16 (about 20x slower than fp32)")
+    p.add_argument(
+        "--no-explicit-attention",
+        dest="explicit_attention",
+        action="store_false",
+        help=f"leave out the model-only entry {EXPLICIT}",
+    )
+    p.add_argument(
+        "--allow-emulated",
+        action="store_true",
+        help="time bf16 even without native bf16 (about 20x slower than fp32)",
+    )
     p.add_argument("--work-dir", type=Path, help="scratch dir (default: a temp dir, removed)")
-    p.add_argument("--out", type=Path, help="JSON output (default "
-                   "benchmarks/results/bf16-cpu-DATE.json; Markdown next to it)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="JSON output (default benchmarks/results/bf16-cpu-DATE.json; Markdown next to it)",
+    )
     a = p.parse_args(argv)
     if set(a.sections) - set(SECTIONS) or set(a.systems) - set(c.SYSTEMS):
         p.error(f"sections: {SECTIONS}; systems: {c.SYSTEMS}")
@@ -121,45 +151,80 @@ def parse_args(argv=None):
 
 
 def uptime() -> str:
+    """The ``uptime`` line (load averages), or ``os.getloadavg()`` without it."""
     try:
         return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     except OSError:
         return f"load average {os.getloadavg()}"
 
 
-def speedup(fp32_s: List[float], bf16_s: List[float]) -> Dict:
-    """Speed of bf16 relative to fp32 (> 1: bf16 faster): ratio of the medians, the min-max
-    of the per-repetition ratios (repetition i of both entries ran back to back), and the
-    ratio of the fastest repetitions (the figure least disturbed by other jobs)."""
+def speedup(fp32_s: list[float], bf16_s: list[float]) -> dict:
+    """Speed of bf16 relative to fp32 (> 1: bf16 faster).
+
+    The ratio of the medians, the min-max of the per-repetition ratios (repetition i of both entries
+    ran back to back), and the ratio of the fastest repetitions (the figure least disturbed by other
+    jobs).
+    """
     per_rep = [f / b for f, b in zip(fp32_s, bf16_s)]
-    return {"median_ratio": c.median(fp32_s) / c.median(bf16_s),
-            "rep_ratio_min": min(per_rep), "rep_ratio_max": max(per_rep),
-            "best_ratio": min(fp32_s) / min(bf16_s)}
+    return {
+        "median_ratio": c.median(fp32_s) / c.median(bf16_s),
+        "rep_ratio_min": min(per_rep),
+        "rep_ratio_max": max(per_rep),
+        "best_ratio": min(fp32_s) / min(bf16_s),
+    }
 
 
 # ------------------------------------------------------------------------ model-only
-def plugin_task(dict_dir: Path, flags: List[str]):
-    """``(task, args)`` as fairseq-train builds them from ``flags`` (:func:`mode_flags`) plus
-    the cpu-proxy criterion and optimizer, on a dictionary-only data dir."""
+def plugin_task(dict_dir: Path, flags: list[str]):
+    """``(task, args)`` as fairseq-train builds them from ``flags`` (:func:`mode_flags`).
+
+    Plus the cpu-proxy criterion and optimizer, on a dictionary-only data dir.
+    """
     from fairseq import options, tasks
 
-    args = options.parse_args_and_arch(options.get_training_parser(), [
-        str(dict_dir), "--user-dir", str(c.PLUGIN_DIR), "-s", "src", "-t", "tgt",
-        "--arch", "transformer_qknorm", "--criterion", "label_smoothed_cross_entropy",
-        "--label-smoothing", "0.1", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)",
-        "--adam-eps", "1e-8", "--lr", "1e-4", *flags])
+    args = options.parse_args_and_arch(
+        options.get_training_parser(),
+        [
+            str(dict_dir),
+            "--user-dir",
+            str(c.PLUGIN_DIR),
+            "-s",
+            "src",
+            "-t",
+            "tgt",
+            "--arch",
+            "transformer_qknorm",
+            "--criterion",
+            "label_smoothed_cross_entropy",
+            "--label-smoothing",
+            "0.1",
+            "--optimizer",
+            "adam",
+            "--adam-betas",
+            "(0.9,0.98)",
+            "--adam-eps",
+            "1e-8",
+            "--lr",
+            "1e-4",
+            *flags,
+        ],
+    )
     return tasks.setup_task(args), args
 
 
 def make_step(task, args, model, batch):
-    """One fairseq training step: ``task.train_step`` (forward + loss under the task's
-    autocast, backward outside) with fairseq's criterion and Adam, then ``optimizer.step``."""
+    """One fairseq training step: ``task.train_step``, then ``optimizer.step``.
+
+    Forward + loss under the task's autocast, backward outside, with fairseq's criterion and
+    Adam.
+    """
     from fairseq import optim
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
     criterion = task.build_criterion(args)
-    optimizer = optim.build_optimizer(convert_namespace_to_omegaconf(args).optimizer,
-                                      list(model.parameters()))
+    optimizer = optim.build_optimizer(
+        convert_namespace_to_omegaconf(args).optimizer, list(model.parameters())
+    )
 
     def step() -> float:
         optimizer.zero_grad()
@@ -171,8 +236,11 @@ def make_step(task, args, model, batch):
 
 
 def use_explicit_attention(model) -> int:
-    """Switch every QKNorm/TWT attention module of ``model`` to its explicit matmul/softmax
-    path (``QKNormMultiheadAttention.use_fused = False``); returns how many."""
+    """Switch every QKNorm/TWT attention module of ``model`` to its explicit path.
+
+    The explicit matmul/softmax path is ``QKNormMultiheadAttention.use_fused = False``;
+    returns how many modules were switched.
+    """
     from fairseq_qknorm.modules import QKNormMultiheadAttention
 
     mods = [m for m in model.modules() if isinstance(m, QKNormMultiheadAttention)]
@@ -181,10 +249,17 @@ def use_explicit_attention(model) -> int:
     return len(mods)
 
 
-def section_model(a, work: Path, bf16_ok: bool, out: Dict) -> None:
+def section_model(a, work: Path, bf16_ok: bool, out: dict) -> None:
+    """Time training steps per system and mode on one synthetic batch; results into ``out``.
+
+    The bf16 modes run only if ``bf16_ok``.
+    """
     dict_dir = c.write_dict_dir(work / "dict", a.vocab)
-    tasks = {mode: plugin_task(dict_dir, mode_flags(a)[mode]) for mode in MODES
-             if mode == "fp32" or bf16_ok}
+    tasks = {
+        mode: plugin_task(dict_dir, mode_flags(a)[mode])
+        for mode in MODES
+        if mode == "fp32" or bf16_ok
+    }
     batch = c.synthetic_batch(tasks["fp32"][0].source_dictionary, a.batch, a.len, a.len)
     batch.update(ntokens=batch["target"].numel(), nsentences=a.batch)  # the criterion's
     entries = {}
@@ -199,46 +274,74 @@ def section_model(a, work: Path, bf16_ok: bool, out: Dict) -> None:
     times = c.interleaved(entries, a.reps, warmup=1)
     res = {}
     for system in a.systems:
-        r = {mode: times[f"{system}:{mode}"] for mode in (*MODES, EXPLICIT)
-             if f"{system}:{mode}" in times}
-        r["speedup"] = {mode: speedup(r["fp32"]["samples_s"], r[mode]["samples_s"])
-                        for mode in r if mode != "fp32"}
+        r = {
+            mode: times[f"{system}:{mode}"]
+            for mode in (*MODES, EXPLICIT)
+            if f"{system}:{mode}" in times
+        }
+        r["speedup"] = {
+            mode: speedup(r["fp32"]["samples_s"], r[mode]["samples_s"])
+            for mode in r
+            if mode != "fp32"
+        }
         res[system] = r
     s = c.SIZES[a.size]
-    out.update({"size": a.size, "model": s, "batch_sentences": a.batch, "tokens_per_side":
-                a.batch * a.len, "reps": a.reps, "systems": res,
-                "what": "task.train_step (fairseq label-smoothed CE, fairseq Adam) + "
-                        "optimizer.step; one synthetic batch without padding; "
-                        f"{EXPLICIT}: bf16 with the attention's explicit path (use_fused=False)"})
+    out.update(
+        {
+            "size": a.size,
+            "model": s,
+            "batch_sentences": a.batch,
+            "tokens_per_side": a.batch * a.len,
+            "reps": a.reps,
+            "systems": res,
+            "what": "task.train_step (fairseq label-smoothed CE, fairseq Adam) + "
+            "optimizer.step; one synthetic batch without padding; "
+            f"{EXPLICIT}: bf16 with the attention's explicit path (use_fused=False)",
+        }
+    )
 
 
 # ------------------------------------------------------------------------ end to end
 def prepare_gl_en(work: Path) -> Path:
-    """Build data/bin/gl-en under ``work`` with the project's scripts (real corpus from
-    ``../shared/data`` or $QKNORM_DATA_DIR)."""
+    """Build data/bin/gl-en under ``work`` with the project's scripts.
+
+    The real corpus comes from ``../shared/data`` or $QKNORM_DATA_DIR.
+    """
     env = dict(c.cli_env(1), QKNORM_WORK_DIR=str(work))
     for script in ("prepare_data.sh", "bpe.sh", "binarize.sh"):
         bench.log(f"{script} gl-en -> {work}")
-        proc = subprocess.run([str(c.REPO / "scripts" / script), "gl-en"], env=env,
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [str(c.REPO / "scripts" / script), "gl-en"], env=env, capture_output=True, text=True
+        )
         if proc.returncode != 0:
             raise RuntimeError(f"scripts/{script} gl-en failed:\n{proc.stderr[-3000:]}")
     return work / "data" / "bin" / "gl-en"
 
 
-def section_e2e(a, work: Path, bf16_ok: bool, out: Dict) -> None:
+def section_e2e(a, work: Path, bf16_ok: bool, out: dict) -> None:
+    """``fairseq-train`` words/s, fp32 against ``--bf16-autocast``, on real gl-en; into ``out``.
+
+    The bf16 runs only if ``bf16_ok``.
+    """
     data = a.e2e_data
     if data is None:
         data = bench.DEFAULT_E2E_DATA if bench.DEFAULT_E2E_DATA.is_dir() else prepare_gl_en(work)
     src, tgt = bench._guess_langs(data)
     stats = data.parent.parent / "bpe" / data.name / "length_stats.json"
-    qk_length = (float(json.loads(stats.read_text())["L"]) if stats.is_file()
-                 else c.DEFAULT_QK_LENGTH)
-    cfg = SimpleNamespace(e2e_data=data, e2e_src=src, e2e_tgt=tgt, qk_length=qk_length,
-                          e2e_max_tokens=a.e2e_max_tokens, e2e_log_interval=a.e2e_log_interval)
+    qk_length = (
+        float(json.loads(stats.read_text())["L"]) if stats.is_file() else c.DEFAULT_QK_LENGTH
+    )
+    cfg = SimpleNamespace(
+        e2e_data=data,
+        e2e_src=src,
+        e2e_tgt=tgt,
+        qk_length=qk_length,
+        e2e_max_tokens=a.e2e_max_tokens,
+        e2e_log_interval=a.e2e_log_interval,
+    )
     modes = [m for m in MODES if m == "fp32" or bf16_ok]
     extra = mode_flags(a)
-    runs: Dict[str, List[Dict]] = {f"{s}:{m}": [] for s in a.systems for m in modes}
+    runs: dict[str, list[dict]] = {f"{s}:{m}": [] for s in a.systems for m in modes}
     for r in range(a.e2e_rounds):
         for system in a.systems:
             for mode in modes:
@@ -247,9 +350,12 @@ def section_e2e(a, work: Path, bf16_ok: bool, out: Dict) -> None:
                 cmd = bench.train_cmd(cfg, system, save, a.e2e_updates, a.size, extra[mode])
                 res = c.run_with_rusage(cmd, c.cli_env(a.threads), save / "train.log")
                 parsed = bench.parse_train_log(res["output"])
-                run = {"rc": res["rc"], "wall_s": res["wall_s"],
-                       "steady_wps": bench.steady_wps(parsed),
-                       "final_train_loss": parsed["summary"].get("loss")}
+                run = {
+                    "rc": res["rc"],
+                    "wall_s": res["wall_s"],
+                    "steady_wps": bench.steady_wps(parsed),
+                    "final_train_loss": parsed["summary"].get("loss"),
+                }
                 if res["rc"] != 0:
                     run["error"] = res["output"][-2000:]
                 runs[f"{system}:{mode}"].append(run)
@@ -262,20 +368,34 @@ def section_e2e(a, work: Path, bf16_ok: bool, out: Dict) -> None:
             r[mode] = {"runs": rs, "wps": wps, "wps_median": c.median(wps) if wps else None}
         if "bf16" in r and r["fp32"]["wps"] and r["bf16"]["wps"]:
             # time per word = 1 / wps; round i of both modes ran back to back
-            r["speedup"] = {"bf16": speedup([1 / w for w in r["fp32"]["wps"]],
-                                            [1 / w for w in r["bf16"]["wps"]])}
+            r["speedup"] = {
+                "bf16": speedup(
+                    [1 / w for w in r["fp32"]["wps"]], [1 / w for w in r["bf16"]["wps"]]
+                )
+            }
         res[system] = r
-    out.update({"data": str(data), "updates": a.e2e_updates, "rounds": a.e2e_rounds,
-                "max_tokens": a.e2e_max_tokens, "threads": a.threads, "qk_length": qk_length,
-                "what": "fairseq-train wps (target tokens/s), median of the logged intervals "
-                        "after the first; cpu-proxy settings (benchmarks.run.train_cmd)",
-                "systems": res})
+    out.update(
+        {
+            "data": str(data),
+            "updates": a.e2e_updates,
+            "rounds": a.e2e_rounds,
+            "max_tokens": a.e2e_max_tokens,
+            "threads": a.threads,
+            "qk_length": qk_length,
+            "what": "fairseq-train wps (target tokens/s), median of the logged intervals "
+            "after the first; cpu-proxy settings (benchmarks.run.train_cmd)",
+            "systems": res,
+        }
+    )
 
 
 # ------------------------------------------------------------------------ report
-def _table(title: str, unit: str, rows: Dict[str, Dict], cell) -> List[str]:
-    """A Markdown table: one row per system; per mode ``cell(entry)`` and, for the bf16
-    modes, the speed-up over fp32 (:func:`speedup`)."""
+def _table(title: str, unit: str, rows: dict[str, dict], cell) -> list[str]:
+    """A Markdown table with one row per system.
+
+    Per mode ``cell(entry)`` and, for the bf16 modes, the speed-up over fp32
+    (:func:`speedup`).
+    """
     fmt = bench.fmt
     modes = [m for m in (*MODES, EXPLICIT) if any(m in r for r in rows.values())]
     head = ["system", f"fp32 {unit}"]
@@ -286,45 +406,64 @@ def _table(title: str, unit: str, rows: Dict[str, Dict], cell) -> List[str]:
         cells = [system, cell(r["fp32"])]
         for m in modes[1:]:
             s = r.get("speedup", {}).get(m)
-            cells += [cell(r[m]) if m in r else "skipped",
-                      f"**{fmt(s['median_ratio'])}x** ({fmt(s['rep_ratio_min'])}-"
-                      f"{fmt(s['rep_ratio_max'])}; {fmt(s['best_ratio'])}x)" if s else "–"]
+            cells += [
+                cell(r[m]) if m in r else "skipped",
+                f"**{fmt(s['median_ratio'])}x** ({fmt(s['rep_ratio_min'])}-"
+                f"{fmt(s['rep_ratio_max'])}; {fmt(s['best_ratio'])}x)"
+                if s
+                else "–",
+            ]
         out.append("| " + " | ".join(cells) + " |")
     return out + [""]
 
 
-def markdown(res: Dict) -> str:
+def markdown(res: dict) -> str:
+    """The Markdown report of a result dict (machine, load, tables)."""
     m = res["machine"]
-    L = ["# bf16 autocast vs fp32 on CPU", "",
-         f"- CPU: {m['cpu_model']}; bf16 detector: {res['bf16_detector']}",
-         f"- CPU flags: {', '.join(m['cpu_flags'])}; torch {m['torch']}, "
-         f"{m['torch_threads']} threads; {m['date_utc']}",
-         f"- load: start `{res['uptime_start']}`; end `{res['uptime_end']}`",
-         f"- command: `{res['command']}`", ""]
+    L = [
+        "# bf16 autocast vs fp32 on CPU",
+        "",
+        f"- CPU: {m['cpu_model']}; bf16 detector: {res['bf16_detector']}",
+        f"- CPU flags: {', '.join(m['cpu_flags'])}; torch {m['torch']}, "
+        f"{m['torch_threads']} threads; {m['date_utc']}",
+        f"- load: start `{res['uptime_start']}`; end `{res['uptime_end']}`",
+        f"- command: `{res['command']}`",
+        "",
+    ]
     mo = res.get("model", {})
     if "systems" in mo:
         s = mo["model"]
-        L += _table(f"## Model-only training step (`{mo['size']}`: {s['layers']}+{s['layers']} "
-                    f"layers, d {s['dim']}, FFN {s['ffn']}; {mo['tokens_per_side']} tokens per "
-                    f"side; {mo['reps']} interleaved repetitions)",
-                    "median ms (min-max)", mo["systems"],
-                    lambda t: f"{1e3 * t['median_s']:.0f} ({1e3 * t['min_s']:.0f}-"
-                              f"{1e3 * t['max_s']:.0f})")
+        L += _table(
+            f"## Model-only training step (`{mo['size']}`: {s['layers']}+{s['layers']} "
+            f"layers, d {s['dim']}, FFN {s['ffn']}; {mo['tokens_per_side']} tokens per "
+            f"side; {mo['reps']} interleaved repetitions)",
+            "median ms (min-max)",
+            mo["systems"],
+            lambda t: f"{1e3 * t['median_s']:.0f} ({1e3 * t['min_s']:.0f}-{1e3 * t['max_s']:.0f})",
+        )
     e = res.get("e2e", {})
     if "systems" in e:
-        L += _table(f"## End to end: fairseq-train on {e['data']} ({e['updates']} updates x "
-                    f"{e['rounds']} rounds, --max-tokens {e['max_tokens']}, {e['threads']} "
-                    "threads)", "words/s (runs)", e["systems"],
-                    lambda t: f"{bench.fmt(t['wps_median'], 0)} "
-                              f"({', '.join(f'{w:.0f}' for w in t['wps'])})"
-                    if t["wps_median"] else "failed")
+        L += _table(
+            f"## End to end: fairseq-train on {e['data']} ({e['updates']} updates x "
+            f"{e['rounds']} rounds, --max-tokens {e['max_tokens']}, {e['threads']} "
+            "threads)",
+            "words/s (runs)",
+            e["systems"],
+            lambda t: (
+                f"{bench.fmt(t['wps_median'], 0)} ({', '.join(f'{w:.0f}' for w in t['wps'])})"
+                if t["wps_median"]
+                else "failed"
+            ),
+        )
     if res["errors"]:
-        L += ["## Errors", ""] + [f"- {k}: {v.strip().splitlines()[-1]}"
-                                  for k, v in res["errors"].items()]
+        L += ["## Errors", ""] + [
+            f"- {k}: {v.strip().splitlines()[-1]}" for k, v in res["errors"].items()
+        ]
     return "\n".join(L)
 
 
 def main(argv=None) -> int:
+    """Run the benchmark, write the JSON and Markdown, print the Markdown; exit status."""
     from fairseq_qknorm.tasks import cpu_bf16
 
     a = parse_args(argv)
@@ -332,8 +471,14 @@ def main(argv=None) -> int:
     native, reason = cpu_bf16.native_bf16_support()
     bf16_ok = native or a.allow_emulated
     command = "python -m benchmarks.bf16_cpu " + " ".join(sys.argv[1:] if argv is None else argv)
-    res: Dict = {"command": command, "machine": c.machine_info(), "uptime_start": uptime(),
-                 "bf16_detector": reason, "native_bf16": native, "errors": {}}
+    res: dict = {
+        "command": command,
+        "machine": c.machine_info(),
+        "uptime_start": uptime(),
+        "bf16_detector": reason,
+        "native_bf16": native,
+        "errors": {},
+    }
     bench.log(f"{res['machine']['cpu_model']}: {reason}; {res['uptime_start']}")
     if not bf16_ok:
         bench.log("no native bf16: bf16 entries skipped (--allow-emulated to time them)")
@@ -341,8 +486,11 @@ def main(argv=None) -> int:
     a.out.parent.mkdir(parents=True, exist_ok=True)
     if a.work_dir is not None:
         a.work_dir.mkdir(parents=True, exist_ok=True)
-    with (tempfile.TemporaryDirectory(prefix="qknorm-bf16-") if a.work_dir is None
-          else nullcontext(a.work_dir)) as work:
+    with (
+        tempfile.TemporaryDirectory(prefix="qknorm-bf16-")
+        if a.work_dir is None
+        else nullcontext(a.work_dir)
+    ) as work:
         for name, fn in (("model", section_model), ("e2e", section_e2e)):
             if name in a.sections:
                 res[name] = {}

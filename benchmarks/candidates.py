@@ -14,13 +14,18 @@ from torch import Tensor
 
 
 def scale_norm_autograd(x: Tensor, g: Tensor, eps: float = 1e-5) -> Tensor:
-    """ScaleNorm ``g * x / max(||x||, eps)`` (TWT Eq. 7) by plain autograd (the plugin's
-    implementation before the hand-written backward); float32/float64 ``x`` of shape ``(*, d)``."""
+    """ScaleNorm ``g * x / max(||x||, eps)`` (TWT Eq. 7) by plain autograd.
+
+    The plugin's implementation before the hand-written backward; float32/float64 ``x`` of
+    shape ``(*, d)``.
+    """
     norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
     return x * (g / norm.clamp_min(eps))
 
 
 def qk_normalize_then_scale(q: Tensor, g: Tensor, eps: float = 1e-6) -> Tensor:
-    """QKNorm's scaled queries ``g * q / ||q||`` (Henry et al. 2020, Eq. 2) as the plugin
-    computed them before: ``F.normalize`` then ``* g`` (two full-size passes)."""
+    """QKNorm's scaled queries ``g * q / ||q||`` (Henry et al. 2020, Eq. 2), as before.
+
+    As the plugin computed them before: ``F.normalize`` then ``* g`` (two full-size passes).
+    """
     return F.normalize(q, dim=-1, eps=eps) * g.to(q.dtype)

@@ -16,6 +16,7 @@ import torch
 
 
 def main(argv=None) -> int:
+    """Build one system, run ``--steps`` training steps, print RSS figures as JSON; exit status."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--system", required=True)
     p.add_argument("--size", required=True)
@@ -40,9 +41,17 @@ def main(argv=None) -> int:
         step = c.make_train_step(model, batch, task.source_dictionary.pad())
         for _ in range(a.steps):
             step()
-    print("MEMORY_JSON " + json.dumps({
-        "rss_after_import_mib": rss_import, "rss_after_build_mib": rss_build,
-        "vm_hwm_mib": c.vm_hwm_mib(), "params": c.param_counts(model)["total"]}))
+    print(
+        "MEMORY_JSON "
+        + json.dumps(
+            {
+                "rss_after_import_mib": rss_import,
+                "rss_after_build_mib": rss_build,
+                "vm_hwm_mib": c.vm_hwm_mib(),
+                "params": c.param_counts(model)["total"],
+            }
+        )
+    )
     return 0
 
 

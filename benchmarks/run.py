@@ -42,48 +42,80 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Optional
 
 import torch
 
 from . import common as c
 from . import stats
 
-ALL_SECTIONS = ("model", "bf16", "decode", "scaling", "norms", "memory", "e2e", "generate",
-                "fairseq_bf16")
+ALL_SECTIONS = (
+    "model",
+    "bf16",
+    "decode",
+    "scaling",
+    "norms",
+    "memory",
+    "e2e",
+    "generate",
+    "fairseq_bf16",
+)
 #: where scripts/{prepare_data,bpe,binarize}.sh put gl-en ($QKNORM_WORK_DIR, as scripts/lib.sh)
 DATA_ROOT = Path(os.environ.get("QKNORM_WORK_DIR") or c.REPO) / "data"
 DEFAULT_E2E_DATA = DATA_ROOT / "bin" / "gl-en"
 LENGTH_STATS = DATA_ROOT / "bpe" / "gl-en" / "length_stats.json"
 #: ``--targets``: the issue's targets only (sections, systems, repetitions; < 10 minutes idle)
 TARGET_PRESET = dict(
-    sections=["model", "decode", "e2e"], systems=["qknorm_paper", "prenorm_fixnorm_layernorm", "stock"],
-    e2e_systems=["qknorm_paper", "stock"], sizes=["small", "proxy"], reps=5, decode_reps=5,
-    e2e_rounds=5, e2e_updates=8, e2e_log_interval=2)
+    sections=["model", "decode", "e2e"],
+    systems=["qknorm_paper", "prenorm_fixnorm_layernorm", "stock"],
+    e2e_systems=["qknorm_paper", "stock"],
+    sizes=["small", "proxy"],
+    reps=5,
+    decode_reps=5,
+    e2e_rounds=5,
+    e2e_updates=8,
+    e2e_log_interval=2,
+)
 
 
 def csv(type_=str):
+    """An argparse ``type=`` for a comma list of ``type_`` values."""
     return lambda s: [type_(x) for x in s.split(",") if x.strip()]
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m benchmarks.run",
-                                description=__doc__.split("\n\n")[0])
-    p.add_argument("--smoke", action="store_true",
-                   help="tiny sizes, 1 repetition, e2e only with --e2e-data (for the tests)")
-    p.add_argument("--targets", action="store_true",
-                   help="only what the targets need: sections model,decode,e2e, systems "
-                        "qknorm_paper,prenorm_fixnorm_layernorm,stock (e2e: qknorm_paper,stock), 5 repetitions each, "
-                        "e2e 5 rounds x 8 updates; builds data/bin/gl-en if missing "
-                        "(explicit options still win)")
-    p.add_argument("--out", type=Path,
-                   help="JSON output (default benchmarks/results/bench-DATE.json)")
-    p.add_argument("--sections", type=csv(), help=f"comma list of {','.join(ALL_SECTIONS)} "
-                   "(default all)")
+    """Command-line options of ``python -m benchmarks.run``."""
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny sizes, 1 repetition, e2e only with --e2e-data (for the tests)",
+    )
+    p.add_argument(
+        "--targets",
+        action="store_true",
+        help="only what the targets need: sections model,decode,e2e, systems "
+        "qknorm_paper,prenorm_fixnorm_layernorm,stock (e2e: qknorm_paper,stock), "
+        "5 repetitions each, "
+        "e2e 5 rounds x 8 updates; builds data/bin/gl-en if missing "
+        "(explicit options still win)",
+    )
+    p.add_argument(
+        "--out", type=Path, help="JSON output (default benchmarks/results/bench-DATE.json)"
+    )
+    p.add_argument(
+        "--sections", type=csv(), help=f"comma list of {','.join(ALL_SECTIONS)} (default all)"
+    )
     p.add_argument("--systems", type=csv(), help=f"default {','.join(c.SYSTEMS)}")
-    p.add_argument("--threads", type=int,
-                   default=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                   else os.cpu_count())
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=len(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else os.cpu_count(),
+    )
     p.add_argument("--sizes", type=csv(), help="model-only sizes (default small,proxy)")
     p.add_argument("--batch", type=int, help="sentences per synthetic batch (default 80)")
     p.add_argument("--src-len", type=int, help="source tokens per sentence incl. EOS (28)")
@@ -92,8 +124,11 @@ def parse_args(argv=None):
     p.add_argument("--reps", type=int, help="timed repetitions per entry (default 5)")
     p.add_argument("--warmup", type=int, default=1, help="untimed interleaved rounds")
     p.add_argument("--matmul-sizes", type=csv(int), help="square fp32 matmul sizes (1024,2048)")
-    p.add_argument("--qk-length", type=float,
-                   help="QKNorm L (g0 = log2(L^2-L)); default from data/bpe/gl-en, else 92")
+    p.add_argument(
+        "--qk-length",
+        type=float,
+        help="QKNorm L (g0 = log2(L^2-L)); default from data/bpe/gl-en, else 92",
+    )
     p.add_argument("--bf16-size", help="size for the bf16 section (default proxy)")
     p.add_argument("--decode-size", help="size for in-process decoding (default small)")
     p.add_argument("--decode-bsz", type=int, help="sentences (default 16)")
@@ -117,29 +152,72 @@ def parse_args(argv=None):
     p.add_argument("--e2e-log-interval", type=int, help="fairseq --log-interval (default 10)")
     p.add_argument("--e2e-max-tokens", type=int, default=4096)
     p.add_argument("--gen-sentences", type=int, help="test sentences decoded (default 300)")
-    p.add_argument("--gen-checkpoint", action="append", default=[], metavar="SYSTEM=PATH",
-                   help="decode this checkpoint instead of the e2e run's (repeatable)")
+    p.add_argument(
+        "--gen-checkpoint",
+        action="append",
+        default=[],
+        metavar="SYSTEM=PATH",
+        help="decode this checkpoint instead of the e2e run's (repeatable)",
+    )
     p.add_argument("--work-dir", type=Path, help="scratch dir (default: a temp dir, removed)")
     a = p.parse_args(argv)
 
     full = dict(
-        sizes=["small", "proxy"], batch=80, src_len=28, tgt_len=28, reps=5,
-        matmul_sizes=[1024, 2048], bf16_size="proxy", bf16_reps=2,
-        decode_size="small", decode_bsz=16, decode_steps=30, decode_reps=3,
-        scaling_lens=[32, 64, 128, 256, 512], scaling_bsz=[8, 32], scaling_dim=512,
-        scaling_heads=4, scaling_reps=3, norm_rows=[2240, 8960],
-        e2e_size="proxy", e2e_updates=200, e2e_rounds=2, e2e_log_interval=10,
-        gen_sentences=300)
+        sizes=["small", "proxy"],
+        batch=80,
+        src_len=28,
+        tgt_len=28,
+        reps=5,
+        matmul_sizes=[1024, 2048],
+        bf16_size="proxy",
+        bf16_reps=2,
+        decode_size="small",
+        decode_bsz=16,
+        decode_steps=30,
+        decode_reps=3,
+        scaling_lens=[32, 64, 128, 256, 512],
+        scaling_bsz=[8, 32],
+        scaling_dim=512,
+        scaling_heads=4,
+        scaling_reps=3,
+        norm_rows=[2240, 8960],
+        e2e_size="proxy",
+        e2e_updates=200,
+        e2e_rounds=2,
+        e2e_log_interval=10,
+        gen_sentences=300,
+    )
     smoke = dict(
-        sizes=["smoke"], batch=4, src_len=8, tgt_len=9, reps=1,
-        matmul_sizes=[64, 128], bf16_size="smoke", bf16_reps=1,
-        decode_size="smoke", decode_bsz=2, decode_steps=4, decode_reps=1,
-        scaling_lens=[8, 16], scaling_bsz=[2], scaling_dim=32, scaling_heads=2,
-        scaling_reps=1, norm_rows=[64],
-        e2e_size="smoke", e2e_updates=2, e2e_rounds=1, e2e_log_interval=1, gen_sentences=5)
+        sizes=["smoke"],
+        batch=4,
+        src_len=8,
+        tgt_len=9,
+        reps=1,
+        matmul_sizes=[64, 128],
+        bf16_size="smoke",
+        bf16_reps=1,
+        decode_size="smoke",
+        decode_bsz=2,
+        decode_steps=4,
+        decode_reps=1,
+        scaling_lens=[8, 16],
+        scaling_bsz=[2],
+        scaling_dim=32,
+        scaling_heads=2,
+        scaling_reps=1,
+        norm_rows=[64],
+        e2e_size="smoke",
+        e2e_updates=2,
+        e2e_rounds=1,
+        e2e_log_interval=1,
+        gen_sentences=5,
+    )
     # precedence: explicit options, --smoke's sizes, --targets, the full run's defaults
-    presets = ([smoke] if a.smoke else []) + ([TARGET_PRESET] if a.targets else []) + [
-        full, dict(sections=list(ALL_SECTIONS), systems=list(c.SYSTEMS))]
+    presets = (
+        ([smoke] if a.smoke else [])
+        + ([TARGET_PRESET] if a.targets else [])
+        + [full, dict(sections=list(ALL_SECTIONS), systems=list(c.SYSTEMS))]
+    )
     for preset in presets:
         for k, v in preset.items():
             if getattr(a, k) is None:
@@ -174,9 +252,11 @@ def parse_args(argv=None):
 
 
 def build_gl_en_data() -> None:
-    """Make ``DEFAULT_E2E_DATA`` (binarized gl-en) with the project's own pipeline
-    (scripts/prepare_data.sh, bpe.sh, binarize.sh under ``$QKNORM_WORK_DIR``) unless it
-    exists; about 20-60 s. Raises ``SystemExit`` naming the failed script."""
+    """Make ``DEFAULT_E2E_DATA`` (binarized gl-en) with the project's own pipeline.
+
+    Runs scripts/prepare_data.sh, bpe.sh, binarize.sh under ``$QKNORM_WORK_DIR`` unless it
+    exists; about 20-60 s. Raises ``SystemExit`` naming the failed script.
+    """
     if DEFAULT_E2E_DATA.is_dir():
         return
     env = c.cli_env(1)
@@ -184,8 +264,10 @@ def build_gl_en_data() -> None:
         log(f"building gl-en: scripts/{script} gl-en")
         rc = subprocess.run(["bash", str(c.REPO / "scripts" / script), "gl-en"], env=env).returncode
         if rc != 0:
-            raise SystemExit(f"scripts/{script} gl-en failed (exit {rc}); the e2e section "
-                             f"needs {DEFAULT_E2E_DATA} (or pass --e2e-data)")
+            raise SystemExit(
+                f"scripts/{script} gl-en failed (exit {rc}); the e2e section "
+                f"needs {DEFAULT_E2E_DATA} (or pass --e2e-data)"
+            )
 
 
 def _guess_langs(data: Path):
@@ -198,11 +280,13 @@ def _guess_langs(data: Path):
 
 
 def log(msg: str) -> None:
+    """Print a time-stamped progress line to stderr."""
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 # =================================================================== model-only step
-def section_model(a, task, out: Dict) -> None:
+def section_model(a, task, out: dict) -> None:
+    """Model-only training steps per size and system, interleaved; times and FLOPs into ``out``."""
     dictionary = task.source_dictionary
     out["flop_formula"] = c.FLOP_FORMULA
     for size in a.sizes:
@@ -213,8 +297,9 @@ def section_model(a, task, out: Dict) -> None:
         for system in a.systems:
             model, _ = c.build_model(task, system, size, a.qk_length)
             counts = c.param_counts(model)
-            flops = c.train_step_flops(counts, s["layers"], s["dim"], len(dictionary), a.batch,
-                                       a.src_len, a.tgt_len)
+            flops = c.train_step_flops(
+                counts, s["layers"], s["dim"], len(dictionary), a.batch, a.src_len, a.tgt_len
+            )
             entries[system] = c.make_train_step(model, batch, dictionary.pad())
             info[system] = {"params": counts, "flops_per_step": flops}
         mm = c.matmul_entries(a.matmul_sizes)
@@ -227,15 +312,20 @@ def section_model(a, task, out: Dict) -> None:
         peak_gflops = max(v["gflops"] for v in peak.values())
         src_tok, tgt_tok = a.batch * a.src_len, a.batch * a.tgt_len
         # per repetition: the best matmul of that repetition is its peak
-        peak_per_rep = [max(flops / times[name]["samples_s"][r] / 1e9
-                            for name, (_, flops) in mm.items()) for r in range(a.reps)]
+        peak_per_rep = [
+            max(flops / times[name]["samples_s"][r] / 1e9 for name, (_, flops) in mm.items())
+            for r in range(a.reps)
+        ]
         res = {}
         for system in a.systems:
             t = times[system]["median_s"]
             fl = info[system]["flops_per_step"]["total"]
-            fractions = [fl / x / 1e9 / pk for x, pk in zip(times[system]["samples_s"], peak_per_rep)]
+            fractions = [
+                fl / x / 1e9 / pk for x, pk in zip(times[system]["samples_s"], peak_per_rep)
+            ]
             res[system] = {
-                **times[system], **info[system],
+                **times[system],
+                **info[system],
                 "tokens_per_s": (src_tok + tgt_tok) / t,
                 "tgt_tokens_per_s": tgt_tok / t,
                 "gflops": fl / t / 1e9,
@@ -243,9 +333,17 @@ def section_model(a, task, out: Dict) -> None:
                 "fraction_of_matmul_peak_stats": stats.ratio_summary(fractions),
             }
         out[size] = {
-            "batch": {"sentences": a.batch, "src_len": a.src_len, "tgt_len": a.tgt_len,
-                      "src_tokens": src_tok, "tgt_tokens": tgt_tok, "vocab": len(dictionary)},
-            "systems": res, "matmul_peak": peak, "matmul_peak_gflops": peak_gflops,
+            "batch": {
+                "sentences": a.batch,
+                "src_len": a.src_len,
+                "tgt_len": a.tgt_len,
+                "src_tokens": src_tok,
+                "tgt_tokens": tgt_tok,
+                "vocab": len(dictionary),
+            },
+            "systems": res,
+            "matmul_peak": peak,
+            "matmul_peak_gflops": peak_gflops,
             "ratios": speed_ratios({k: v["median_s"] for k, v in res.items()}),
             "ratio_stats": paired_speed_stats({k: v["samples_s"] for k, v in res.items()}),
             "matmul_peak_per_rep_gflops": peak_per_rep,
@@ -255,20 +353,31 @@ def section_model(a, task, out: Dict) -> None:
 
 
 #: the compared pairs (A, B): ``A/B`` > 1 means A is faster
-PAIRS = [("qknorm_paper", "stock"), ("twt", "stock"), ("prenorm_fixnorm_layernorm", "stock"), ("qknorm_paper", "prenorm_fixnorm_layernorm"),
-         ("twt", "prenorm_fixnorm_layernorm"), ("qknorm_paper", "twt")]
+PAIRS = [
+    ("qknorm_paper", "stock"),
+    ("twt", "stock"),
+    ("prenorm_fixnorm_layernorm", "stock"),
+    ("qknorm_paper", "prenorm_fixnorm_layernorm"),
+    ("twt", "prenorm_fixnorm_layernorm"),
+    ("qknorm_paper", "twt"),
+]
 
 
-def speed_ratios(times: Dict[str, float]) -> Dict[str, float]:
+def speed_ratios(times: dict[str, float]) -> dict[str, float]:
     """Throughput ratios ``A/B = time_B / time_A`` (> 1: A is faster) for the pairs of interest."""
-    return {f"{x}/{y}": times[y] / times[x] for x, y in PAIRS
-            if x in times and y in times and times[x] > 0}
+    return {
+        f"{x}/{y}": times[y] / times[x]
+        for x, y in PAIRS
+        if x in times and y in times and times[x] > 0
+    }
 
 
-def paired_speed_stats(samples: Dict[str, List[Optional[float]]],
-                       throughput: bool = False) -> Dict[str, Dict]:
-    """Per-repetition speed ratios ``A/B`` of every pair in ``PAIRS`` with their median,
-    min-max and bootstrap interval (:mod:`benchmarks.stats`).
+def paired_speed_stats(
+    samples: dict[str, list[Optional[float]]], throughput: bool = False
+) -> dict[str, dict]:
+    """Per-repetition speed ratios ``A/B`` of every pair in ``PAIRS``.
+
+    With their median, min-max and bootstrap interval (:mod:`benchmarks.stats`).
 
     ``samples[system][r]``: seconds (or, with ``throughput``, e.g. words/s) of repetition
     ``r``; a repetition where either value is missing (None, a failed run) is left out.
@@ -277,8 +386,11 @@ def paired_speed_stats(samples: Dict[str, List[Optional[float]]],
     for x, y in PAIRS:
         if x not in samples or y not in samples:
             continue
-        pairs = [(sx, sy) for sx, sy in zip(samples[x], samples[y])
-                 if sx and sy and math.isfinite(sx) and math.isfinite(sy)]
+        pairs = [
+            (sx, sy)
+            for sx, sy in zip(samples[x], samples[y])
+            if sx and sy and math.isfinite(sx) and math.isfinite(sy)
+        ]
         if not pairs:
             continue
         sx, sy = zip(*pairs)
@@ -288,7 +400,8 @@ def paired_speed_stats(samples: Dict[str, List[Optional[float]]],
 
 
 # ============================================================================ bf16
-def section_bf16(a, task, out: Dict) -> None:
+def section_bf16(a, task, out: dict) -> None:
+    """The model-only step under bf16 CPU autocast against fp32, per system; into ``out``."""
     size = a.bf16_size
     log(f"bf16 autocast step, size {size}")
     dictionary = task.source_dictionary
@@ -302,7 +415,8 @@ def section_bf16(a, task, out: Dict) -> None:
             try:
                 loss = step()
                 ok = math.isfinite(loss) and all(
-                    torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+                    torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None
+                )
                 status[name] = {"works": bool(ok), "loss": loss}
                 entries[name] = step
             except Exception as exc:  # report what fails, do not fix it
@@ -311,17 +425,25 @@ def section_bf16(a, task, out: Dict) -> None:
     res = {}
     for system in a.systems:
         f32, b16 = f"{system}:fp32", f"{system}:bf16"
-        r = {"fp32": {**status[f32], **times.get(f32, {})},
-             "bf16": {**status[b16], **times.get(b16, {})}}
+        r = {
+            "fp32": {**status[f32], **times.get(f32, {})},
+            "bf16": {**status[b16], **times.get(b16, {})},
+        }
         if f32 in times and b16 in times:
             r["bf16_speedup"] = times[f32]["median_s"] / times[b16]["median_s"]
         res[system] = r
-    out.update({"size": size, "systems": res,
-                "cpu_native_bf16": any(f in c.cpu_flags() for f in ("avx512_bf16", "amx_bf16"))})
+    out.update(
+        {
+            "size": size,
+            "systems": res,
+            "cpu_native_bf16": any(f in c.cpu_flags() for f in ("avx512_bf16", "amx_bf16")),
+        }
+    )
 
 
 # ========================================================================== decode
-def section_decode(a, task, out: Dict) -> None:
+def section_decode(a, task, out: dict) -> None:
+    """In-process decoding per system: incremental loop and SequenceGenerator; into ``out``."""
     from fairseq.sequence_generator import SequenceGenerator
 
     size = a.decode_size
@@ -336,12 +458,14 @@ def section_decode(a, task, out: Dict) -> None:
     for system in a.systems:
         model, _ = c.build_model(task, system, size, a.qk_length)
         model.eval()
-        entries[f"{system}:incremental"] = _incremental_loop(model, src_tokens, src_lengths,
-                                                             beam, steps, dictionary.eos())
-        gen = SequenceGenerator([model], dictionary, beam_size=beam, max_len_a=0,
-                                max_len_b=steps, min_len=steps)
+        entries[f"{system}:incremental"] = _incremental_loop(
+            model, src_tokens, src_lengths, beam, steps, dictionary.eos()
+        )
+        gen = SequenceGenerator(
+            [model], dictionary, beam_size=beam, max_len_a=0, max_len_b=steps, min_len=steps
+        )
 
-        def run_gen(gen=gen, system=system):
+        def run_gen(gen=gen, system=system, model=model):
             with torch.no_grad():
                 hyps = gen.generate([model], sample)
             gen_tokens[system] = sum(len(h[0]["tokens"]) for h in hyps)
@@ -354,36 +478,54 @@ def section_decode(a, task, out: Dict) -> None:
         model.eval()
         model.decoder.set_beam_size(beam)
         entries["qknorm_paper_beamshared:incremental"] = _incremental_loop(
-            model, src_tokens, src_lengths, beam, steps, dictionary.eos())
+            model, src_tokens, src_lengths, beam, steps, dictionary.eos()
+        )
     times = c.interleaved(entries, a.decode_reps, a.warmup)
     res = {}
     for name, t in times.items():
         system, kind = name.split(":")
         tokens = B * steps if kind == "incremental" else gen_tokens[system]
         res.setdefault(system, {})[kind] = {
-            **t, "sentences_per_s": B / t["median_s"], "tokens_per_s": tokens / t["median_s"],
-            "generated_tokens": tokens}
-    out.update({
-        "size": size, "sentences": B, "beam": beam, "steps": steps, "src_len": a.src_len,
-        "note": ("identical random inputs, fixed length (incremental: exactly `steps` decoder "
-                 "steps on B*beam rows with a beam reorder each step; generator: fairseq "
-                 "SequenceGenerator with min_len = max_len = steps), untrained weights: "
-                 "cost per step does not depend on quality"),
-        "systems": res,
-        "ratios_incremental": speed_ratios({s: v["incremental"]["median_s"]
-                                            for s, v in res.items() if "incremental" in v}),
-        "ratios_generator": speed_ratios({s: v["generator"]["median_s"]
-                                          for s, v in res.items() if "generator" in v}),
-        "ratio_stats_incremental": paired_speed_stats(
-            {s: v["incremental"]["samples_s"] for s, v in res.items() if "incremental" in v}),
-        "ratio_stats_generator": paired_speed_stats(
-            {s: v["generator"]["samples_s"] for s, v in res.items() if "generator" in v}),
-    })
+            **t,
+            "sentences_per_s": B / t["median_s"],
+            "tokens_per_s": tokens / t["median_s"],
+            "generated_tokens": tokens,
+        }
+    out.update(
+        {
+            "size": size,
+            "sentences": B,
+            "beam": beam,
+            "steps": steps,
+            "src_len": a.src_len,
+            "note": (
+                "identical random inputs, fixed length (incremental: exactly `steps` decoder "
+                "steps on B*beam rows with a beam reorder each step; generator: fairseq "
+                "SequenceGenerator with min_len = max_len = steps), untrained weights: "
+                "cost per step does not depend on quality"
+            ),
+            "systems": res,
+            "ratios_incremental": speed_ratios(
+                {s: v["incremental"]["median_s"] for s, v in res.items() if "incremental" in v}
+            ),
+            "ratios_generator": speed_ratios(
+                {s: v["generator"]["median_s"] for s, v in res.items() if "generator" in v}
+            ),
+            "ratio_stats_incremental": paired_speed_stats(
+                {s: v["incremental"]["samples_s"] for s, v in res.items() if "incremental" in v}
+            ),
+            "ratio_stats_generator": paired_speed_stats(
+                {s: v["generator"]["samples_s"] for s, v in res.items() if "generator" in v}
+            ),
+        }
+    )
 
 
 def _incremental_loop(model, src_tokens, src_lengths, beam, steps, eos):
-    """Encoder once, then ``steps`` incremental decoder steps over ``B*beam`` rows, a
-    greedy token per row and a within-sentence beam reorder per step (as beam search)."""
+    """Encoder once, then ``steps`` incremental decoder steps over ``B*beam`` rows.
+
+    A greedy token per row and a within-sentence beam reorder per step (as beam search).
+    """
     B = src_tokens.size(0)
     expand = torch.arange(B).repeat_interleave(beam)
     perm = torch.arange(B * beam).view(B, beam).roll(1, dims=1).reshape(-1)
@@ -393,9 +535,9 @@ def _incremental_loop(model, src_tokens, src_lengths, beam, steps, eos):
             enc = model.encoder(src_tokens, src_lengths=src_lengths)
             enc = model.encoder.reorder_encoder_out(enc, expand)
             tokens = torch.full((B * beam, steps + 1), eos, dtype=torch.long)
-            state: Dict[str, Dict[str, Optional[torch.Tensor]]] = {}
+            state: dict[str, dict[str, Optional[torch.Tensor]]] = {}
             for t in range(steps):
-                dec = model.decoder(tokens[:, :t + 1], encoder_out=enc, incremental_state=state)
+                dec = model.decoder(tokens[:, : t + 1], encoder_out=enc, incremental_state=state)
                 lprobs = model.get_normalized_probs((dec[0][:, -1:, :], dec[1]), log_probs=True)
                 tokens[:, t + 1] = lprobs[:, -1].argmax(-1)
                 model.decoder.reorder_incremental_state_scripting(state, perm)
@@ -406,7 +548,8 @@ def _incremental_loop(model, src_tokens, src_lengths, beam, steps, eos):
 
 
 # ========================================================================= scaling
-def section_scaling(a, out: Dict) -> None:
+def section_scaling(a, out: dict) -> None:
+    """Attention forward+backward against length and batch, per attention variant; into ``out``."""
     from fairseq.modules import MultiheadAttention
 
     from fairseq_qknorm.modules import QKNormMultiheadAttention, qk_norm_initial_scale
@@ -418,8 +561,9 @@ def section_scaling(a, out: Dict) -> None:
     mods = {}
     for qk in (True, False):
         for fused in (True, False):
-            m = QKNormMultiheadAttention(dim, heads, self_attention=True, qk_norm=qk,
-                                         qk_norm_scale=g0 if qk else None)
+            m = QKNormMultiheadAttention(
+                dim, heads, self_attention=True, qk_norm=qk, qk_norm_scale=g0 if qk else None
+            )
             m.load_state_dict(stock.state_dict(), strict=False)
             m.use_fused = fused
             mods[f"{'qknorm' if qk else 'dotprod'}_{'fused' if fused else 'explicit'}"] = m
@@ -434,38 +578,54 @@ def section_scaling(a, out: Dict) -> None:
             x = torch.randn(T, bsz, dim, generator=g).requires_grad_()
             grad = torch.randn(T, bsz, dim, generator=g)
             pad = torch.zeros(bsz, T, dtype=torch.bool)
-            pad[1::2, T - max(1, T // 8):] = True  # every other sentence is 1/8 padding
+            pad[1::2, T - max(1, T // 8) :] = True  # every other sentence is 1/8 padding
             entries = {}
             for name, m in mods.items():
-                def fn(m=m):
+
+                def fn(m=m, x=x, pad=pad, grad=grad):
                     m.zero_grad(set_to_none=True)
                     x.grad = None
                     y, _ = m(x, x, x, key_padding_mask=pad, need_weights=False)
                     y.backward(grad)
+
                 entries[name] = fn
-            times = c.interleaved(entries, a.scaling_reps, a.warmup,
-                                  min_time=0.0 if a.smoke else 0.1)
-            row = {"bsz": bsz, "len": T, "ms": {k: v["median_s"] * 1e3 for k, v in times.items()},
-                   "samples_s": {k: v["samples_s"] for k, v in times.items()}}
+            times = c.interleaved(
+                entries, a.scaling_reps, a.warmup, min_time=0.0 if a.smoke else 0.1
+            )
+            row = {
+                "bsz": bsz,
+                "len": T,
+                "ms": {k: v["median_s"] * 1e3 for k, v in times.items()},
+                "samples_s": {k: v["samples_s"] for k, v in times.items()},
+            }
             st = times["stock"]["median_s"]
             row["ratio_vs_stock"] = {k: st / v["median_s"] for k, v in times.items()}
-            row["qknorm_vs_dotprod_fused"] = (times["dotprod_fused"]["median_s"]
-                                              / times["qknorm_fused"]["median_s"])
-            row["fused_vs_explicit_qknorm"] = (times["qknorm_explicit"]["median_s"]
-                                               / times["qknorm_fused"]["median_s"])
+            row["qknorm_vs_dotprod_fused"] = (
+                times["dotprod_fused"]["median_s"] / times["qknorm_fused"]["median_s"]
+            )
+            row["fused_vs_explicit_qknorm"] = (
+                times["qknorm_explicit"]["median_s"] / times["qknorm_fused"]["median_s"]
+            )
             rows.append(row)
     # growth: time ratio between consecutive lengths (2x length -> x growth)
     for bsz in a.scaling_bsz:
         sel = [r for r in rows if r["bsz"] == bsz]
         for prev, cur in zip(sel, sel[1:]):
             cur["growth_vs_prev_len"] = {k: cur["ms"][k] / prev["ms"][k] for k in cur["ms"]}
-    out.update({"dim": dim, "heads": heads, "mask": "key padding (every other row 1/8 padded)",
-                "what": "self-attention module forward+backward, training mode, dropout 0",
-                "rows": rows})
+    out.update(
+        {
+            "dim": dim,
+            "heads": heads,
+            "mask": "key padding (every other row 1/8 padded)",
+            "what": "self-attention module forward+backward, training mode, dropout 0",
+            "rows": rows,
+        }
+    )
 
 
 # =========================================================================== norms
-def section_norms(a, out: Dict) -> None:
+def section_norms(a, out: dict) -> None:
+    """ScaleNorm against LayerNorm (and the QKNorm query scaling) forward+backward; into ``out``."""
     import torch.nn.functional as F
     from fairseq.modules import LayerNorm
 
@@ -482,6 +642,7 @@ def section_norms(a, out: Dict) -> None:
         def run():
             x.grad = None
             fn(x).backward(grad)
+
         return run
 
     min_time = 0.0 if a.smoke else 0.1
@@ -495,23 +656,33 @@ def section_norms(a, out: Dict) -> None:
             "scalenorm": make(sn, x, grad),
             # the previous plain-autograd ScaleNorm (benchmarks/candidates.py): same function
             "scalenorm_autograd": make(
-                lambda t: cand.scale_norm_autograd(t, sn.scale, sn.eps), x, grad),
+                lambda t: cand.scale_norm_autograd(t, sn.scale, sn.eps), x, grad
+            ),
             "scalenorm_via_rms_norm": make(
-                lambda t: F.rms_norm(t, (dim,), eps=1e-10 / dim) * (g / math.sqrt(dim)), x, grad),
+                lambda t: F.rms_norm(t, (dim,), eps=1e-10 / dim) * (g / math.sqrt(dim)), x, grad
+            ),
         }
         times = c.interleaved(entries, max(a.reps, 3), a.warmup, min_time=min_time)
         ln_t = times["layernorm"]["median_s"]
-        rows.append({"rows": n, "dim": dim,
-                     "ratio_stats": {"scalenorm/layernorm": stats.ratio_summary(
-                         stats.paired_ratios(times["layernorm"]["samples_s"],
-                                             times["scalenorm"]["samples_s"]))},
-                     "ms": {k: v["median_s"] * 1e3 for k, v in times.items()},
-                     "scalenorm/layernorm_speed": ln_t / times["scalenorm"]["median_s"],
-                     "autograd/layernorm_speed": ln_t / times["scalenorm_autograd"]["median_s"],
-                     "scalenorm/autograd_speed": times["scalenorm_autograd"]["median_s"]
-                     / times["scalenorm"]["median_s"],
-                     "rms_candidate/layernorm_speed": ln_t
-                     / times["scalenorm_via_rms_norm"]["median_s"]})
+        rows.append(
+            {
+                "rows": n,
+                "dim": dim,
+                "ratio_stats": {
+                    "scalenorm/layernorm": stats.ratio_summary(
+                        stats.paired_ratios(
+                            times["layernorm"]["samples_s"], times["scalenorm"]["samples_s"]
+                        )
+                    )
+                },
+                "ms": {k: v["median_s"] * 1e3 for k, v in times.items()},
+                "scalenorm/layernorm_speed": ln_t / times["scalenorm"]["median_s"],
+                "autograd/layernorm_speed": ln_t / times["scalenorm_autograd"]["median_s"],
+                "scalenorm/autograd_speed": times["scalenorm_autograd"]["median_s"]
+                / times["scalenorm"]["median_s"],
+                "rms_candidate/layernorm_speed": ln_t / times["scalenorm_via_rms_norm"]["median_s"],
+            }
+        )
     # QKNorm's query scaling: F.normalize then * g (today) vs g folded into 1/||q||
     s = c.SIZES[a.sizes[0]]
     heads = int(s["heads"])
@@ -519,28 +690,56 @@ def section_norms(a, out: Dict) -> None:
     q = torch.randn(*shape).requires_grad_()
     qgrad = torch.randn(*shape)
     gq = torch.nn.Parameter(torch.tensor(13.0))
-    entries = {"normalize_then_scale": make(lambda t: cand.qk_normalize_then_scale(t, gq), q, qgrad),
-               "scale_folded": make(lambda t: qk_scaled_queries(t, gq), q, qgrad)}
+    entries = {
+        "normalize_then_scale": make(lambda t: cand.qk_normalize_then_scale(t, gq), q, qgrad),
+        "scale_folded": make(lambda t: qk_scaled_queries(t, gq), q, qgrad),
+    }
     times = c.interleaved(entries, max(a.reps, 3), a.warmup, min_time=min_time)
-    qk = {"shape": list(shape), "ms": {k: v["median_s"] * 1e3 for k, v in times.items()},
-          "folded/previous_speed": times["normalize_then_scale"]["median_s"]
-          / times["scale_folded"]["median_s"]}
-    out.update({"what": "forward+backward of one norm module on (rows, dim)", "rows": rows,
-                "qk_scale": qk})
+    qk = {
+        "shape": list(shape),
+        "ms": {k: v["median_s"] * 1e3 for k, v in times.items()},
+        "folded/previous_speed": times["normalize_then_scale"]["median_s"]
+        / times["scale_folded"]["median_s"],
+    }
+    out.update(
+        {"what": "forward+backward of one norm module on (rows, dim)", "rows": rows, "qk_scale": qk}
+    )
 
 
 # ========================================================================== memory
-def section_memory(a, work: Path, out: Dict) -> None:
+def section_memory(a, work: Path, out: dict) -> None:
+    """Peak RSS of a training step, one fresh :mod:`benchmarks.memory_child` per system."""
     size = a.sizes[0]
     for system in a.systems:
         log(f"memory child {system} ({size})")
-        cmd = [sys.executable, "-m", "benchmarks.memory_child", "--system", system,
-               "--size", size, "--batch", a.batch, "--src-len", a.src_len,
-               "--tgt-len", a.tgt_len, "--vocab", a.vocab, "--threads", a.threads,
-               "--qk-length", a.qk_length]
+        cmd = [
+            sys.executable,
+            "-m",
+            "benchmarks.memory_child",
+            "--system",
+            system,
+            "--size",
+            size,
+            "--batch",
+            a.batch,
+            "--src-len",
+            a.src_len,
+            "--tgt-len",
+            a.tgt_len,
+            "--vocab",
+            a.vocab,
+            "--threads",
+            a.threads,
+            "--qk-length",
+            a.qk_length,
+        ]
         r = c.run_with_rusage(cmd, c.cli_env(a.threads), work / f"memory_{system}.log")
         m = re.search(r"MEMORY_JSON (\{.*\})", r["output"])
-        entry = {"rc": r["rc"], "peak_rss_mib": r["peak_rss_mib"], "ru_maxrss_mib": r["peak_rss_mib"]}
+        entry = {
+            "rc": r["rc"],
+            "peak_rss_mib": r["peak_rss_mib"],
+            "ru_maxrss_mib": r["peak_rss_mib"],
+        }
         if m:
             entry.update(json.loads(m.group(1)))
             if entry.get("vm_hwm_mib"):
@@ -550,25 +749,70 @@ def section_memory(a, work: Path, out: Dict) -> None:
             entry["error"] = r["output"][-1500:]
         out[system] = entry
     out["size"] = size
-    out["what"] = ("peak RSS (the child's VmHWM; ru_maxrss agrees) of a fresh process that "
-                   "imports fairseq, builds the model and runs 2 training steps on the "
-                   "synthetic batch; training_increase = peak - RSS after building the model")
+    out["what"] = (
+        "peak RSS (the child's VmHWM; ru_maxrss agrees) of a fresh process that "
+        "imports fairseq, builds the model and runs 2 training steps on the "
+        "synthetic batch; training_increase = peak - RSS after building the model"
+    )
 
 
 # ===================================================================== e2e (train)
-def train_cmd(a, system: str, save_dir: Path, updates: int, size: str, extra=()) -> List:
+def train_cmd(a, system: str, save_dir: Path, updates: int, size: str, extra=()) -> list:
+    """The ``fairseq-train`` command line of an end-to-end run (cpu-proxy settings) + ``extra``."""
     return [
-        c.VENV_BIN / "fairseq-train", a.e2e_data, "--user-dir", c.PLUGIN_DIR,
-        "--task", "translation", "-s", a.e2e_src, "-t", a.e2e_tgt,
+        c.VENV_BIN / "fairseq-train",
+        a.e2e_data,
+        "--user-dir",
+        c.PLUGIN_DIR,
+        "--task",
+        "translation",
+        "-s",
+        a.e2e_src,
+        "-t",
+        a.e2e_tgt,
         *c.system_args(system, size, a.qk_length),
-        "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-8",
-        "--clip-norm", "1.0", "--lr", "2e-3", "--lr-scheduler", "inverse_sqrt",
-        "--warmup-updates", "300", "--warmup-init-lr", "1e-7",
-        "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-        "--max-tokens", a.e2e_max_tokens, "--max-update", updates, "--max-epoch", "0",
-        "--required-batch-size-multiple", "1", "--seed", "1", "--save-dir", save_dir,
-        "--no-epoch-checkpoints", "--save-interval", "1000000", "--disable-validation",
-        "--log-format", "simple", "--log-interval", a.e2e_log_interval, "--num-workers", "0",
+        "--optimizer",
+        "adam",
+        "--adam-betas",
+        "(0.9,0.98)",
+        "--adam-eps",
+        "1e-8",
+        "--clip-norm",
+        "1.0",
+        "--lr",
+        "2e-3",
+        "--lr-scheduler",
+        "inverse_sqrt",
+        "--warmup-updates",
+        "300",
+        "--warmup-init-lr",
+        "1e-7",
+        "--criterion",
+        "label_smoothed_cross_entropy",
+        "--label-smoothing",
+        "0.1",
+        "--max-tokens",
+        a.e2e_max_tokens,
+        "--max-update",
+        updates,
+        "--max-epoch",
+        "0",
+        "--required-batch-size-multiple",
+        "1",
+        "--seed",
+        "1",
+        "--save-dir",
+        save_dir,
+        "--no-epoch-checkpoints",
+        "--save-interval",
+        "1000000",
+        "--disable-validation",
+        "--log-format",
+        "simple",
+        "--log-interval",
+        a.e2e_log_interval,
+        "--num-workers",
+        "0",
         *extra,
     ]
 
@@ -576,7 +820,7 @@ def train_cmd(a, system: str, save_dir: Path, updates: int, size: str, extra=())
 _NUM = r"([0-9.eE+-]+)"
 
 
-def parse_train_log(text: str) -> Dict:
+def parse_train_log(text: str) -> dict:
     """``wps=`` etc. of every ``train_inner`` line and the last epoch summary."""
     inner = []
     for line in text.splitlines():
@@ -597,7 +841,7 @@ def parse_train_log(text: str) -> Dict:
     return {"inner": inner, "summary": summary}
 
 
-def steady_wps(parsed: Dict) -> Optional[float]:
+def steady_wps(parsed: dict) -> Optional[float]:
     """Median ``wps`` over the logged intervals after the first (warm-up), else the summary's."""
     w = [d["wps"] for d in parsed["inner"] if "wps" in d]
     if len(w) > 1:
@@ -607,21 +851,34 @@ def steady_wps(parsed: Dict) -> Optional[float]:
     return parsed["summary"].get("wps")
 
 
-def section_e2e(a, work: Path, out: Dict) -> Dict[str, Path]:
+def section_e2e(a, work: Path, out: dict) -> dict[str, Path]:
+    """``fairseq-train`` words/s and peak RSS, systems alternating; into ``out``.
+
+    Returns:
+        The last checkpoint of each system that trained (for :func:`section_generate`).
+    """
     checkpoints = {}
     runs = {s: [] for s in a.e2e_systems}
     for r in range(a.e2e_rounds):
         # rotated order, as common.interleaved: no system always starts a round
-        order = a.e2e_systems[r % len(a.e2e_systems):] + a.e2e_systems[:r % len(a.e2e_systems)]
+        order = a.e2e_systems[r % len(a.e2e_systems) :] + a.e2e_systems[: r % len(a.e2e_systems)]
         for system in order:
             log(f"fairseq-train {system} round {r + 1}/{a.e2e_rounds} ({a.e2e_updates} updates)")
             save = work / "e2e" / system / f"round{r}"
-            res = c.run_with_rusage(train_cmd(a, system, save, a.e2e_updates, a.e2e_size),
-                                    c.cli_env(a.threads), save / "train.log")
+            res = c.run_with_rusage(
+                train_cmd(a, system, save, a.e2e_updates, a.e2e_size),
+                c.cli_env(a.threads),
+                save / "train.log",
+            )
             parsed = parse_train_log(res["output"])
-            run = {"rc": res["rc"], "wall_s": res["wall_s"], "peak_rss_mib": res["peak_rss_mib"],
-                   "steady_wps": steady_wps(parsed), "intervals": parsed["inner"],
-                   "summary": parsed["summary"]}
+            run = {
+                "rc": res["rc"],
+                "wall_s": res["wall_s"],
+                "peak_rss_mib": res["peak_rss_mib"],
+                "steady_wps": steady_wps(parsed),
+                "intervals": parsed["inner"],
+                "summary": parsed["summary"],
+            }
             if res["rc"] != 0:
                 run["error"] = res["output"][-2000:]
             runs[system].append(run)
@@ -635,20 +892,33 @@ def section_e2e(a, work: Path, out: Dict) -> Dict[str, Path]:
     for system, rs in runs.items():
         wps = [x["steady_wps"] for x in rs if x["steady_wps"]]
         wpb = [d["wpb"] for x in rs for d in x["intervals"][1:] if "wpb" in d]
-        res[system] = {"runs": rs, "wps_median": c.median(wps) if wps else None,
-                       "wpb_mean": sum(wpb) / len(wpb) if wpb else None,
-                       "peak_rss_mib": max(x["peak_rss_mib"] for x in rs)}
-    out.update({
-        "data": str(a.e2e_data), "size": a.e2e_size, "updates": a.e2e_updates,
-        "rounds": a.e2e_rounds, "max_tokens": a.e2e_max_tokens, "threads": a.threads,
-        "what": ("fairseq-train wps (target tokens/s) per run = median of the logged "
-                 "intervals after the first; systems alternate within each round"),
-        "systems": res,
-        "ratios": speed_ratios({s: 1.0 / v["wps_median"] for s, v in res.items()
-                                if v["wps_median"]}),
-        "ratio_stats": paired_speed_stats({s: [x["steady_wps"] for x in rs]
-                                           for s, rs in runs.items()}, throughput=True),
-    })
+        res[system] = {
+            "runs": rs,
+            "wps_median": c.median(wps) if wps else None,
+            "wpb_mean": sum(wpb) / len(wpb) if wpb else None,
+            "peak_rss_mib": max(x["peak_rss_mib"] for x in rs),
+        }
+    out.update(
+        {
+            "data": str(a.e2e_data),
+            "size": a.e2e_size,
+            "updates": a.e2e_updates,
+            "rounds": a.e2e_rounds,
+            "max_tokens": a.e2e_max_tokens,
+            "threads": a.threads,
+            "what": (
+                "fairseq-train wps (target tokens/s) per run = median of the logged "
+                "intervals after the first; systems alternate within each round"
+            ),
+            "systems": res,
+            "ratios": speed_ratios(
+                {s: 1.0 / v["wps_median"] for s, v in res.items() if v["wps_median"]}
+            ),
+            "ratio_stats": paired_speed_stats(
+                {s: [x["steady_wps"] for x in rs] for s, rs in runs.items()}, throughput=True
+            ),
+        }
+    )
     return checkpoints
 
 
@@ -664,20 +934,25 @@ def make_subset(data: Path, split: str, src: str, tgt: str, n: int, dest: Path) 
         ds = indexed_dataset.MMapIndexedDataset(str(data / prefix))
         vocab = len(Dictionary.load(str(data / f"dict.{lang}.txt")))
         builder = indexed_dataset.make_builder(
-            indexed_dataset.data_file_path(str(dest / prefix)), impl="mmap", vocab_size=vocab)
+            indexed_dataset.data_file_path(str(dest / prefix)), impl="mmap", vocab_size=vocab
+        )
         for i in range(min(n, len(ds))):
             builder.add_item(ds[i])
         builder.finalize(indexed_dataset.index_file_path(str(dest / prefix)))
     return dest
 
 
-GEN_RE = re.compile(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in ([\d.]+)s "
-                    r"\(([\d.]+) sentences/s, ([\d.]+) tokens/s\)")
+GEN_RE = re.compile(
+    r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in ([\d.]+)s "
+    r"\(([\d.]+) sentences/s, ([\d.]+) tokens/s\)"
+)
 
 
-def section_generate(a, work: Path, checkpoints: Dict[str, Path], out: Dict) -> None:
-    subset = make_subset(a.e2e_data, "test", a.e2e_src, a.e2e_tgt, a.gen_sentences,
-                         work / "gen_subset")
+def section_generate(a, work: Path, checkpoints: dict[str, Path], out: dict) -> None:
+    """``fairseq-generate`` sentences/s, tokens/s and peak RSS per checkpoint; into ``out``."""
+    subset = make_subset(
+        a.e2e_data, "test", a.e2e_src, a.e2e_tgt, a.gen_sentences, work / "gen_subset"
+    )
     res = {}
     for system in a.e2e_systems:
         ckpt = checkpoints.get(system)
@@ -685,123 +960,228 @@ def section_generate(a, work: Path, checkpoints: Dict[str, Path], out: Dict) -> 
             res[system] = {"error": "no checkpoint (e2e run failed or skipped)"}
             continue
         log(f"fairseq-generate {system}")
-        cmd = [c.VENV_BIN / "fairseq-generate", subset, "--user-dir", c.PLUGIN_DIR,
-               "--task", "translation", "-s", a.e2e_src, "-t", a.e2e_tgt, "--path", ckpt,
-               "--gen-subset", "test", "--beam", a.beam, "--max-len-a", "1.5",
-               "--max-len-b", "10", "--max-tokens", "6000", "--quiet", "--seed", "1",
-               "--num-workers", "0", "--required-batch-size-multiple", "1"]
+        cmd = [
+            c.VENV_BIN / "fairseq-generate",
+            subset,
+            "--user-dir",
+            c.PLUGIN_DIR,
+            "--task",
+            "translation",
+            "-s",
+            a.e2e_src,
+            "-t",
+            a.e2e_tgt,
+            "--path",
+            ckpt,
+            "--gen-subset",
+            "test",
+            "--beam",
+            a.beam,
+            "--max-len-a",
+            "1.5",
+            "--max-len-b",
+            "10",
+            "--max-tokens",
+            "6000",
+            "--quiet",
+            "--seed",
+            "1",
+            "--num-workers",
+            "0",
+            "--required-batch-size-multiple",
+            "1",
+        ]
         r = c.run_with_rusage(cmd, c.cli_env(a.threads), work / f"generate_{system}.log")
         m = GEN_RE.search(r["output"])
-        entry = {"rc": r["rc"], "wall_s": r["wall_s"], "peak_rss_mib": r["peak_rss_mib"],
-                 "checkpoint": str(ckpt)}
+        entry = {
+            "rc": r["rc"],
+            "wall_s": r["wall_s"],
+            "peak_rss_mib": r["peak_rss_mib"],
+            "checkpoint": str(ckpt),
+        }
         if m:
             n_sent, n_tok = int(m.group(1).replace(",", "")), int(m.group(2).replace(",", ""))
-            entry.update({"sentences": n_sent, "generated_tokens": n_tok,
-                          "tokens_per_sentence": n_tok / max(n_sent, 1),
-                          "gen_time_s": float(m.group(3)),
-                          "sentences_per_s": float(m.group(4)),
-                          "tokens_per_s": float(m.group(5))})
+            entry.update(
+                {
+                    "sentences": n_sent,
+                    "generated_tokens": n_tok,
+                    "tokens_per_sentence": n_tok / max(n_sent, 1),
+                    "gen_time_s": float(m.group(3)),
+                    "sentences_per_s": float(m.group(4)),
+                    "tokens_per_s": float(m.group(5)),
+                }
+            )
         else:
             entry["error"] = r["output"][-1500:]
         res[system] = entry
     ok = {s: v for s, v in res.items() if "sentences_per_s" in v}
-    out.update({
-        "size": a.e2e_size, "beam": a.beam, "subset_sentences": a.gen_sentences,
-        "flags": f"--beam {a.beam} --max-len-a 1.5 --max-len-b 10 --max-tokens 6000",
-        "note": ("checkpoints barely trained (the e2e runs): output lengths differ between "
-                 "systems, so compare tokens/s (per generated token) rather than sentences/s"),
-        "systems": res,
-        "ratios_tokens_per_s": speed_ratios({s: 1.0 / v["tokens_per_s"] for s, v in ok.items()}),
-        "ratios_sentences_per_s": speed_ratios({s: 1.0 / v["sentences_per_s"]
-                                                for s, v in ok.items()}),
-    })
+    out.update(
+        {
+            "size": a.e2e_size,
+            "beam": a.beam,
+            "subset_sentences": a.gen_sentences,
+            "flags": f"--beam {a.beam} --max-len-a 1.5 --max-len-b 10 --max-tokens 6000",
+            "note": (
+                "checkpoints barely trained (the e2e runs): output lengths differ between "
+                "systems, so compare tokens/s (per generated token) rather than sentences/s"
+            ),
+            "systems": res,
+            "ratios_tokens_per_s": speed_ratios(
+                {s: 1.0 / v["tokens_per_s"] for s, v in ok.items()}
+            ),
+            "ratios_sentences_per_s": speed_ratios(
+                {s: 1.0 / v["sentences_per_s"] for s, v in ok.items()}
+            ),
+        }
+    )
 
 
 # ===================================================================== fairseq bf16
-def section_fairseq_bf16(a, work: Path, out: Dict) -> None:
+def section_fairseq_bf16(a, work: Path, out: dict) -> None:
+    """Whether ``fairseq-train --bf16 --cpu`` runs 2 updates; the outcome into ``out``."""
     # the failure (if any) is in fairseq's option handling, not in a model: one system suffices
     for system in a.systems[:1]:
         log(f"fairseq-train --bf16 --cpu smoke: {system}")
         save = work / "bf16" / system
-        cmd = train_cmd(a, system, save, 2, a.e2e_size,
-                        extra=["--bf16", "--cpu", "--no-save", "--log-interval", "1"])
+        cmd = train_cmd(
+            a,
+            system,
+            save,
+            2,
+            a.e2e_size,
+            extra=["--bf16", "--cpu", "--no-save", "--log-interval", "1"],
+        )
         r = c.run_with_rusage(cmd, c.cli_env(a.threads), save / "train.log")
         parsed = parse_train_log(r["output"])
         losses = [d.get("loss") for d in parsed["inner"]]
-        works = r["rc"] == 0 and bool(losses) and all(
-            x is not None and math.isfinite(x) for x in losses)
-        entry = {"rc": r["rc"], "works": works, "losses": losses,
-                 "wall_s": r["wall_s"]}
+        works = (
+            r["rc"] == 0
+            and bool(losses)
+            and all(x is not None and math.isfinite(x) for x in losses)
+        )
+        entry = {"rc": r["rc"], "works": works, "losses": losses, "wall_s": r["wall_s"]}
         if not works:
             err = [ln for ln in r["output"].splitlines() if ln.strip()][-6:]
             entry["error_tail"] = err
         out[system] = entry
     out["command"] = "fairseq-train ... --bf16 --cpu --max-update 2"
-    out["note"] = ("fairseq/options.py (parse_args_and_arch) sets args.tpu = True whenever "
-                   "--bf16 is given, so the trainer asks torch_xla for a TPU device; fairseq's "
-                   "--bf16 is TPU-only, --cpu does not override it")
+    out["note"] = (
+        "fairseq/options.py (parse_args_and_arch) sets args.tpu = True whenever "
+        "--bf16 is given, so the trainer asks torch_xla for a TPU device; fairseq's "
+        "--bf16 is TPU-only, --cpu does not override it"
+    )
 
 
 # ========================================================================= summary
 def fmt(x, nd=2, pct=False):
+    """``x`` with ``nd`` decimals (or as a percentage), ``n/a`` if missing or not finite."""
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "n/a"
     return f"{100 * x:.0f}%" if pct else f"{x:.{nd}f}"
 
 
-def fmt_spread(summary: Optional[Dict], nd: int = 3, pct: bool = False) -> str:
+def fmt_spread(summary: Optional[dict], nd: int = 3, pct: bool = False) -> str:
     """``median [min-max]`` of a :func:`benchmarks.stats.ratio_summary`."""
     if not summary:
         return "n/a"
-    return (f"{fmt(summary['median'], nd, pct)} [{fmt(summary['min'], nd, pct)}-"
-            f"{fmt(summary['max'], nd, pct)}]")
+    return (
+        f"{fmt(summary['median'], nd, pct)} [{fmt(summary['min'], nd, pct)}-"
+        f"{fmt(summary['max'], nd, pct)}]"
+    )
 
 
-def ratio_line(title: str, ratio_stats: Dict[str, Dict]) -> str:
-    return (f"{title} (median [min-max] of {next(iter(ratio_stats.values()))['n']} paired "
-            "repetitions): " + ", ".join(f"{k} {fmt_spread(v)}" for k, v in ratio_stats.items())
-            if ratio_stats else f"{title}: n/a")
+def ratio_line(title: str, ratio_stats: dict[str, dict]) -> str:
+    """One report line: ``title`` and each ratio's ``median [min-max]``."""
+    return (
+        f"{title} (median [min-max] of {next(iter(ratio_stats.values()))['n']} paired "
+        "repetitions): " + ", ".join(f"{k} {fmt_spread(v)}" for k, v in ratio_stats.items())
+        if ratio_stats
+        else f"{title}: n/a"
+    )
 
 
-def targets(res: Dict) -> List[Dict]:
-    """The targets evaluated on this run, each with its per-repetition spread and verdict
+def targets(res: dict) -> list[dict]:
+    """The targets evaluated on this run.
+
+    Each with its per-repetition spread and verdict
     (:func:`benchmarks.stats.target_entry`): issue 14's "QKNorm at no cost" first, then
-    the earlier ones (ScaleNorm vs LayerNorm, end-to-end vs model-only)."""
+    the earlier ones (ScaleNorm vs LayerNorm, end-to-end vs model-only).
+    """
     T = stats.target_entry
     t = []
     model = res.get("model", {})
     sized = {k: v for k, v in model.items() if isinstance(v, dict) and "systems" in v}
     for size, v in sized.items():
-        t.append(T(f"QKNorm model-only training step >= 1.00x stock (`{size}`)",
-                   v["ratio_stats"].get("qknorm_paper/stock"), 1.0))
+        t.append(
+            T(
+                f"QKNorm model-only training step >= 1.00x stock (`{size}`)",
+                v["ratio_stats"].get("qknorm_paper/stock"),
+                1.0,
+            )
+        )
     e2e = res.get("e2e", {})
     if e2e.get("systems"):
-        t.append(T(f"QKNorm end-to-end fairseq-train >= 1.00x stock (`{e2e['size']}`, wps)",
-                   e2e["ratio_stats"].get("qknorm_paper/stock"), 1.0))
+        t.append(
+            T(
+                f"QKNorm end-to-end fairseq-train >= 1.00x stock (`{e2e['size']}`, wps)",
+                e2e["ratio_stats"].get("qknorm_paper/stock"),
+                1.0,
+            )
+        )
     dec = res.get("decode", {})
     if dec.get("systems"):
-        t.append(T("QKNorm decoding >= 1.00x stock (SequenceGenerator)",
-                   dec["ratio_stats_generator"].get("qknorm_paper/stock"), 1.0))
-        t.append(T("QKNorm decoding >= 1.00x stock (raw incremental loop)",
-                   dec["ratio_stats_incremental"].get("qknorm_paper/stock"), 1.0))
+        t.append(
+            T(
+                "QKNorm decoding >= 1.00x stock (SequenceGenerator)",
+                dec["ratio_stats_generator"].get("qknorm_paper/stock"),
+                1.0,
+            )
+        )
+        t.append(
+            T(
+                "QKNorm decoding >= 1.00x stock (raw incremental loop)",
+                dec["ratio_stats_incremental"].get("qknorm_paper/stock"),
+                1.0,
+            )
+        )
     small = sized.get("small") or next(iter(sized.values()), None)
     if small and "qknorm_paper" in small["systems"]:
         size = next(k for k, v in sized.items() if v is small)
-        t.append(T(f"QKNorm model-only >= 70% of the same run's fp32 matmul peak (`{size}`)",
-                   small["systems"]["qknorm_paper"]["fraction_of_matmul_peak_stats"], 0.70))
+        t.append(
+            T(
+                f"QKNorm model-only >= 70% of the same run's fp32 matmul peak (`{size}`)",
+                small["systems"]["qknorm_paper"]["fraction_of_matmul_peak_stats"],
+                0.70,
+            )
+        )
     # earlier targets, where this run measured them
     if small and "twt/prenorm_fixnorm_layernorm" in small["ratio_stats"]:
-        t.append(T("ScaleNorm >= 1.03x LayerNorm (model-only twt/prenorm_fixnorm_layernorm)",
-                   small["ratio_stats"]["twt/prenorm_fixnorm_layernorm"], 1.03))
+        t.append(
+            T(
+                "ScaleNorm >= 1.03x LayerNorm (model-only twt/prenorm_fixnorm_layernorm)",
+                small["ratio_stats"]["twt/prenorm_fixnorm_layernorm"],
+                1.03,
+            )
+        )
     norms = res.get("norms", {}).get("rows")
     if norms:
-        t.append(T(f"ScaleNorm >= 1.03x LayerNorm (module fwd+bwd, {norms[0]['rows']} rows)",
-                   norms[0].get("ratio_stats", {}).get("scalenorm/layernorm"), 1.03))
+        t.append(
+            T(
+                f"ScaleNorm >= 1.03x LayerNorm (module fwd+bwd, {norms[0]['rows']} rows)",
+                norms[0].get("ratio_stats", {}).get("scalenorm/layernorm"),
+                1.03,
+            )
+        )
     gen = res.get("generate", {})
     if gen.get("ratios_tokens_per_s", {}).get("qknorm_paper/stock") is not None:
         one = gen["ratios_tokens_per_s"]["qknorm_paper/stock"]  # one run per system
-        t.append(T("QKNorm decoding >= 1.00x stock (fairseq-generate tokens/s, one run)",
-                   stats.ratio_summary([one]), 1.0))
+        t.append(
+            T(
+                "QKNorm decoding >= 1.00x stock (fairseq-generate tokens/s, one run)",
+                stats.ratio_summary([one]),
+                1.0,
+            )
+        )
     if e2e.get("systems"):
         size = e2e["size"]
         mo = model.get(size, {}).get("systems", {})
@@ -809,174 +1189,283 @@ def targets(res: Dict) -> List[Dict]:
             per_round = [x["steady_wps"] for x in v["runs"] if x.get("steady_wps")]
             if per_round and system in mo:
                 model_tps = mo[system]["tgt_tokens_per_s"]
-                t.append(T(f"end-to-end within 15% of model-only ({system}, `{size}`: fairseq "
-                           "wps / model-only target tokens/s, spread over e2e rounds)",
-                           stats.ratio_summary([w / model_tps for w in per_round]), 0.85))
+                t.append(
+                    T(
+                        f"end-to-end within 15% of model-only ({system}, `{size}`: fairseq "
+                        "wps / model-only target tokens/s, spread over e2e rounds)",
+                        stats.ratio_summary([w / model_tps for w in per_round]),
+                        0.85,
+                    )
+                )
         if "twt/prenorm_fixnorm_layernorm" in e2e["ratio_stats"]:
-            t.append(T("ScaleNorm >= 1.03x LayerNorm end to end (twt/prenorm_fixnorm_layernorm wps)",
-                       e2e["ratio_stats"]["twt/prenorm_fixnorm_layernorm"], 1.03))
+            t.append(
+                T(
+                    "ScaleNorm >= 1.03x LayerNorm end to end (twt/prenorm_fixnorm_layernorm wps)",
+                    e2e["ratio_stats"]["twt/prenorm_fixnorm_layernorm"],
+                    1.03,
+                )
+            )
     return t
 
 
-def markdown(res: Dict) -> str:
+def markdown(res: dict) -> str:
+    """The Markdown summary of a result dict (machine, sections, targets)."""
     m = res["machine"]
-    L = [f"# fairseq_qknorm benchmark ({m['date_utc']})", "",
-         f"Machine: {m['cpu_model']} ({m.get('cpu_family_model') or 'family/model unknown'}; "
-         f"flags: {', '.join(m['cpu_flags'])}), {m['cpu_count']} CPUs "
-         f"({m['cpu_affinity']} usable), torch {m['torch']} with {m['torch_threads']} threads, "
-         f"fairseq {m['fairseq']}; load average at start {m['loadavg_start']}, at end "
-         f"{res.get('loadavg_end')}.", "", f"Command: `{res['command']}`", ""]
+    L = [
+        f"# fairseq_qknorm benchmark ({m['date_utc']})",
+        "",
+        f"Machine: {m['cpu_model']} ({m.get('cpu_family_model') or 'family/model unknown'}; "
+        f"flags: {', '.join(m['cpu_flags'])}), {m['cpu_count']} CPUs "
+        f"({m['cpu_affinity']} usable), torch {m['torch']} with {m['torch_threads']} threads, "
+        f"fairseq {m['fairseq']}; load average at start {m['loadavg_start']}, at end "
+        f"{res.get('loadavg_end')}.",
+        "",
+        f"Command: `{res['command']}`",
+        "",
+    ]
     model = res.get("model", {})
     for size, v in model.items():
         if not isinstance(v, dict) or "systems" not in v:
             continue
         b = v["batch"]
-        L += [f"## Model-only training step, size `{size}` "
-              f"(batch {b['sentences']} x {b['src_len']}/{b['tgt_len']} tokens, vocab {b['vocab']})",
-              "", "| system | step ms (median) | tokens/s (src+tgt) | GFLOP/s | of matmul peak |"
-              " speed vs stock |", "|---|---:|---:|---:|---:|---:|"]
+        L += [
+            f"## Model-only training step, size `{size}` "
+            f"(batch {b['sentences']} x {b['src_len']}/{b['tgt_len']} tokens, vocab {b['vocab']})",
+            "",
+            "| system | step ms (median) | tokens/s (src+tgt) | GFLOP/s | of matmul peak |"
+            " speed vs stock |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
         st = v["systems"].get("stock", {}).get("median_s")
         for s, r in v["systems"].items():
-            L.append(f"| {s} | {1e3 * r['median_s']:.1f} | {r['tokens_per_s']:.0f} | "
-                     f"{r['gflops']:.1f} | "
-                     f"{fmt_spread(r.get('fraction_of_matmul_peak_stats'), pct=True)} | "
-                     f"{fmt(st / r['median_s']) if st else 'n/a'} |")
-        L += ["", "fp32 matmul peak (same interleaved loop): " + ", ".join(
-            f"{k}: {p['gflops']:.1f} GFLOP/s" for k, p in v["matmul_peak"].items()),
-            ratio_line("Speed ratios", v.get("ratio_stats", {})), ""]
+            L.append(
+                f"| {s} | {1e3 * r['median_s']:.1f} | {r['tokens_per_s']:.0f} | "
+                f"{r['gflops']:.1f} | "
+                f"{fmt_spread(r.get('fraction_of_matmul_peak_stats'), pct=True)} | "
+                f"{fmt(st / r['median_s']) if st else 'n/a'} |"
+            )
+        L += [
+            "",
+            "fp32 matmul peak (same interleaved loop): "
+            + ", ".join(f"{k}: {p['gflops']:.1f} GFLOP/s" for k, p in v["matmul_peak"].items()),
+            ratio_line("Speed ratios", v.get("ratio_stats", {})),
+            "",
+        ]
     if model.get("flop_formula"):
         L += [f"FLOP count: {model['flop_formula']}.", ""]
     bf = res.get("bf16", {})
     if bf.get("systems"):
-        L += [f"## bf16 autocast (model-only, size `{bf['size']}`, CPU native bf16: "
-              f"{bf['cpu_native_bf16']})", "", "| system | fp32 ms | bf16 ms | bf16 works | "
-              "bf16 speedup |", "|---|---:|---:|---|---:|"]
+        L += [
+            f"## bf16 autocast (model-only, size `{bf['size']}`, CPU native bf16: "
+            f"{bf['cpu_native_bf16']})",
+            "",
+            "| system | fp32 ms | bf16 ms | bf16 works | bf16 speedup |",
+            "|---|---:|---:|---|---:|",
+        ]
         for s, r in bf["systems"].items():
             f32, b16 = r["fp32"], r["bf16"]
-            L.append(f"| {s} | {fmt(1e3 * f32['median_s'] if 'median_s' in f32 else None, 1)} | "
-                     f"{fmt(1e3 * b16['median_s'] if 'median_s' in b16 else None, 1)} | "
-                     f"{b16['works']}{' (' + b16['error'][:80] + ')' if 'error' in b16 else ''} | "
-                     f"{fmt(r.get('bf16_speedup'))} |")
+            L.append(
+                f"| {s} | {fmt(1e3 * f32['median_s'] if 'median_s' in f32 else None, 1)} | "
+                f"{fmt(1e3 * b16['median_s'] if 'median_s' in b16 else None, 1)} | "
+                f"{b16['works']}{' (' + b16['error'][:80] + ')' if 'error' in b16 else ''} | "
+                f"{fmt(r.get('bf16_speedup'))} |"
+            )
         L.append("")
     fb = res.get("fairseq_bf16", {})
     if any(isinstance(v, dict) for v in fb.values()):
-        L += ["fairseq-train `--bf16 --cpu` (2 updates): " + "; ".join(
-            f"{s}: {'works' if v['works'] else 'fails'}"
-            + ("" if v["works"] else f" ({(v.get('error_tail') or ['?'])[-1][:160]})")
-            for s, v in fb.items() if isinstance(v, dict)), ""]
+        L += [
+            "fairseq-train `--bf16 --cpu` (2 updates): "
+            + "; ".join(
+                f"{s}: {'works' if v['works'] else 'fails'}"
+                + ("" if v["works"] else f" ({(v.get('error_tail') or ['?'])[-1][:160]})")
+                for s, v in fb.items()
+                if isinstance(v, dict)
+            ),
+            "",
+        ]
     dec = res.get("decode", {})
     if dec.get("systems"):
-        L += [f"## In-process decoding, size `{dec['size']}` ({dec['sentences']} sentences x "
-              f"beam {dec['beam']}, {dec['steps']} steps)", "",
-              "| system | incremental sent/s | incremental tok/s | generator sent/s | "
-              "generator tok/s |", "|---|---:|---:|---:|---:|"]
+        L += [
+            f"## In-process decoding, size `{dec['size']}` ({dec['sentences']} sentences x "
+            f"beam {dec['beam']}, {dec['steps']} steps)",
+            "",
+            "| system | incremental sent/s | incremental tok/s | generator sent/s | "
+            "generator tok/s |",
+            "|---|---:|---:|---:|---:|",
+        ]
         for s, r in dec["systems"].items():
             i, g = r.get("incremental", {}), r.get("generator", {})
-            L.append(f"| {s} | {fmt(i.get('sentences_per_s'), 1)} | {fmt(i.get('tokens_per_s'), 0)} | "
-                     f"{fmt(g.get('sentences_per_s'), 1)} | {fmt(g.get('tokens_per_s'), 0)} |")
-        L += ["", ratio_line("Speed ratios, incremental", dec.get("ratio_stats_incremental", {})),
-              ratio_line("Speed ratios, generator", dec.get("ratio_stats_generator", {})), ""]
+            L.append(
+                f"| {s} | {fmt(i.get('sentences_per_s'), 1)} | {fmt(i.get('tokens_per_s'), 0)} | "
+                f"{fmt(g.get('sentences_per_s'), 1)} | {fmt(g.get('tokens_per_s'), 0)} |"
+            )
+        L += [
+            "",
+            ratio_line("Speed ratios, incremental", dec.get("ratio_stats_incremental", {})),
+            ratio_line("Speed ratios, generator", dec.get("ratio_stats_generator", {})),
+            "",
+        ]
     e2e = res.get("e2e", {})
     if e2e.get("systems"):
-        L += [f"## End-to-end fairseq-train (size `{e2e['size']}`, {e2e['updates']} updates x "
-              f"{e2e['rounds']} rounds, {e2e['data']})", "",
-              "| system | wps (median) | per-run wps | target tokens/batch | peak RSS MiB |",
-              "|---|---:|---|---:|---:|"]
+        L += [
+            f"## End-to-end fairseq-train (size `{e2e['size']}`, {e2e['updates']} updates x "
+            f"{e2e['rounds']} rounds, {e2e['data']})",
+            "",
+            "| system | wps (median) | per-run wps | target tokens/batch | peak RSS MiB |",
+            "|---|---:|---|---:|---:|",
+        ]
         for s, r in e2e["systems"].items():
-            L.append(f"| {s} | {fmt(r['wps_median'], 0)} | "
-                     f"{', '.join(fmt(x['steady_wps'], 0) for x in r['runs'])} | "
-                     f"{fmt(r.get('wpb_mean'), 0)} | {r['peak_rss_mib']:.0f} |")
-        L += ["", ratio_line("Speed ratios (wps, paired by round)", e2e.get("ratio_stats", {})),
-              ""]
+            L.append(
+                f"| {s} | {fmt(r['wps_median'], 0)} | "
+                f"{', '.join(fmt(x['steady_wps'], 0) for x in r['runs'])} | "
+                f"{fmt(r.get('wpb_mean'), 0)} | {r['peak_rss_mib']:.0f} |"
+            )
+        L += ["", ratio_line("Speed ratios (wps, paired by round)", e2e.get("ratio_stats", {})), ""]
     gen = res.get("generate", {})
     if gen.get("systems"):
-        L += [f"## fairseq-generate (size `{gen['size']}`, {gen['subset_sentences']} test "
-              f"sentences, {gen['flags']})", "", gen["note"] + ".", "",
-              "| system | sent/s | tok/s | tokens/sentence | peak RSS MiB |",
-              "|---|---:|---:|---:|---:|"]
+        L += [
+            f"## fairseq-generate (size `{gen['size']}`, {gen['subset_sentences']} test "
+            f"sentences, {gen['flags']})",
+            "",
+            gen["note"] + ".",
+            "",
+            "| system | sent/s | tok/s | tokens/sentence | peak RSS MiB |",
+            "|---|---:|---:|---:|---:|",
+        ]
         for s, r in gen["systems"].items():
-            L.append(f"| {s} | {fmt(r.get('sentences_per_s'), 1)} | {fmt(r.get('tokens_per_s'), 0)} | "
-                     f"{fmt(r.get('tokens_per_sentence'), 1)} | {fmt(r.get('peak_rss_mib'), 0)} |")
-        L += ["", "Ratios tokens/s: " + ", ".join(
-            f"{k} {fmt(x, 3)}" for k, x in gen["ratios_tokens_per_s"].items()), ""]
+            L.append(
+                f"| {s} | {fmt(r.get('sentences_per_s'), 1)} | {fmt(r.get('tokens_per_s'), 0)} | "
+                f"{fmt(r.get('tokens_per_sentence'), 1)} | {fmt(r.get('peak_rss_mib'), 0)} |"
+            )
+        L += [
+            "",
+            "Ratios tokens/s: "
+            + ", ".join(f"{k} {fmt(x, 3)}" for k, x in gen["ratios_tokens_per_s"].items()),
+            "",
+        ]
     mem = res.get("memory", {})
     if any(isinstance(v, dict) for v in mem.values()):
-        L += [f"## Peak memory, training step (size `{mem.get('size')}`)", "",
-              "| system | peak RSS MiB | RSS after build MiB | training increase MiB |", "|---|---:|---:|---:|"]
+        L += [
+            f"## Peak memory, training step (size `{mem.get('size')}`)",
+            "",
+            "| system | peak RSS MiB | RSS after build MiB | training increase MiB |",
+            "|---|---:|---:|---:|",
+        ]
         for s, r in mem.items():
             if isinstance(r, dict):
-                L.append(f"| {s} | {fmt(r.get('peak_rss_mib'), 0)} | "
-                         f"{fmt(r.get('rss_after_build_mib'), 0)} | "
-                         f"{fmt(r.get('training_increase_mib'), 0)} |")
+                L.append(
+                    f"| {s} | {fmt(r.get('peak_rss_mib'), 0)} | "
+                    f"{fmt(r.get('rss_after_build_mib'), 0)} | "
+                    f"{fmt(r.get('training_increase_mib'), 0)} |"
+                )
         L.append("")
     sc = res.get("scaling", {})
     if sc.get("rows"):
         names = list(sc["rows"][0]["ms"])
-        L += [f"## Attention module fwd+bwd (d {sc['dim']}, {sc['heads']} heads, "
-              f"{sc['mask']}), ms", "",
-              "| B | T | " + " | ".join(names) + " | qknorm_paper/stock | fused/explicit (qknorm_paper) |",
-              "|---|---|" + "---:|" * (len(names) + 2)]
+        L += [
+            f"## Attention module fwd+bwd (d {sc['dim']}, {sc['heads']} heads, {sc['mask']}), ms",
+            "",
+            "| B | T | "
+            + " | ".join(names)
+            + " | qknorm_paper/stock | fused/explicit (qknorm_paper) |",
+            "|---|---|" + "---:|" * (len(names) + 2),
+        ]
         for r in sc["rows"]:
-            L.append(f"| {r['bsz']} | {r['len']} | " + " | ".join(f"{r['ms'][n]:.2f}" for n in names)
-                     + f" | {fmt(r['ratio_vs_stock']['qknorm_fused'], 3)} | "
-                       f"{fmt(r['fused_vs_explicit_qknorm'], 2)} |")
+            L.append(
+                f"| {r['bsz']} | {r['len']} | "
+                + " | ".join(f"{r['ms'][n]:.2f}" for n in names)
+                + f" | {fmt(r['ratio_vs_stock']['qknorm_fused'], 3)} | "
+                f"{fmt(r['fused_vs_explicit_qknorm'], 2)} |"
+            )
         L.append("")
     nm = res.get("norms", {})
     if nm.get("rows"):
-        L += ["## Norm module fwd+bwd, ms", "",
-              "| rows x dim | LayerNorm | ScaleNorm | ScaleNorm by plain autograd (previous) | "
-              "ScaleNorm via F.rms_norm | ScaleNorm/LayerNorm speed | ScaleNorm/previous speed |",
-              "|---|---:|---:|---:|---:|---:|---:|"]
+        L += [
+            "## Norm module fwd+bwd, ms",
+            "",
+            "| rows x dim | LayerNorm | ScaleNorm | ScaleNorm by plain autograd (previous) | "
+            "ScaleNorm via F.rms_norm | ScaleNorm/LayerNorm speed | ScaleNorm/previous speed |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
         for r in nm["rows"]:
-            L.append(f"| {r['rows']} x {r['dim']} | {r['ms']['layernorm']:.3f} | "
-                     f"{r['ms']['scalenorm']:.3f} | {r['ms']['scalenorm_autograd']:.3f} | "
-                     f"{r['ms']['scalenorm_via_rms_norm']:.3f} | "
-                     f"{fmt(r['scalenorm/layernorm_speed'], 3)} | "
-                     f"{fmt(r['scalenorm/autograd_speed'], 3)} |")
+            L.append(
+                f"| {r['rows']} x {r['dim']} | {r['ms']['layernorm']:.3f} | "
+                f"{r['ms']['scalenorm']:.3f} | {r['ms']['scalenorm_autograd']:.3f} | "
+                f"{r['ms']['scalenorm_via_rms_norm']:.3f} | "
+                f"{fmt(r['scalenorm/layernorm_speed'], 3)} | "
+                f"{fmt(r['scalenorm/autograd_speed'], 3)} |"
+            )
         qk = nm.get("qk_scale")
         if qk:
-            L += ["", f"QKNorm query scaling fwd+bwd on {tuple(qk['shape'])}: F.normalize then "
-                  f"x g (previous) {qk['ms']['normalize_then_scale']:.3f} ms, g folded into "
-                  f"1/||q|| (plugin) "
-                  f"{qk['ms']['scale_folded']:.3f} ms (speed {fmt(qk['folded/previous_speed'], 3)})"]
+            L += [
+                "",
+                f"QKNorm query scaling fwd+bwd on {tuple(qk['shape'])}: F.normalize then "
+                f"x g (previous) {qk['ms']['normalize_then_scale']:.3f} ms, g folded into "
+                f"1/||q|| (plugin) "
+                f"{qk['ms']['scale_folded']:.3f} ms (speed {fmt(qk['folded/previous_speed'], 3)})",
+            ]
         L.append("")
     tg = res.get("targets", [])
     if tg:
-        L += ["## Targets", "",
-              f"Median of the per-repetition ratios, their min-max and the "
-              f"{100 * stats.CONFIDENCE:.0f}% percentile-bootstrap interval of the median "
-              f"({stats.BOOTSTRAP_RESAMPLES} resamples, seed {stats.BOOTSTRAP_SEED}); verdict "
-              "`met` if the interval's lower end >= the threshold, `missed` if its upper end "
-              f"< the threshold, else `cannot tell` (at least {stats.MIN_REPETITIONS} "
-              "repetitions). Gap = median - threshold.", "",
-              "| target | median | min-max | bootstrap interval | n | threshold | verdict | gap |",
-              "|---|---:|---:|---:|---:|---:|---|---:|"]
+        L += [
+            "## Targets",
+            "",
+            f"Median of the per-repetition ratios, their min-max and the "
+            f"{100 * stats.CONFIDENCE:.0f}% percentile-bootstrap interval of the median "
+            f"({stats.BOOTSTRAP_RESAMPLES} resamples, seed {stats.BOOTSTRAP_SEED}); verdict "
+            "`met` if the interval's lower end >= the threshold, `missed` if its upper end "
+            f"< the threshold, else `cannot tell` (at least {stats.MIN_REPETITIONS} "
+            "repetitions). Gap = median - threshold.",
+            "",
+            "| target | median | min-max | bootstrap interval | n | threshold | verdict | gap |",
+            "|---|---:|---:|---:|---:|---:|---|---:|",
+        ]
         for t in tg:
             if "median" not in t:
                 L.append(f"| {t['target']} | n/a | | | | {t['threshold']:g} | {t['verdict']} | |")
                 continue
-            L.append(f"| {t['target']} | {fmt(t['median'], 3)} | {fmt(t['min'], 3)}-"
-                     f"{fmt(t['max'], 3)} | {fmt(t['ci_low'], 3)}-{fmt(t['ci_high'], 3)} | "
-                     f"{t['n']} | {t['threshold']:g} | **{t['verdict']}** | {t['gap']:+.3f} |")
-        own = [(name, sec.get(key, {}).get("qknorm_paper/prenorm_fixnorm_layernorm")) for name, sec, key in (
-            [(f"model-only `{k}`", v, "ratio_stats") for k, v in model.items()
-             if isinstance(v, dict) and "systems" in v]
-            + [("decoding, generator", dec, "ratio_stats_generator"),
-               ("decoding, incremental", dec, "ratio_stats_incremental"),
-               ("end to end", e2e, "ratio_stats")])]
+            L.append(
+                f"| {t['target']} | {fmt(t['median'], 3)} | {fmt(t['min'], 3)}-"
+                f"{fmt(t['max'], 3)} | {fmt(t['ci_low'], 3)}-{fmt(t['ci_high'], 3)} | "
+                f"{t['n']} | {t['threshold']:g} | **{t['verdict']}** | {t['gap']:+.3f} |"
+            )
+        own = [
+            (name, sec.get(key, {}).get("qknorm_paper/prenorm_fixnorm_layernorm"))
+            for name, sec, key in (
+                [
+                    (f"model-only `{k}`", v, "ratio_stats")
+                    for k, v in model.items()
+                    if isinstance(v, dict) and "systems" in v
+                ]
+                + [
+                    ("decoding, generator", dec, "ratio_stats_generator"),
+                    ("decoding, incremental", dec, "ratio_stats_incremental"),
+                    ("end to end", e2e, "ratio_stats"),
+                ]
+            )
+        ]
         own = [f"{name} {fmt_spread(s_)}" for name, s_ in own if s_]
         if own:
-            L += ["", "QKNorm itself (the QKNorm model vs the same model with dot-product "
-                  "attention, `qknorm_paper/prenorm_fixnorm_layernorm`, same run): " + "; ".join(own) + "."]
+            L += [
+                "",
+                "QKNorm itself (the QKNorm model vs the same model with dot-product "
+                "attention, `qknorm_paper/prenorm_fixnorm_layernorm`, same run): "
+                + "; ".join(own)
+                + ".",
+            ]
         L.append("")
     if res.get("errors"):
-        L += ["## Errors", ""] + [f"- {k}: {v.splitlines()[-1] if v else ''}"
-                                  for k, v in res["errors"].items()] + [""]
+        L += (
+            ["## Errors", ""]
+            + [f"- {k}: {v.splitlines()[-1] if v else ''}" for k, v in res["errors"].items()]
+            + [""]
+        )
     return "\n".join(L)
 
 
 # ============================================================================ main
 def main(argv=None) -> int:
+    """Run the selected sections, write the JSON and Markdown, print the Markdown; exit status."""
     a = parse_args(argv)
     torch.set_num_threads(a.threads)
     try:
@@ -984,12 +1473,18 @@ def main(argv=None) -> int:
     except RuntimeError:
         pass
     command = "python -m benchmarks.run " + " ".join(sys.argv[1:] if argv is None else argv)
-    res: Dict = {"command": command, "machine": c.machine_info(), "smoke": a.smoke,
-                 "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
-                 "errors": {}}
+    res: dict = {
+        "command": command,
+        "machine": c.machine_info(),
+        "smoke": a.smoke,
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
+        "errors": {},
+    }
     if os.getloadavg()[0] > 0.5 * a.threads and not a.smoke:
-        log(f"WARNING: load average {os.getloadavg()} with {a.threads} threads: another job "
-            "is running, timings will be noisy")
+        log(
+            f"WARNING: load average {os.getloadavg()} with {a.threads} threads: another job "
+            "is running, timings will be noisy"
+        )
     tmp_ctx = None
     if a.work_dir is None:
         tmp_ctx = tempfile.TemporaryDirectory(prefix="qknorm-bench-")
@@ -1005,7 +1500,7 @@ def main(argv=None) -> int:
             if name not in a.sections:
                 return None
             t0 = time.perf_counter()
-            out: Dict = {}
+            out: dict = {}
             res[name] = out
             try:
                 return fn(*args, out)

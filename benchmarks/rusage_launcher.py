@@ -14,6 +14,7 @@ import sys
 
 
 def main() -> int:
+    """Run ``argv[2:]``, write its peak RSS to ``argv[1]``; the command's exit status."""
     out, cmd = sys.argv[1], sys.argv[2:]
     pid = os.fork()
     if pid == 0:  # pragma: no cover - replaced by exec
@@ -24,8 +25,15 @@ def main() -> int:
         os._exit(127)
     _, status, ru = os.wait4(pid, 0)
     with open(out, "w") as f:
-        json.dump({"maxrss_kb": ru.ru_maxrss, "utime_s": ru.ru_utime, "stime_s": ru.ru_stime,
-                   "status": status}, f)
+        json.dump(
+            {
+                "maxrss_kb": ru.ru_maxrss,
+                "utime_s": ru.ru_utime,
+                "stime_s": ru.ru_stime,
+                "status": status,
+            },
+            f,
+        )
     return os.waitstatus_to_exitcode(status)
 
 

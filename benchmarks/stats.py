@@ -1,5 +1,7 @@
-"""Statistics of the benchmark harness: paired per-repetition ratios, their spread, a
-seeded percentile-bootstrap interval of their median, and target verdicts.
+"""Statistics of the benchmark harness.
+
+Paired per-repetition ratios, their spread, a seeded percentile-bootstrap interval of their
+median, and target verdicts.
 
 Every section times its entries in interleaved order, so repetition ``i`` of entry A and
 repetition ``i`` of entry B ran next to each other; ``paired_ratios`` turns them into one
@@ -14,7 +16,8 @@ resample's median is the smallest value is 5.8% for ``n = 5``, above the 2.5% ta
 ``n = 7`` on it drops the extremes.
 """
 
-from typing import Dict, Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 import numpy as np
 
@@ -34,8 +37,9 @@ def paired_ratios(reference: Sequence[float], candidate: Sequence[float]) -> np.
     to stock in each repetition (> 1: faster); with throughputs pass them the other way.
 
     Args:
-        reference, candidate: equally long sequences of positive, finite numbers (the
-            ``i``-th of each from the same interleaved repetition).
+        reference: positive, finite numbers, one per repetition.
+        candidate: as ``reference`` and as long (the ``i``-th of each from the same
+            interleaved repetition).
 
     Returns:
         float64 array of ``len(reference)`` ratios.
@@ -46,17 +50,23 @@ def paired_ratios(reference: Sequence[float], candidate: Sequence[float]) -> np.
     ref = np.asarray(reference, dtype=np.float64)
     cand = np.asarray(candidate, dtype=np.float64)
     if ref.shape != cand.shape or ref.ndim != 1 or ref.size == 0:
-        raise ValueError(f"paired ratios need two equally long, non-empty sequences; got "
-                         f"{ref.shape} and {cand.shape}")
-    if not (np.isfinite(ref).all() and np.isfinite(cand).all() and (ref > 0).all()
-            and (cand > 0).all()):
+        raise ValueError(
+            f"paired ratios need two equally long, non-empty sequences; got "
+            f"{ref.shape} and {cand.shape}"
+        )
+    if not (
+        np.isfinite(ref).all() and np.isfinite(cand).all() and (ref > 0).all() and (cand > 0).all()
+    ):
         raise ValueError("paired ratios need positive, finite values")
     return ref / cand
 
 
-def bootstrap_median_interval(values: Sequence[float], confidence: float = CONFIDENCE,
-                              resamples: int = BOOTSTRAP_RESAMPLES,
-                              seed: int = BOOTSTRAP_SEED) -> Dict[str, float]:
+def bootstrap_median_interval(
+    values: Sequence[float],
+    confidence: float = CONFIDENCE,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+) -> dict[str, float]:
     """Percentile-bootstrap interval of the median (Efron & Tibshirani 1993, Ch. 13).
 
     ``resamples`` samples of ``len(values)`` values drawn with replacement (numpy
@@ -78,19 +88,24 @@ def bootstrap_median_interval(values: Sequence[float], confidence: float = CONFI
     """
     x = np.asarray(values, dtype=np.float64)
     if x.ndim != 1 or x.size == 0 or not np.isfinite(x).all():
-        raise ValueError(f"bootstrap needs a non-empty 1-D sequence of finite values, got {values!r}")
+        raise ValueError(
+            f"bootstrap needs a non-empty 1-D sequence of finite values, got {values!r}"
+        )
     if not 0.0 < confidence < 1.0 or resamples < 1:
-        raise ValueError(f"confidence must be in (0, 1) and resamples > 0, got {confidence}, "
-                         f"{resamples}")
+        raise ValueError(
+            f"confidence must be in (0, 1) and resamples > 0, got {confidence}, {resamples}"
+        )
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, x.size, size=(resamples, x.size))
     medians = np.median(x[idx], axis=1)
     alpha = (1.0 - confidence) / 2.0
-    return {"low": float(np.quantile(medians, alpha, method="lower")),
-            "high": float(np.quantile(medians, 1.0 - alpha, method="higher"))}
+    return {
+        "low": float(np.quantile(medians, alpha, method="lower")),
+        "high": float(np.quantile(medians, 1.0 - alpha, method="higher")),
+    }
 
 
-def ratio_summary(values: Sequence[float], **bootstrap_kwargs) -> Dict:
+def ratio_summary(values: Sequence[float], **bootstrap_kwargs) -> dict:
     """Median, min, max, bootstrap interval of the median and the values themselves.
 
     Returns:
@@ -98,10 +113,16 @@ def ratio_summary(values: Sequence[float], **bootstrap_kwargs) -> Dict:
     """
     x = np.asarray(values, dtype=np.float64)
     ci = bootstrap_median_interval(x, **bootstrap_kwargs)
-    return {"median": float(np.median(x)), "min": float(x.min()), "max": float(x.max()),
-            "ci_low": ci["low"], "ci_high": ci["high"],
-            "confidence": bootstrap_kwargs.get("confidence", CONFIDENCE), "n": int(x.size),
-            "values": [round(float(v), 5) for v in x]}
+    return {
+        "median": float(np.median(x)),
+        "min": float(x.min()),
+        "max": float(x.max()),
+        "ci_low": ci["low"],
+        "ci_high": ci["high"],
+        "confidence": bootstrap_kwargs.get("confidence", CONFIDENCE),
+        "n": int(x.size),
+        "values": [round(float(v), 5) for v in x],
+    }
 
 
 def verdict(low: float, high: float, threshold: float) -> str:
@@ -123,13 +144,16 @@ def verdict(low: float, high: float, threshold: float) -> str:
 MIN_REPETITIONS = 5
 
 
-def target_entry(name: str, summary: Optional[Dict], threshold: float,
-                 min_n: int = MIN_REPETITIONS) -> Dict:
-    """One target of the report: ``summary`` (from :func:`ratio_summary`, per-repetition
-    figures), the threshold, the verdict from the bootstrap interval and the gap of the
-    median to the threshold (``median - threshold``). Without a summary the verdict is
-    ``not measured``; with fewer than ``min_n`` repetitions it is ``too few repetitions``
-    (the figures are still reported)."""
+def target_entry(
+    name: str, summary: Optional[dict], threshold: float, min_n: int = MIN_REPETITIONS
+) -> dict:
+    """One target of the report.
+
+    ``summary`` (from :func:`ratio_summary`, per-repetition figures), the threshold, the verdict
+    from the bootstrap interval and the gap of the median to the threshold (``median - threshold``).
+    Without a summary the verdict is ``not measured``; with fewer than ``min_n`` repetitions it is
+    ``too few repetitions`` (the figures are still reported).
+    """
     entry = {"target": name, "threshold": threshold}
     if not summary:
         entry["verdict"] = "not measured"

@@ -19,6 +19,6 @@ checkpoint_compat.install()
 distributed_compat.install()
 resume_compat.install()
 
+from . import bpe  # noqa: E402,F401  (registers --bpe pipeline)
 from .models import transformer_qknorm  # noqa: E402,F401  (registers model + archs)
 from .tasks import translation_word_dropout  # noqa: E402,F401  (registers task translation_word_dropout)
-from . import bpe  # noqa: E402,F401  (registers --bpe pipeline)

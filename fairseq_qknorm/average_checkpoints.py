@@ -1,4 +1,4 @@
-"""Average the parameters of fairseq checkpoints (checkpoint averaging for decoding).
+r"""Average the parameters of fairseq checkpoints (checkpoint averaging for decoding).
 
 fairseq's own tool, ``scripts/average_checkpoints.py`` of the fairseq repository, is
 not installed by the ``ve-fairseq`` package, and under torch >= 2.6 its ``torch.load``
@@ -7,9 +7,9 @@ not installed by the ``ve-fairseq`` package, and under torch >= 2.6 its ``torch.
 the same options::
 
     python -m fairseq_qknorm.average_checkpoints --inputs A.pt B.pt --output avg.pt
-    python -m fairseq_qknorm.average_checkpoints --inputs RUN/checkpoints \\
+    python -m fairseq_qknorm.average_checkpoints --inputs RUN/checkpoints \
         --num-epoch-checkpoints 5 --output RUN/checkpoints/checkpoint_avg5.pt
-    python -m fairseq_qknorm.average_checkpoints --inputs RUN/checkpoints \\
+    python -m fairseq_qknorm.average_checkpoints --inputs RUN/checkpoints \
         --num-update-checkpoints 5 [--checkpoint-upper-bound 40000] --output avg.pt
 
 ``--num-epoch-checkpoints N`` takes the last N ``checkpointE.pt`` of the directory
@@ -33,7 +33,8 @@ import logging
 import os
 import re
 import sys
-from typing import Dict, List, Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 import torch
 from fairseq import checkpoint_utils
@@ -44,10 +45,13 @@ EPOCH_PATTERN = re.compile(r"checkpoint(\d+)\.pt")
 UPDATE_PATTERN = re.compile(r"checkpoint_\d+_(\d+)\.pt")
 
 
-def last_checkpoints(directory: str, n: int, update_based: bool,
-                     upper_bound: Optional[int] = None) -> List[str]:
-    """The ``n`` newest epoch (``checkpointE.pt``) or update (``checkpoint_E_U.pt``)
-    checkpoints of ``directory``, newest first (fairseq's ``last_n_checkpoints``).
+def last_checkpoints(
+    directory: str, n: int, update_based: bool, upper_bound: Optional[int] = None
+) -> list[str]:
+    """The ``n`` newest epoch or update checkpoints of ``directory``, newest first.
+
+    Epoch checkpoints are ``checkpointE.pt``, update checkpoints ``checkpoint_E_U.pt``
+    (fairseq's ``last_n_checkpoints``).
 
     Args:
         directory: a fairseq ``--save-dir``.
@@ -76,12 +80,12 @@ def last_checkpoints(directory: str, n: int, update_based: bool,
     return [os.path.join(directory, name) for _, name in sorted(found, reverse=True)[:n]]
 
 
-def _load(path: str) -> Dict:
+def _load(path: str) -> dict:
     with open(path, "rb") as f:
         return torch.load(f, map_location="cpu", weights_only=False)
 
 
-def average_checkpoints(paths: Sequence[str]) -> Dict:
+def average_checkpoints(paths: Sequence[str]) -> dict:
     """A checkpoint whose model parameters are the mean of those of ``paths``.
 
     Args:
@@ -103,21 +107,27 @@ def average_checkpoints(paths: Sequence[str]) -> Dict:
         model = state["model"]
         if first is None:
             first = state
-            sums = {k: v.to(torch.float64 if v.is_floating_point() else torch.int64).clone()
-                    for k, v in model.items()}
+            sums = {
+                k: v.to(torch.float64 if v.is_floating_point() else torch.int64).clone()
+                for k, v in model.items()
+            }
             continue
         if list(model) != list(sums):
-            raise ValueError(f"{path}: parameter names differ from those of {paths[0]}: "
-                             f"{sorted(set(model) ^ set(sums))[:5]}")
+            raise ValueError(
+                f"{path}: parameter names differ from those of {paths[0]}: "
+                f"{sorted(set(model) ^ set(sums))[:5]}"
+            )
         for k, v in model.items():
             if v.shape != sums[k].shape:
-                raise ValueError(f"{path}: {k} has shape {tuple(v.shape)}, "
-                                 f"{paths[0]} {tuple(sums[k].shape)}")
+                raise ValueError(
+                    f"{path}: {k} has shape {tuple(v.shape)}, {paths[0]} {tuple(sums[k].shape)}"
+                )
             sums[k] += v.to(sums[k].dtype)
     n = len(paths)
     dtypes = {k: v.dtype for k, v in first["model"].items()}
-    first["model"] = {k: (s / n if s.is_floating_point() else s // n).to(dtypes[k])
-                      for k, s in sums.items()}
+    first["model"] = {
+        k: (s / n if s.is_floating_point() else s // n).to(dtypes[k]) for k, s in sums.items()
+    }
     first.pop("last_optimizer_state", None)
     return first
 
@@ -127,26 +137,45 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m fairseq_qknorm.average_checkpoints",
         description="Average the parameters of fairseq checkpoints into a new checkpoint "
-                    "(the options of fairseq's scripts/average_checkpoints.py).")
-    parser.add_argument("--inputs", required=True, nargs="+",
-                        help="checkpoint files, or one --save-dir with --num-*-checkpoints")
-    parser.add_argument("--output", required=True, metavar="FILE",
-                        help="where to write the averaged checkpoint")
+        "(the options of fairseq's scripts/average_checkpoints.py).",
+    )
+    parser.add_argument(
+        "--inputs",
+        required=True,
+        nargs="+",
+        help="checkpoint files, or one --save-dir with --num-*-checkpoints",
+    )
+    parser.add_argument(
+        "--output", required=True, metavar="FILE", help="where to write the averaged checkpoint"
+    )
     num = parser.add_mutually_exclusive_group()
-    num.add_argument("--num-epoch-checkpoints", type=int, metavar="N",
-                     help="average the last N checkpointE.pt of the --inputs directory")
-    num.add_argument("--num-update-checkpoints", type=int, metavar="N",
-                     help="average the last N checkpoint_E_U.pt of the --inputs directory")
-    parser.add_argument("--checkpoint-upper-bound", type=int, metavar="E_OR_U",
-                        help="with --num-*-checkpoints: ignore later epochs (updates)")
+    num.add_argument(
+        "--num-epoch-checkpoints",
+        type=int,
+        metavar="N",
+        help="average the last N checkpointE.pt of the --inputs directory",
+    )
+    num.add_argument(
+        "--num-update-checkpoints",
+        type=int,
+        metavar="N",
+        help="average the last N checkpoint_E_U.pt of the --inputs directory",
+    )
+    parser.add_argument(
+        "--checkpoint-upper-bound",
+        type=int,
+        metavar="E_OR_U",
+        help="with --num-*-checkpoints: ignore later epochs (updates)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(levelname)s | %(name)s | %(message)s", level=logging.INFO)
 
     update_based = args.num_update_checkpoints is not None
     n = args.num_update_checkpoints if update_based else args.num_epoch_checkpoints
     if n is None and args.checkpoint_upper_bound is not None:
-        parser.error("--checkpoint-upper-bound needs --num-epoch-checkpoints or "
-                     "--num-update-checkpoints")
+        parser.error(
+            "--checkpoint-upper-bound needs --num-epoch-checkpoints or --num-update-checkpoints"
+        )
     if n is not None and (len(args.inputs) != 1 or not os.path.isdir(args.inputs[0])):
         parser.error("--num-*-checkpoints needs exactly one --inputs directory")
     inputs = args.inputs

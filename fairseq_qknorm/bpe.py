@@ -22,7 +22,7 @@ the way ``fairseq-generate --post-process`` does for that tool.
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Optional
 
 from fairseq.data.data_utils import post_process
 from fairseq.data.encoders import register_bpe
@@ -37,7 +37,7 @@ MANIFEST = "bpe.json"
 TOOLS = tuple(POST_PROCESS)
 
 
-def read_manifest(bpe_dir) -> Dict[str, object]:
+def read_manifest(bpe_dir) -> dict[str, object]:
     """Read ``bpe_dir/bpe.json`` as written by ``scripts/bpe.sh``.
 
     Args:
@@ -60,7 +60,8 @@ def read_manifest(bpe_dir) -> Dict[str, object]:
             f"{path} not found: --bpe-dir must be a directory made by scripts/bpe.sh "
             f"(data/bpe/PAIR); one made before bpe.sh wrote {MANIFEST} needs "
             f"'scripts/bpe.sh PAIR --force' (same settings, same segmentation) and "
-            f"'scripts/binarize.sh PAIR'")
+            f"'scripts/binarize.sh PAIR'"
+        )
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -68,15 +69,17 @@ def read_manifest(bpe_dir) -> Dict[str, object]:
     tool = manifest.get("tool")
     if tool not in TOOLS:
         raise ValueError(f"{path}: 'tool' must be one of {TOOLS}, got {tool!r}")
-    needed = ("src", "tgt") + (("codes", "vocabulary", "vocab_threshold") if tool == "subword-nmt"
-                               else ("model",))
+    needed = ("src", "tgt") + (
+        ("codes", "vocabulary", "vocab_threshold") if tool == "subword-nmt" else ("model",)
+    )
     missing = [k for k in needed if k not in manifest]
     if missing:
         raise ValueError(f"{path}: missing field(s) {missing} for tool {tool}")
     if tool == "subword-nmt":
         manifest["codes"] = _existing(bpe_dir / manifest["codes"], path)
-        manifest["vocabulary"] = {lang: _existing(bpe_dir / f, path)
-                                  for lang, f in manifest["vocabulary"].items()}
+        manifest["vocabulary"] = {
+            lang: _existing(bpe_dir / f, path) for lang, f in manifest["vocabulary"].items()
+        }
     else:
         manifest["model"] = _existing(bpe_dir / manifest["model"], path)
     return manifest
@@ -89,8 +92,10 @@ def _existing(file: Path, manifest_path: Path) -> str:
 
 
 class SubwordNMTVocabularyBPE:
-    """subword-nmt BPE with a vocabulary filter, as ``subword-nmt apply-bpe`` with
-    ``--codes CODES --vocabulary VOCAB --vocabulary-threshold T`` applies it.
+    """subword-nmt BPE with a vocabulary filter, as ``subword-nmt apply-bpe`` applies it.
+
+    That is ``subword-nmt apply-bpe --codes CODES --vocabulary VOCAB
+    --vocabulary-threshold T``.
 
     Uses subword-nmt's own ``apply_bpe.BPE`` and ``apply_bpe.read_vocabulary`` (the
     functions its command line calls), reading the files as UTF-8 like the command does.
@@ -123,15 +128,23 @@ class SubwordNMTVocabularyBPE:
 
 @dataclass
 class PipelineBPEConfig(FairseqDataclass):
+    """Options of ``--bpe pipeline``: ``--bpe-dir`` and ``--bpe-lang``."""
+
     bpe_dir: str = field(
         default="???",
-        metadata={"help": "segmented pair directory written by scripts/bpe.sh (data/bpe/PAIR); "
-                          "its bpe.json names the tool, files and vocabulary threshold"})
+        metadata={
+            "help": "segmented pair directory written by scripts/bpe.sh (data/bpe/PAIR); "
+            "its bpe.json names the tool, files and vocabulary threshold"
+        },
+    )
     bpe_lang: Optional[str] = field(
         default=None,
-        metadata={"help": "language of the text to segment, whose vocabulary (vocab.LANG) "
-                          "applies the threshold (subword-nmt); default: the pair's source "
-                          "language in bpe.json"})
+        metadata={
+            "help": "language of the text to segment, whose vocabulary (vocab.LANG) "
+            "applies the threshold (subword-nmt); default: the pair's source "
+            "language in bpe.json"
+        },
+    )
 
 
 @register_bpe("pipeline", dataclass=PipelineBPEConfig)
@@ -153,12 +166,19 @@ class PipelineBPE:
         self.post_process = POST_PROCESS[self.tool]
         if self.tool == "subword-nmt":
             if self.lang not in manifest["vocabulary"]:
-                raise ValueError(f"--bpe-lang {self.lang!r}: {cfg.bpe_dir}/{MANIFEST} has "
-                                 f"vocabularies for {sorted(manifest['vocabulary'])} only")
+                raise ValueError(
+                    f"--bpe-lang {self.lang!r}: {cfg.bpe_dir}/{MANIFEST} has "
+                    f"vocabularies for {sorted(manifest['vocabulary'])} only"
+                )
             self.segmenter = SubwordNMTVocabularyBPE(
-                manifest["codes"], manifest["vocabulary"][self.lang], int(manifest["vocab_threshold"]))
+                manifest["codes"],
+                manifest["vocabulary"][self.lang],
+                int(manifest["vocab_threshold"]),
+            )
         else:
-            self.segmenter = SentencepieceBPE(SentencepieceConfig(sentencepiece_model=manifest["model"]))
+            self.segmenter = SentencepieceBPE(
+                SentencepieceConfig(sentencepiece_model=manifest["model"])
+            )
 
     def encode(self, x: str) -> str:
         """Segment one tokenized line as ``scripts/bpe.sh`` segments the test split."""

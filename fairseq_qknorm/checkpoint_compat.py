@@ -50,8 +50,9 @@ def _needs_patch() -> bool:
 
 
 def install() -> bool:
-    """Apply the proxy to ``fairseq.checkpoint_utils`` and
-    ``fairseq.distributed.utils`` (idempotent).
+    """Apply the proxy to ``fairseq.checkpoint_utils`` and ``fairseq.distributed.utils``.
+
+    Idempotent.
 
     Returns:
         True if the proxy is in place (torch >= 2.6), False if not needed.

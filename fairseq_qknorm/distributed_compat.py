@@ -51,19 +51,24 @@ TORCHRUN_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")
 
 
 def _cpu_torchrun_launch(cfg) -> bool:
-    """Whether ``cfg`` (fairseq ``DistributedTrainingConfig``) is a torchrun launch
-    with several processes on a machine without CUDA, that fairseq cannot start."""
-    return (cfg.distributed_init_method is None
-            and not cfg.tpu
-            and not cfg.pipeline_model_parallel
-            and torch.cuda.device_count() == 0
-            and all(k in os.environ for k in TORCHRUN_ENV)
-            and int(os.environ["WORLD_SIZE"]) > 1)
+    """Whether ``cfg`` is a multi-process torchrun launch that fairseq cannot start.
+
+    ``cfg`` is fairseq's ``DistributedTrainingConfig``; such a launch has several processes
+    on a machine without CUDA.
+    """
+    return (
+        cfg.distributed_init_method is None
+        and not cfg.tpu
+        and not cfg.pipeline_model_parallel
+        and torch.cuda.device_count() == 0
+        and all(k in os.environ for k in TORCHRUN_ENV)
+        and int(os.environ["WORLD_SIZE"]) > 1
+    )
 
 
 def _wrap_infer_init_method(fairseq_infer_init_method):
     def infer_init_method(cfg, force_distributed=False):
-        """fairseq's ``infer_init_method``; a CPU torchrun launch is set up here.
+        """Fairseq's ``infer_init_method``; a CPU torchrun launch is set up here.
 
         Raises:
             ValueError: a CPU torchrun launch with ``--distributed-backend nccl``
@@ -72,8 +77,10 @@ def _wrap_infer_init_method(fairseq_infer_init_method):
         if not _cpu_torchrun_launch(cfg):
             return fairseq_infer_init_method(cfg, force_distributed)
         if cfg.distributed_backend == "nccl":
-            raise ValueError("multi-process training without CUDA needs "
-                             "--distributed-backend gloo (fairseq's default nccl needs CUDA)")
+            raise ValueError(
+                "multi-process training without CUDA needs "
+                "--distributed-backend gloo (fairseq's default nccl needs CUDA)"
+            )
         # fairseq/distributed/utils.py _infer_torch_distributed_launch_init, minus its
         # CUDA device pick (rank % torch.cuda.device_count())
         cfg.distributed_init_method = "env://"
@@ -88,7 +95,7 @@ def _wrap_infer_init_method(fairseq_infer_init_method):
 
 def _wrap_ddp(torch_ddp):
     def DistributedDataParallel(module, device_ids=None, output_device=None, **kwargs):  # noqa: N802
-        """torch's ``DistributedDataParallel``; a CPU module gets no ``device_ids``."""
+        """PyTorch's ``DistributedDataParallel``; a CPU module gets no ``device_ids``."""
         if all(p.device.type == "cpu" for p in module.parameters()):
             device_ids = output_device = None
         return torch_ddp(module, device_ids=device_ids, output_device=output_device, **kwargs)
@@ -99,14 +106,18 @@ def _wrap_ddp(torch_ddp):
 
 
 def install() -> None:
-    """Patch ``infer_init_method`` and fairseq's ``DistributedDataParallel`` name
-    (idempotent; see the module docstring for the fairseq lines worked around)."""
+    """Patch ``infer_init_method`` and fairseq's ``DistributedDataParallel`` name.
+
+    Idempotent; see the module docstring for the fairseq lines worked around.
+    """
     from fairseq.distributed import utils as distributed_utils
     from fairseq.models import distributed_fairseq_model
 
     if not getattr(distributed_utils.infer_init_method, _MARK, False):
         distributed_utils.infer_init_method = _wrap_infer_init_method(
-            distributed_utils.infer_init_method)
+            distributed_utils.infer_init_method
+        )
     if not getattr(distributed_fairseq_model.DistributedDataParallel, _MARK, False):
         distributed_fairseq_model.DistributedDataParallel = _wrap_ddp(
-            distributed_fairseq_model.DistributedDataParallel)
+            distributed_fairseq_model.DistributedDataParallel
+        )

@@ -49,22 +49,29 @@ EARLY_STOP_KEY = "should_stop_early"
 
 
 def _should_stop_early_functions():
-    """fairseq's ``should_stop_early`` as loaded in this process: in
-    ``fairseq_cli.train`` (``fairseq-train``) or ``__main__``
-    (``python -m fairseq_cli.train``)."""
+    """Fairseq's ``should_stop_early`` as loaded in this process.
+
+    In ``fairseq_cli.train`` (``fairseq-train``) or ``__main__``
+    (``python -m fairseq_cli.train``).
+    """
     suffix = os.path.join("fairseq_cli", "train.py")
     found = []
     for name in ("fairseq_cli.train", "__main__"):
         fn = getattr(sys.modules.get(name), "should_stop_early", None)
-        if callable(fn) and getattr(fn, "__code__", None) is not None \
-                and fn.__code__.co_filename.endswith(suffix):
+        if (
+            callable(fn)
+            and getattr(fn, "__code__", None) is not None
+            and fn.__code__.co_filename.endswith(suffix)
+        ):
             found.append(fn)
     return found
 
 
 def early_stop_state():
-    """``{"best": float, "num_runs": int}`` of fairseq's ``should_stop_early``, or
-    None before its first validation with ``--patience`` > 0."""
+    """``{"best": float, "num_runs": int}`` of fairseq's ``should_stop_early``.
+
+    None before its first validation with ``--patience`` > 0.
+    """
     for fn in _should_stop_early_functions():
         if getattr(fn, "best", None) is not None:
             return {"best": fn.best, "num_runs": getattr(fn, "num_runs", 0)}
@@ -82,7 +89,7 @@ def _wrap_plateau(cls):
     fairseq_state_dict, fairseq_load_state_dict = cls.state_dict, cls.load_state_dict
 
     def state_dict(self):
-        """fairseq's state plus ``num_bad_epochs`` (fairseq PR #4071)."""
+        """Fairseq's state plus ``num_bad_epochs`` (fairseq PR #4071)."""
         state = fairseq_state_dict(self)
         state["num_bad_epochs"] = self.lr_scheduler.num_bad_epochs
         return state
@@ -106,40 +113,73 @@ def _wrap_trainer(cls):
             extra_state = {**extra_state, EARLY_STOP_KEY: state}
         return fairseq_save(self, filename, extra_state)
 
-    def load_checkpoint(self, filename, reset_optimizer=False, reset_lr_scheduler=False,
-                        optimizer_overrides=None, reset_meters=False):
-        """fairseq's; then restores the early-stopping state and takes the
-        end-of-epoch ``lr_step(epoch, valid_loss)`` the checkpoint was saved before."""
-        extra_state = fairseq_load(self, filename, reset_optimizer=reset_optimizer,
-                                   reset_lr_scheduler=reset_lr_scheduler,
-                                   optimizer_overrides=optimizer_overrides,
-                                   reset_meters=reset_meters)
+    def load_checkpoint(
+        self,
+        filename,
+        reset_optimizer=False,
+        reset_lr_scheduler=False,
+        optimizer_overrides=None,
+        reset_meters=False,
+    ):
+        """Fairseq's, then the early-stopping state and the pending ``lr_step``.
+
+        Restores the early-stopping state and takes the end-of-epoch ``lr_step(epoch, valid_loss)``
+        the checkpoint was saved before.
+        """
+        extra_state = fairseq_load(
+            self,
+            filename,
+            reset_optimizer=reset_optimizer,
+            reset_lr_scheduler=reset_lr_scheduler,
+            optimizer_overrides=optimizer_overrides,
+            reset_meters=reset_meters,
+        )
         if extra_state is None:
             return extra_state
         if EARLY_STOP_KEY in extra_state and not reset_optimizer and not reset_meters:
             set_early_stop_state(extra_state[EARLY_STOP_KEY])
         itr = extra_state.get("train_iterator", {})
-        end_of_epoch = (itr.get("version", 1) >= 2 and itr.get("iterations_in_epoch") == 0
-                        and itr.get("epoch", 1) > 1)
-        if (end_of_epoch and extra_state.get("val_loss") is not None
-                and not (reset_optimizer or reset_lr_scheduler
-                         or self.cfg.checkpoint.reset_dataloader)):
+        end_of_epoch = (
+            itr.get("version", 1) >= 2
+            and itr.get("iterations_in_epoch") == 0
+            and itr.get("epoch", 1) > 1
+        )
+        if (
+            end_of_epoch
+            and extra_state.get("val_loss") is not None
+            and not (reset_optimizer or reset_lr_scheduler or self.cfg.checkpoint.reset_dataloader)
+        ):
             # fairseq_cli/train.py main: lr = trainer.lr_step(epoch_itr.epoch, valid_losses[0])
             self.lr_step(itr["epoch"] - 1, extra_state["val_loss"])
         return extra_state
 
-    def get_train_iterator(self, epoch, combine=True, load_dataset=True, data_selector=None,
-                           shard_batch_itr=True, disable_iterator_cache=False):
-        """fairseq's; a reusable iterator first created at epoch > 1 gets the batches
-        of epoch 1, as in a run that never stopped."""
+    def get_train_iterator(
+        self,
+        epoch,
+        combine=True,
+        load_dataset=True,
+        data_selector=None,
+        shard_batch_itr=True,
+        disable_iterator_cache=False,
+    ):
+        """Fairseq's, except for a reusable iterator first created at epoch > 1.
+
+        Such an iterator gets the batches of epoch 1, as in a run that never stopped.
+        """
         cached = dict(self.task.dataset_to_epoch_iter)
-        kwargs = dict(combine=combine, data_selector=data_selector,
-                      shard_batch_itr=shard_batch_itr,
-                      disable_iterator_cache=disable_iterator_cache)
+        kwargs = dict(
+            combine=combine,
+            data_selector=data_selector,
+            shard_batch_itr=shard_batch_itr,
+            disable_iterator_cache=disable_iterator_cache,
+        )
         itr = fairseq_get_train_iterator(self, epoch, load_dataset=load_dataset, **kwargs)
         dataset = self.task.dataset(self.cfg.dataset.train_subset)
-        if epoch > 1 and self.task.dataset_to_epoch_iter.get(dataset) is itr \
-                and cached.get(dataset) is not itr:
+        if (
+            epoch > 1
+            and self.task.dataset_to_epoch_iter.get(dataset) is itr
+            and cached.get(dataset) is not itr
+        ):
             del self.task.dataset_to_epoch_iter[dataset]
             itr = fairseq_get_train_iterator(self, 1, load_dataset=False, **kwargs)
             itr.epoch = epoch  # what EpochBatchIterator(epoch=epoch) sets
@@ -149,15 +189,17 @@ def _wrap_trainer(cls):
 
 
 def install() -> None:
-    """Wrap the scheduler's and the trainer's checkpoint methods (idempotent; see the
-    module docstring for the fairseq lines worked around)."""
+    """Wrap the scheduler's and the trainer's checkpoint methods.
+
+    Idempotent; see the module docstring for the fairseq lines worked around.
+    """
     from fairseq.optim.lr_scheduler.reduce_lr_on_plateau import ReduceLROnPlateauLRSchedule
     from fairseq.trainer import Trainer
 
-    for cls, wrap, names in ((ReduceLROnPlateauLRSchedule, _wrap_plateau,
-                              ("state_dict", "load_state_dict")),
-                             (Trainer, _wrap_trainer,
-                              ("save_checkpoint", "load_checkpoint", "get_train_iterator"))):
+    for cls, wrap, names in (
+        (ReduceLROnPlateauLRSchedule, _wrap_plateau, ("state_dict", "load_state_dict")),
+        (Trainer, _wrap_trainer, ("save_checkpoint", "load_checkpoint", "get_train_iterator")),
+    ):
         if getattr(getattr(cls, names[0]), _MARK, False):
             continue
         for name, fn in zip(names, wrap(cls)):

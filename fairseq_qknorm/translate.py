@@ -33,8 +33,9 @@ import dataclasses
 import os
 import subprocess
 import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Optional
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,12 +47,12 @@ load_pair_config "$2"
 load_system_config "$3"
 load_profile_config "$4"
 [[ -z "$6" ]] || MAX_UPDATE="$6"
-printf '%s\0' "$QK_DATA" "$(qk_run_dir "$PAIR" "$(qk_run_label)" "$SYSTEM" "$5")" "$BEAM" "$LENPEN" \
-    "$GEN_MAX_TOKENS" ${GEN_FLAGS[@]+"${GEN_FLAGS[@]}"}
+printf '%s\0' "$QK_DATA" "$(qk_run_dir "$PAIR" "$(qk_run_label)" "$SYSTEM" "$5")" \
+    "$BEAM" "$LENPEN" "$GEN_MAX_TOKENS" ${GEN_FLAGS[@]+"${GEN_FLAGS[@]}"}
 """
 
 
-def generation_options(flags: Sequence[str]) -> Dict[str, object]:
+def generation_options(flags: Sequence[str]) -> dict[str, object]:
     """Parse ``fairseq-generate`` generation flags into hub ``translate`` keyword arguments.
 
     Uses fairseq's own parser for its ``GenerationConfig`` (the options group
@@ -78,7 +79,8 @@ def generation_options(flags: Sequence[str]) -> Dict[str, object]:
     unset = object()
     names = [f.name for f in dataclasses.fields(GenerationConfig)]
     given, unknown = parser.parse_known_args(
-        list(flags), namespace=argparse.Namespace(**{name: unset for name in names}))
+        list(flags), namespace=argparse.Namespace(**{name: unset for name in names})
+    )
     if unknown:
         raise ValueError(f"not fairseq generation options: {unknown} (in {list(flags)})")
     return {k: v for k, v in vars(given).items() if v is not unset}
@@ -102,16 +104,24 @@ class PipelineSettings:
     data_bin: Path
     bpe_dir: Path
     max_tokens: int
-    generate_flags: List[str]
+    generate_flags: list[str]
 
 
-def pipeline_settings(pair: str, system: str, profile: str = "cpu-proxy", seed: int = 1,
-                      checkpoint: str = "best",
-                      max_update: Optional[int] = None) -> PipelineSettings:
+def pipeline_settings(
+    pair: str,
+    system: str,
+    profile: str = "cpu-proxy",
+    seed: int = 1,
+    checkpoint: str = "best",
+    max_update: Optional[int] = None,
+) -> PipelineSettings:
     """Resolve a pipeline run through the scripts' own configuration (``scripts/lib.sh``).
 
     Args:
-        pair, system, profile, seed: as for ``scripts/evaluate.sh``.
+        pair: language pair, as for ``scripts/evaluate.sh`` (e.g. ``gl-en``).
+        system: system name, as for ``scripts/evaluate.sh``.
+        profile: profile name, as for ``scripts/evaluate.sh``.
+        seed: training seed, as for ``scripts/evaluate.sh``.
         checkpoint: ``best`` or ``last``.
         max_update: the run's budget when it is not the profile's (``--max-update`` of
             ``scripts/train.sh``; such runs live under ``runs/PAIR/PROFILE-max-update-N/``).
@@ -125,17 +135,34 @@ def pipeline_settings(pair: str, system: str, profile: str = "cpu-proxy", seed: 
     if checkpoint not in ("best", "last"):
         raise ValueError(f"checkpoint must be 'best' or 'last', got {checkpoint!r}")
     proc = subprocess.run(
-        ["bash", "-c", _PIPELINE_SETTINGS_SH, "translate", str(REPO_ROOT), pair, system,
-         profile, str(seed), "" if max_update is None else str(max_update)],
-        capture_output=True, text=True)
+        [
+            "bash",
+            "-c",
+            _PIPELINE_SETTINGS_SH,
+            "translate",
+            str(REPO_ROOT),
+            pair,
+            system,
+            profile,
+            str(seed),
+            "" if max_update is None else str(max_update),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
-        raise ValueError(proc.stderr.strip().removeprefix("error: ")
-                         or f"cannot read the pipeline settings of {pair} {system} --profile {profile}")
+        raise ValueError(
+            proc.stderr.strip().removeprefix("error: ")
+            or f"cannot read the pipeline settings of {pair} {system} --profile {profile}"
+        )
     data, run, beam, lenpen, max_tokens, *gen_flags = proc.stdout.split("\0")[:-1]
     return PipelineSettings(
         checkpoint=Path(run) / "checkpoints" / f"checkpoint_{checkpoint}.pt",
-        data_bin=Path(data) / "bin" / pair, bpe_dir=Path(data) / "bpe" / pair,
-        max_tokens=int(max_tokens), generate_flags=["--beam", beam, "--lenpen", lenpen, *gen_flags])
+        data_bin=Path(data) / "bin" / pair,
+        bpe_dir=Path(data) / "bpe" / pair,
+        max_tokens=int(max_tokens),
+        generate_flags=["--beam", beam, "--lenpen", lenpen, *gen_flags],
+    )
 
 
 class Translator:
@@ -160,9 +187,17 @@ class Translator:
         FileNotFoundError: no checkpoint file; see also :func:`fairseq_qknorm.bpe.read_manifest`.
     """
 
-    def __init__(self, checkpoint, data_bin, bpe_dir, max_tokens: Optional[int] = None,
-                 moses: bool = False, **generation):
+    def __init__(
+        self,
+        checkpoint,
+        data_bin,
+        bpe_dir,
+        max_tokens: Optional[int] = None,
+        moses: bool = False,
+        **generation,
+    ):
         from fairseq.dataclass.configs import GenerationConfig
+
         from fairseq_qknorm.bpe import read_manifest
         from fairseq_qknorm.models.transformer_qknorm import TransformerQKNormModel
 
@@ -177,23 +212,39 @@ class Translator:
         overrides = {} if max_tokens is None else {"max_tokens": int(max_tokens)}
         if moses:
             manifest = read_manifest(bpe_dir)
-            overrides.update(tokenizer="moses", source_lang=manifest["src"],
-                             target_lang=manifest["tgt"], moses_no_dash_splits=True)
+            overrides.update(
+                tokenizer="moses",
+                source_lang=manifest["src"],
+                target_lang=manifest["tgt"],
+                moses_no_dash_splits=True,
+            )
         # absolute paths: hub_utils.from_pretrained reads a data path starting with "."
         # relative to the checkpoint's directory
         checkpoint = checkpoint.resolve()
         self.hub = TransformerQKNormModel.from_pretrained(
-            str(checkpoint.parent), checkpoint_file=checkpoint.name,
-            data_name_or_path=os.path.abspath(data_bin), bpe="pipeline",
-            bpe_dir=os.path.abspath(bpe_dir), **overrides)
+            str(checkpoint.parent),
+            checkpoint_file=checkpoint.name,
+            data_name_or_path=os.path.abspath(data_bin),
+            bpe="pipeline",
+            bpe_dir=os.path.abspath(bpe_dir),
+            **overrides,
+        )
         self.hub.eval()
 
     @classmethod
-    def from_pipeline(cls, pair: str, system: str, profile: str = "cpu-proxy", seed: int = 1,
-                      checkpoint: str = "best", moses: bool = False,
-                      max_update: Optional[int] = None) -> "Translator":
-        """The run ``scripts/evaluate.sh PAIR SYSTEM --profile P --seed N`` evaluates, with
-        its settings (see :func:`pipeline_settings`).
+    def from_pipeline(
+        cls,
+        pair: str,
+        system: str,
+        profile: str = "cpu-proxy",
+        seed: int = 1,
+        checkpoint: str = "best",
+        moses: bool = False,
+        max_update: Optional[int] = None,
+    ) -> "Translator":
+        """The run ``scripts/evaluate.sh PAIR SYSTEM --profile P --seed N`` evaluates.
+
+        With its settings (see :func:`pipeline_settings`).
 
         Raises:
             ValueError: see :func:`pipeline_settings`.
@@ -202,12 +253,20 @@ class Translator:
         s = pipeline_settings(pair, system, profile, seed, checkpoint, max_update)
         if not s.checkpoint.is_file():
             budget = "" if max_update is None else f" --max-update {max_update}"
-            raise FileNotFoundError(f"checkpoint {s.checkpoint} not found: run scripts/train.sh "
-                                    f"{pair} {system} --profile {profile} --seed {seed}{budget} first")
-        return cls(s.checkpoint, s.data_bin, s.bpe_dir, max_tokens=s.max_tokens, moses=moses,
-                   **generation_options(s.generate_flags))
+            raise FileNotFoundError(
+                f"checkpoint {s.checkpoint} not found: run scripts/train.sh "
+                f"{pair} {system} --profile {profile} --seed {seed}{budget} first"
+            )
+        return cls(
+            s.checkpoint,
+            s.data_bin,
+            s.bpe_dir,
+            max_tokens=s.max_tokens,
+            moses=moses,
+            **generation_options(s.generate_flags),
+        )
 
-    def translate(self, sentences: Iterable[str]) -> List[str]:
+    def translate(self, sentences: Iterable[str]) -> list[str]:
         """Translate raw (not yet segmented) sentences.
 
         Args:
@@ -228,22 +287,36 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m fairseq_qknorm.translate",
         description="Translate raw sentences (one per line, tokenized like data/raw/PAIR) with "
-                    "a pipeline run, segmented and decoded as scripts/evaluate.sh does.")
+        "a pipeline run, segmented and decoded as scripts/evaluate.sh does.",
+    )
     p.add_argument("pair")
     p.add_argument("system")
     p.add_argument("--profile", default="cpu-proxy")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--checkpoint", choices=("best", "last"), default="best")
-    p.add_argument("--max-update", type=int,
-                   help="the run's budget, if not the profile's (as given to scripts/train.sh)")
-    p.add_argument("--moses", action="store_true",
-                   help="input is untokenized: Moses-tokenize it (and detokenize the output)")
+    p.add_argument(
+        "--max-update",
+        type=int,
+        help="the run's budget, if not the profile's (as given to scripts/train.sh)",
+    )
+    p.add_argument(
+        "--moses",
+        action="store_true",
+        help="input is untokenized: Moses-tokenize it (and detokenize the output)",
+    )
     p.add_argument("--input", help="input file (default: stdin)")
     p.add_argument("--output", help="output file (default: stdout)")
     a = p.parse_args(argv)
     try:
-        translator = Translator.from_pipeline(a.pair, a.system, a.profile, a.seed, a.checkpoint,
-                                              moses=a.moses, max_update=a.max_update)
+        translator = Translator.from_pipeline(
+            a.pair,
+            a.system,
+            a.profile,
+            a.seed,
+            a.checkpoint,
+            moses=a.moses,
+            max_update=a.max_update,
+        )
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -215,7 +215,7 @@ def test_qk_norm_parameters_train_unless_frozen(variant):
         bound = float(mha.qk_norm_g.detach().abs().max())
         assert 1.0 < float(finite.abs().max()) <= bound + 1e-4
     else:  # |N(q).N(k)| / sqrt(D) <= ||N(q)|| ||N(k)|| / sqrt(D) <= sqrt(D) max|w|^2
-        assert float(finite.abs().max()) <= math.sqrt(D) * 1.5 ** 2 + 1e-4
+        assert float(finite.abs().max()) <= math.sqrt(D) * 1.5**2 + 1e-4
     out, _ = mha(x, x, x, key_padding_mask=pad, need_weights=False)  # fused training path
     out.pow(2).sum().backward()
     if mha.qk_norm_g is not None:
@@ -264,7 +264,7 @@ def test_incremental_self_attention_equals_full(variant):
     state = {}
     steps = []
     for t in range(6):
-        xt = x[t:t + 1]
+        xt = x[t : t + 1]
         o, _ = mha(xt, xt, xt, incremental_state=state, need_weights=False)
         steps.append(o)
     torch.testing.assert_close(torch.cat(steps), full, atol=1e-5, rtol=1e-5)
@@ -288,12 +288,20 @@ def test_beam_shared_encoder_attention_and_reorder(variant):
     pad_exp = pad.repeat_interleave(beam, dim=0)
     q = torch.randn(1, B * beam, E)
     expected, w_exp = mha(q, key_exp, key_exp, key_padding_mask=pad_exp, need_weights=True)
-    torch.testing.assert_close(expected, reference_attention(mha, q, key_exp, pad_exp),
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        expected, reference_attention(mha, q, key_exp, pad_exp), atol=1e-5, rtol=1e-5
+    )
     mha.set_beam_size(beam)
     state = {}
-    got, w = mha(q, key_exp, key_exp, key_padding_mask=pad_exp, incremental_state=state,
-                 static_kv=True, need_weights=True)
+    got, w = mha(
+        q,
+        key_exp,
+        key_exp,
+        key_padding_mask=pad_exp,
+        incremental_state=state,
+        static_kv=True,
+        need_weights=True,
+    )
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(w, w_exp, atol=1e-6, rtol=1e-5)
     assert mha._get_input_buffer(state)["prev_key"].shape[0] == B  # stored once per sentence
@@ -319,8 +327,9 @@ def test_beam_size_left_set_does_not_touch_full_forwards():
         mha.set_beam_size(2)
         got, _ = mha(q, key, key, key_padding_mask=pad, need_weights=False)
         torch.testing.assert_close(got, expected)
-        torch.testing.assert_close(got, reference_attention(mha, q, key, key_padding_mask=pad),
-                                   atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            got, reference_attention(mha, q, key, key_padding_mask=pad), atol=1e-5, rtol=1e-5
+        )
 
 
 # ---------------------------------------------------------------- invariances
@@ -485,31 +494,53 @@ def test_unsupported_parent_features_and_bad_options_raise():
     with pytest.raises(ValueError, match="qk_norm_type must be one of"):
         QKNormMultiheadAttention(E, H, qk_norm=True, qk_norm_type="cosine")
     for kind in ("layernorm", "rmsnorm"):
-        for option in (dict(qk_norm_scale=3.0), dict(qk_norm_scale_per_head=True),
-                       dict(qk_norm_freeze_scale=True)):
+        for option in (
+            dict(qk_norm_scale=3.0),
+            dict(qk_norm_scale_per_head=True),
+            dict(qk_norm_freeze_scale=True),
+        ):
             with pytest.raises(ValueError, match="apply only to qk_norm_type='l2'"):
                 QKNormMultiheadAttention(E, H, qk_norm=True, qk_norm_type=kind, **option)
-    for option in (dict(qk_norm_scale=3.0), dict(qk_norm_type="rmsnorm"),
-                   dict(qk_norm_scale_per_head=True)):
+    for option in (
+        dict(qk_norm_scale=3.0),
+        dict(qk_norm_type="rmsnorm"),
+        dict(qk_norm_scale_per_head=True),
+    ):
         with pytest.raises(ValueError, match="qk_norm=False"):
             QKNormMultiheadAttention(E, H, **option)
 
 
-@pytest.mark.parametrize("call, error, match", [
-    (lambda m, q, k, p: m(q[0], k, k), ValueError, r"query must be \(tgt_len, bsz, 16\)"),
-    (lambda m, q, k, p: m(q[..., :8], k, k), ValueError, "query must be"),
-    (lambda m, q, k, p: m(q.double(), k.double(), k.double()), TypeError, "query dtype"),
-    (lambda m, q, k, p: m(q, k[:, :2], k[:, :2]), ValueError, r"key must be \(src_len, bsz, 16\)"),
-    (lambda m, q, k, p: m(q, k[..., :8], k), ValueError, "key must be"),
-    (lambda m, q, k, p: m(q, k.half(), k.half()), TypeError, "key dtype"),
-    (lambda m, q, k, p: m(q, k, k, key_padding_mask=p[:, :5]), ValueError,
-     "key_padding_mask must be"),
-    (lambda m, q, k, p: m(q, k, k, key_padding_mask=p.float()), TypeError, "bool or uint8"),
-    (lambda m, q, k, p: m(q, k, k, attn_mask=torch.zeros(5, 6)), ValueError,
-     r"attn_mask must be \(tgt_len"),
-    (lambda m, q, k, p: m(q, k, k, attn_mask=torch.zeros(5, 7, dtype=torch.long)), TypeError,
-     "attn_mask must be float"),
-])
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda m, q, k, p: m(q[0], k, k), ValueError, r"query must be \(tgt_len, bsz, 16\)"),
+        (lambda m, q, k, p: m(q[..., :8], k, k), ValueError, "query must be"),
+        (lambda m, q, k, p: m(q.double(), k.double(), k.double()), TypeError, "query dtype"),
+        (
+            lambda m, q, k, p: m(q, k[:, :2], k[:, :2]),
+            ValueError,
+            r"key must be \(src_len, bsz, 16\)",
+        ),
+        (lambda m, q, k, p: m(q, k[..., :8], k), ValueError, "key must be"),
+        (lambda m, q, k, p: m(q, k.half(), k.half()), TypeError, "key dtype"),
+        (
+            lambda m, q, k, p: m(q, k, k, key_padding_mask=p[:, :5]),
+            ValueError,
+            "key_padding_mask must be",
+        ),
+        (lambda m, q, k, p: m(q, k, k, key_padding_mask=p.float()), TypeError, "bool or uint8"),
+        (
+            lambda m, q, k, p: m(q, k, k, attn_mask=torch.zeros(5, 6)),
+            ValueError,
+            r"attn_mask must be \(tgt_len",
+        ),
+        (
+            lambda m, q, k, p: m(q, k, k, attn_mask=torch.zeros(5, 7, dtype=torch.long)),
+            TypeError,
+            "attn_mask must be float",
+        ),
+    ],
+)
 def test_forward_rejects_bad_shapes_and_dtypes_with_our_errors(call, error, match):
     mha = make("l2", encoder_decoder_attention=True, kdim=E, vdim=E)
     query, key, pad = inputs()

@@ -11,14 +11,52 @@ import torch
 from conftest import PLUGIN_DIR, run_cli
 
 # QKNorm g and ScaleNorm scales in one model: the QKNorm paper model with ScaleNorm
-TRAIN = ["--user-dir", PLUGIN_DIR, "--arch", "transformer_qknorm_paper", "--norm-type", "scalenorm",
-         "--qk-norm-length", "12", "--encoder-layers", "1", "--decoder-layers", "1",
-         "--encoder-embed-dim", "16", "--decoder-embed-dim", "16",
-         "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
-         "--encoder-attention-heads", "2", "--decoder-attention-heads", "2", "--dropout", "0",
-         "--optimizer", "adam", "--lr", "3e-3", "--criterion", "label_smoothed_cross_entropy",
-         "--label-smoothing", "0.1", "--max-tokens", "400", "--seed", "1",
-         "--max-epoch", "3", "--save-interval-updates", "5", "--num-workers", "0"]
+TRAIN = [
+    "--user-dir",
+    PLUGIN_DIR,
+    "--arch",
+    "transformer_qknorm_paper",
+    "--norm-type",
+    "scalenorm",
+    "--qk-norm-length",
+    "12",
+    "--encoder-layers",
+    "1",
+    "--decoder-layers",
+    "1",
+    "--encoder-embed-dim",
+    "16",
+    "--decoder-embed-dim",
+    "16",
+    "--encoder-ffn-embed-dim",
+    "32",
+    "--decoder-ffn-embed-dim",
+    "32",
+    "--encoder-attention-heads",
+    "2",
+    "--decoder-attention-heads",
+    "2",
+    "--dropout",
+    "0",
+    "--optimizer",
+    "adam",
+    "--lr",
+    "3e-3",
+    "--criterion",
+    "label_smoothed_cross_entropy",
+    "--label-smoothing",
+    "0.1",
+    "--max-tokens",
+    "400",
+    "--seed",
+    "1",
+    "--max-epoch",
+    "3",
+    "--save-interval-updates",
+    "5",
+    "--num-workers",
+    "0",
+]
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +70,7 @@ def save_dir(toy_data, tmp_path_factory):
 
 def average(*args):
     """The command line, run for real (a subprocess)."""
-    return run_cli([sys.executable, "-m", "fairseq_qknorm.average_checkpoints", *args],
-                   check=False)
+    return run_cli([sys.executable, "-m", "fairseq_qknorm.average_checkpoints", *args], check=False)
 
 
 def average_main(capsys, *args):
@@ -78,24 +115,38 @@ def test_average_of_two_checkpoints_is_the_mean_of_every_parameter(save_dir, tmp
 def test_last_n_checkpoints_of_a_run(save_dir, tmp_path, capsys):
     from fairseq_qknorm.average_checkpoints import average_checkpoints, last_checkpoints
 
-    assert [os.path.basename(p) for p in last_checkpoints(str(save_dir), 2, False)] == \
-        ["checkpoint3.pt", "checkpoint2.pt"]
-    assert [os.path.basename(p) for p in last_checkpoints(str(save_dir), 2, True, 15)] == \
-        ["checkpoint_3_15.pt", "checkpoint_2_10.pt"]
+    assert [os.path.basename(p) for p in last_checkpoints(str(save_dir), 2, False)] == [
+        "checkpoint3.pt",
+        "checkpoint2.pt",
+    ]
+    assert [os.path.basename(p) for p in last_checkpoints(str(save_dir), 2, True, 15)] == [
+        "checkpoint_3_15.pt",
+        "checkpoint_2_10.pt",
+    ]
     out = tmp_path / "avg2.pt"
-    assert average_main(capsys, "--inputs", save_dir, "--num-epoch-checkpoints", "2",
-                        "--output", out)[0] == 0
-    expected = average_checkpoints([str(save_dir / "checkpoint3.pt"),
-                                    str(save_dir / "checkpoint2.pt")])["model"]
+    assert (
+        average_main(capsys, "--inputs", save_dir, "--num-epoch-checkpoints", "2", "--output", out)[
+            0
+        ]
+        == 0
+    )
+    expected = average_checkpoints(
+        [str(save_dir / "checkpoint3.pt"), str(save_dir / "checkpoint2.pt")]
+    )["model"]
     assert all(torch.equal(v, expected[k]) for k, v in model(out).items())
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--num-epoch-checkpoints", "4"], r"found 3 checkpointE\.pt files, need 4"),
-    (["--num-update-checkpoints", "2", "--checkpoint-upper-bound", "7"],
-     r"found 1 checkpoint_E_U\.pt files up to 7, need 2"),
-    (["--num-epoch-checkpoints", "0"], r"need at least 1"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--num-epoch-checkpoints", "4"], r"found 3 checkpointE\.pt files, need 4"),
+        (
+            ["--num-update-checkpoints", "2", "--checkpoint-upper-bound", "7"],
+            r"found 1 checkpoint_E_U\.pt files up to 7, need 2",
+        ),
+        (["--num-epoch-checkpoints", "0"], r"need at least 1"),
+    ],
+)
 def test_too_few_checkpoints_is_a_clear_error(save_dir, tmp_path, capsys, args, message):
     status, err = average_main(capsys, "--inputs", save_dir, *args, "--output", tmp_path / "x.pt")
     assert status == 1 and re.search(message, err), err
@@ -106,11 +157,18 @@ def test_checkpoints_of_other_models_are_refused(save_dir, tmp_path, capsys):
     state = torch.load(save_dir / "checkpoint1.pt", weights_only=False)
     del state["model"]["encoder.layers.0.self_attn.qk_norm_g"]
     torch.save(state, tmp_path / "other.pt")
-    status, err = average_main(capsys, "--inputs", save_dir / "checkpoint1.pt",
-                               tmp_path / "other.pt", "--output", tmp_path / "x.pt")
+    status, err = average_main(
+        capsys,
+        "--inputs",
+        save_dir / "checkpoint1.pt",
+        tmp_path / "other.pt",
+        "--output",
+        tmp_path / "x.pt",
+    )
     assert status == 1 and "other.pt: parameter names differ" in err
-    status, err = average_main(capsys, "--inputs", save_dir / "missing.pt",
-                               "--output", tmp_path / "x.pt")
+    status, err = average_main(
+        capsys, "--inputs", save_dir / "missing.pt", "--output", tmp_path / "x.pt"
+    )
     assert status == 1 and "no such checkpoint file" in err
     assert not (tmp_path / "x.pt").exists()
 
@@ -124,9 +182,24 @@ def test_averaged_checkpoint_decodes_every_test_sentence(save_dir, toy_data, tmp
     proc = average("--inputs", save_dir, "--num-update-checkpoints", "3", "--output", out)
     assert proc.returncode == 0, proc.stderr
     assert "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD" not in os.environ
-    gen = run_cli(["fairseq-generate", bin_dir, "--user-dir", PLUGIN_DIR, "--path", out,
-                   "--beam", "2", "--batch-size", "8", "--required-batch-size-multiple", "1",
-                   "--num-workers", "0"])
+    gen = run_cli(
+        [
+            "fairseq-generate",
+            bin_dir,
+            "--user-dir",
+            PLUGIN_DIR,
+            "--path",
+            out,
+            "--beam",
+            "2",
+            "--batch-size",
+            "8",
+            "--required-batch-size-multiple",
+            "1",
+            "--num-workers",
+            "0",
+        ]
+    )
     n_test = sum(1 for _ in open(raw / "test.src"))
     ids = sorted(int(m) for m in re.findall(r"^H-(\d+)\t", gen.stdout, flags=re.M))
     assert ids == list(range(n_test))

@@ -8,17 +8,51 @@ import torch
 from conftest import PLUGIN_DIR, run_cli
 
 TRAIN_ARGS = [
-    "--user-dir", PLUGIN_DIR, "--arch", "transformer_qknorm_paper_proxy",
-    "--qk-norm-length", "12",
-    "--encoder-layers", "2", "--decoder-layers", "2",
-    "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
-    "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-    "--optimizer", "adam", "--lr", "3e-3", "--lr-scheduler", "inverse_sqrt",
-    "--warmup-updates", "5", "--criterion", "label_smoothed_cross_entropy",
-    "--label-smoothing", "0.1", "--max-tokens", "800", "--seed", "1",
-    "--required-batch-size-multiple", "1", "--no-epoch-checkpoints",
-    "--log-format", "simple", "--log-interval", "5", "--attn-stats-interval", "5",
-    "--num-workers", "0",
+    "--user-dir",
+    PLUGIN_DIR,
+    "--arch",
+    "transformer_qknorm_paper_proxy",
+    "--qk-norm-length",
+    "12",
+    "--encoder-layers",
+    "2",
+    "--decoder-layers",
+    "2",
+    "--encoder-embed-dim",
+    "32",
+    "--decoder-embed-dim",
+    "32",
+    "--encoder-ffn-embed-dim",
+    "64",
+    "--decoder-ffn-embed-dim",
+    "64",
+    "--optimizer",
+    "adam",
+    "--lr",
+    "3e-3",
+    "--lr-scheduler",
+    "inverse_sqrt",
+    "--warmup-updates",
+    "5",
+    "--criterion",
+    "label_smoothed_cross_entropy",
+    "--label-smoothing",
+    "0.1",
+    "--max-tokens",
+    "800",
+    "--seed",
+    "1",
+    "--required-batch-size-multiple",
+    "1",
+    "--no-epoch-checkpoints",
+    "--log-format",
+    "simple",
+    "--log-interval",
+    "5",
+    "--attn-stats-interval",
+    "5",
+    "--num-workers",
+    "0",
 ]
 
 
@@ -27,8 +61,12 @@ def trained(toy_data, tmp_path_factory):
     """Train 15 updates, then resume to 25: returns (bin_dir, save_dir, logs)."""
     _, bin_dir = toy_data
     save = tmp_path_factory.mktemp("ckpt")
-    first = run_cli(["fairseq-train", bin_dir, *TRAIN_ARGS, "--max-update", "15", "--save-dir", save])
-    resumed = run_cli(["fairseq-train", bin_dir, *TRAIN_ARGS, "--max-update", "25", "--save-dir", save])
+    first = run_cli(
+        ["fairseq-train", bin_dir, *TRAIN_ARGS, "--max-update", "15", "--save-dir", save]
+    )
+    resumed = run_cli(
+        ["fairseq-train", bin_dir, *TRAIN_ARGS, "--max-update", "25", "--save-dir", save]
+    )
     return bin_dir, save, first.stdout + first.stderr, resumed.stdout + resumed.stderr
 
 
@@ -53,19 +91,47 @@ def test_generate_with_checkpoint_outputs_every_sentence(trained, toy_data):
     raw, _ = toy_data
     bin_dir, save, _, _ = trained
     n_test = sum(1 for _ in open(raw / "test.src"))
-    proc = run_cli(["fairseq-generate", bin_dir, "--user-dir", PLUGIN_DIR,
-                    "--path", save / "checkpoint_best.pt", "--beam", "4", "--batch-size", "8",
-                    "--required-batch-size-multiple", "1", "--num-workers", "0"])
+    proc = run_cli(
+        [
+            "fairseq-generate",
+            bin_dir,
+            "--user-dir",
+            PLUGIN_DIR,
+            "--path",
+            save / "checkpoint_best.pt",
+            "--beam",
+            "4",
+            "--batch-size",
+            "8",
+            "--required-batch-size-multiple",
+            "1",
+            "--num-workers",
+            "0",
+        ]
+    )
     ids = sorted(int(m) for m in re.findall(r"^H-(\d+)\t", proc.stdout, flags=re.M))
     assert ids == list(range(n_test))
 
 
 def test_interactive_translates(trained):
     bin_dir, save, _, _ = trained
-    proc = run_cli(["fairseq-interactive", bin_dir, "--user-dir", PLUGIN_DIR,
-                    "--path", save / "checkpoint_last.pt", "--beam", "2",
-                    "--source-lang", "src", "--target-lang", "tgt"],
-                   input="w1 w2 w3\nw4 w5\n")
+    proc = run_cli(
+        [
+            "fairseq-interactive",
+            bin_dir,
+            "--user-dir",
+            PLUGIN_DIR,
+            "--path",
+            save / "checkpoint_last.pt",
+            "--beam",
+            "2",
+            "--source-lang",
+            "src",
+            "--target-lang",
+            "tgt",
+        ],
+        input="w1 w2 w3\nw4 w5\n",
+    )
     hyps = re.findall(r"^H-(\d+)\t(\S+)\t(.*)$", proc.stdout, flags=re.M)
     assert [h[0] for h in hyps] == ["0", "1"]
     assert all(h[2].strip() for h in hyps)
@@ -76,8 +142,9 @@ def test_hub_interface_translates(trained):
     from fairseq_qknorm.models.transformer_qknorm import TransformerQKNormModel
 
     bin_dir, save, _, _ = trained
-    hub = TransformerQKNormModel.from_pretrained(str(save), checkpoint_file="checkpoint_last.pt",
-                                                 data_name_or_path=str(bin_dir))
+    hub = TransformerQKNormModel.from_pretrained(
+        str(save), checkpoint_file="checkpoint_last.pt", data_name_or_path=str(bin_dir)
+    )
     hub.eval()
     out = hub.translate(["w1 w2 w3", "w7 w8"], beam=2)
     assert len(out) == 2 and all(isinstance(o, str) and o for o in out)

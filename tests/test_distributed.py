@@ -18,17 +18,54 @@ from conftest import PLUGIN_DIR, VENV_BIN, run_cli
 
 HELPER = Path(__file__).with_name("fairseq_train_rank_params.py")
 
-TINY = ["--encoder-layers", "1", "--decoder-layers", "1",
-        "--encoder-embed-dim", "16", "--decoder-embed-dim", "16",
-        "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
-        "--encoder-attention-heads", "2", "--decoder-attention-heads", "2", "--dropout", "0"]
+TINY = [
+    "--encoder-layers",
+    "1",
+    "--decoder-layers",
+    "1",
+    "--encoder-embed-dim",
+    "16",
+    "--decoder-embed-dim",
+    "16",
+    "--encoder-ffn-embed-dim",
+    "32",
+    "--decoder-ffn-embed-dim",
+    "32",
+    "--encoder-attention-heads",
+    "2",
+    "--decoder-attention-heads",
+    "2",
+    "--dropout",
+    "0",
+]
 # 300 toy sentences at --max-tokens 400: 7 batches = 4 updates of 2 batches per epoch, the last
 # one a single batch (rank 1 gets fairseq's empty batch): 6 updates cross an epoch boundary and
 # a reshuffle.
-TRAIN = ["--user-dir", PLUGIN_DIR, "--cpu", "--optimizer", "adam", "--lr", "1e-3",
-         "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-         "--max-tokens", "400", "--seed", "3", "--no-epoch-checkpoints", "--num-workers", "0",
-         "--log-format", "simple", "--log-interval", "1", *TINY]
+TRAIN = [
+    "--user-dir",
+    PLUGIN_DIR,
+    "--cpu",
+    "--optimizer",
+    "adam",
+    "--lr",
+    "1e-3",
+    "--criterion",
+    "label_smoothed_cross_entropy",
+    "--label-smoothing",
+    "0.1",
+    "--max-tokens",
+    "400",
+    "--seed",
+    "3",
+    "--no-epoch-checkpoints",
+    "--num-workers",
+    "0",
+    "--log-format",
+    "simple",
+    "--log-interval",
+    "1",
+    *TINY,
+]
 UPDATES = 6
 # Measured (AMD EPYC Zen 4, OMP_NUM_THREADS=1): 0.0, the two setups are bit-identical: a sum of
 # two per-batch gradients does not depend on their order, torch's DDP pre-division by the world
@@ -43,8 +80,9 @@ ATOL = 1e-6
 
 
 def torchrun(script, *args, nproc=2):
-    return run_cli([VENV_BIN / "torchrun", "--standalone", "--nproc_per_node", nproc,
-                    script, *args])
+    return run_cli(
+        [VENV_BIN / "torchrun", "--standalone", "--nproc_per_node", nproc, script, *args]
+    )
 
 
 def model_params(path):
@@ -62,12 +100,14 @@ TORCHRUN_ENV = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999", "WORLD_SIZE"
 
 def _dist_cfg(*flags):
     """``cfg.distributed_training`` of ``fairseq-train --cpu FLAGS`` as fairseq builds it."""
-    import fairseq_qknorm  # noqa: F401  (installs the shim)
     from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
-    args = options.parse_args_and_arch(options.get_training_parser(),
-                                       ["unused", "--arch", "transformer_qknorm", "--cpu", *flags])
+    import fairseq_qknorm  # noqa: F401  (installs the shim)
+
+    args = options.parse_args_and_arch(
+        options.get_training_parser(), ["unused", "--arch", "transformer_qknorm", "--cpu", *flags]
+    )
     return convert_namespace_to_omegaconf(args).distributed_training
 
 
@@ -108,8 +148,9 @@ def test_other_launches_are_left_to_fairseq(cpu_torchrun_env, monkeypatch, case)
         calls.append(cfg)
         cfg.distributed_no_spawn = True
 
-    monkeypatch.setattr(distributed_utils, "_infer_torch_distributed_launch_init",
-                        fairseq_torchrun_branch)
+    monkeypatch.setattr(
+        distributed_utils, "_infer_torch_distributed_launch_init", fairseq_torchrun_branch
+    )
     if case == "cuda":
         monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     elif case == "no_torchrun":
@@ -124,10 +165,11 @@ def test_other_launches_are_left_to_fairseq(cpu_torchrun_env, monkeypatch, case)
 
 
 def test_install_is_idempotent_and_wraps_fairseqs_functions():
-    import fairseq_qknorm
     from fairseq.distributed import utils as distributed_utils
     from fairseq.models import distributed_fairseq_model as dfm
     from torch.nn.parallel import DistributedDataParallel
+
+    import fairseq_qknorm
 
     before = (distributed_utils.infer_init_method, dfm.DistributedDataParallel)
     fairseq_qknorm.distributed_compat.install()
@@ -146,8 +188,9 @@ def test_pytorch_ddp_wraps_a_cpu_model(tmp_path, toy_task):
     from conftest import build_model
 
     model, _ = build_model(toy_task, "transformer_qknorm_paper", TINY + ["--qk-norm-length", "8"])
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
-                            world_size=1)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
     try:
         with pytest.raises(ValueError, match="device_ids"):
             DistributedDataParallel(model, device_ids=[0], output_device=0)
@@ -168,9 +211,10 @@ def test_checkpoint_broadcast_load_is_trusted():
     ``torch.load`` (``_broadcast_object_slow``); checkpoints hold configs, not only tensors."""
     import io
 
-    import fairseq_qknorm  # noqa: F401
     from fairseq.distributed import utils as distributed_utils
     from omegaconf import OmegaConf
+
+    import fairseq_qknorm  # noqa: F401
 
     buf = io.BytesIO()
     torch.save({"cfg": OmegaConf.create({"arch": "transformer_twt"})}, buf)
@@ -183,9 +227,14 @@ def test_checkpoint_broadcast_load_is_trusted():
 # ------------------------------------------------------- real torchrun runs
 def _train_lines(log):
     """``{num_updates: "loss=..., nll_loss=..., wpb=..., bsz=..."}`` of train_inner lines."""
-    return {int(m.group(3)): f"{m.group(1)}, {m.group(2)}" for m in re.finditer(
-        r"train_inner\W.*?(loss=[^,]+, nll_loss=[^,]+).*?(wpb=[^,]+, bsz=[^,]+), "
-        r"num_updates=(\d+)", log)}
+    return {
+        int(m.group(3)): f"{m.group(1)}, {m.group(2)}"
+        for m in re.finditer(
+            r"train_inner\W.*?(loss=[^,]+, nll_loss=[^,]+).*?(wpb=[^,]+, bsz=[^,]+), "
+            r"num_updates=(\d+)",
+            log,
+        )
+    }
 
 
 def _one_vs_two_processes(bin_dir, tmp_path, arch, extra, stop_at=None):
@@ -194,16 +243,34 @@ def _one_vs_two_processes(bin_dir, tmp_path, arch, extra, stop_at=None):
     Returns (log of the
     1-process run, log of the 2-process run(s), its checkpoint_last model, each rank's params)."""
     args = [bin_dir, *TRAIN, "--arch", arch, *extra]
-    one = run_cli(["fairseq-train", *args, "--max-update", UPDATES, "--update-freq", "2",
-                   "--save-dir", tmp_path / "one"])
+    one = run_cli(
+        [
+            "fairseq-train",
+            *args,
+            "--max-update",
+            UPDATES,
+            "--update-freq",
+            "2",
+            "--save-dir",
+            tmp_path / "one",
+        ]
+    )
     ddp = tmp_path / "ddp"
     log = ""
     # the stopped part runs fairseq-train itself, as a script would; the last run the helper
     # that also saves rank 1's parameters
     runs = ([(VENV_BIN / "fairseq-train", stop_at)] if stop_at else []) + [(HELPER, UPDATES)]
     for script, max_update in runs:
-        proc = torchrun(script, *args, "--max-update", max_update, "--distributed-backend", "gloo",
-                        "--save-dir", ddp)
+        proc = torchrun(
+            script,
+            *args,
+            "--max-update",
+            max_update,
+            "--distributed-backend",
+            "gloo",
+            "--save-dir",
+            ddp,
+        )
         log += proc.stdout + proc.stderr
     assert "distributed init (rank 1): env://" in log
     ranks = [torch.load(ddp / f"params_rank{r}.pt", weights_only=True) for r in (0, 1)]
@@ -233,8 +300,12 @@ def test_qknorm_two_processes_with_attention_statistics_and_resume(toy_data, tmp
     for another, the all-reduced loss is unchanged), and the 2-process run stopped at 3
     updates and resumed (rank 0 broadcasts the checkpoint it loads)."""
     one, log, ranks = _one_vs_two_processes(
-        toy_data[1], tmp_path, "transformer_qknorm_paper",
-        ["--qk-norm-length", "12", "--attn-stats-interval", "1"], stop_at=3)
+        toy_data[1],
+        tmp_path,
+        "transformer_qknorm_paper",
+        ["--qk-norm-length", "12", "--attn-stats-interval", "1"],
+        stop_at=3,
+    )
     assert sum(k.endswith("qk_norm_g") for k in ranks[0]) == 3
     assert "Loaded checkpoint" in log and "@ 3 updates" in log
     for name in ("enc0_self", "dec0_self", "dec0_cross"):

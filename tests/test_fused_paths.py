@@ -11,9 +11,10 @@ encoder keys), and for a whole model's training step.
 import pytest
 import torch
 
-from conftest import build_model
 from fairseq_qknorm.modules import QKNormMultiheadAttention
-from test_attention import E, VARIANTS, make, reference_attention
+
+from conftest import build_model
+from test_attention import VARIANTS, E, make, reference_attention
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 ALL = list(VARIANTS)
@@ -42,8 +43,9 @@ def assert_grads_close(a, b):
         assert pa.grad is not None, name
         # 1e-5 relative to the tensor's scale: FixNorm makes embedding gradients O(100)
         scale = max(1.0, float(pa.grad.abs().max()))
-        torch.testing.assert_close(pa.grad, pb.grad, atol=1e-5 * scale, rtol=1e-5,
-                                   msg=lambda m, name=name: f"{name}: {m}")
+        torch.testing.assert_close(
+            pa.grad, pb.grad, atol=1e-5 * scale, rtol=1e-5, msg=lambda m, name=name: f"{name}: {m}"
+        )
 
 
 @pytest.mark.parametrize("variant", ALL)
@@ -114,7 +116,7 @@ def test_incremental_self_attention_paths_agree(variant):
     sa, sb = {}, {}
     order = torch.tensor([1, 0, 3, 2])  # beam reorder between steps
     for t in range(7):
-        xt = x[t:t + 1]
+        xt = x[t : t + 1]
         oa, _ = a(xt, xt, xt, incremental_state=sa, need_weights=False)
         ob, _ = b(xt, xt, xt, incremental_state=sb, need_weights=False)
         torch.testing.assert_close(oa, ob, **TOL)
@@ -142,29 +144,51 @@ def test_incremental_encoder_attention_paths_agree(variant, beam_shared):
         q = torch.randn(1, B * beam, E, generator=g)
         k = key if t == 0 else None
         kpm = pad if t == 0 else None
-        oa, _ = a(q, k, k, key_padding_mask=kpm, incremental_state=sa, static_kv=True,
-                  need_weights=False)
-        ob, _ = b(q, k, k, key_padding_mask=kpm, incremental_state=sb, static_kv=True,
-                  need_weights=False)
+        oa, _ = a(
+            q, k, k, key_padding_mask=kpm, incremental_state=sa, static_kv=True, need_weights=False
+        )
+        ob, _ = b(
+            q, k, k, key_padding_mask=kpm, incremental_state=sb, static_kv=True, need_weights=False
+        )
         torch.testing.assert_close(oa, ob, **TOL)
         order = torch.tensor([1, 0, 3, 2, 5, 4])
         a.reorder_incremental_state(sa, order)
         b.reorder_incremental_state(sb, order)
 
 
-@pytest.mark.parametrize("arch, qk_flags", [
-    ("transformer_qknorm_paper", ["--qk-norm-scale", "6"]),
-    ("transformer_qknorm_paper", ["--qk-norm-scale", "6", "--qk-norm-scale-per-head"]),
-    ("transformer_qknorm_paper", ["--qk-norm-type", "layernorm"]),
-    ("transformer_qknorm_paper", ["--qk-norm-type", "rmsnorm"]),
-    ("transformer_twt", []),
-])
+@pytest.mark.parametrize(
+    "arch, qk_flags",
+    [
+        ("transformer_qknorm_paper", ["--qk-norm-scale", "6"]),
+        ("transformer_qknorm_paper", ["--qk-norm-scale", "6", "--qk-norm-scale-per-head"]),
+        ("transformer_qknorm_paper", ["--qk-norm-type", "layernorm"]),
+        ("transformer_qknorm_paper", ["--qk-norm-type", "rmsnorm"]),
+        ("transformer_twt", []),
+    ],
+)
 def test_model_training_step_paths_agree(toy_task, arch, qk_flags):
     """A whole model (padded toy batch, dropout 0): loss and every gradient agree."""
-    flags = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "32",
-             "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
-             "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "4",
-             "--decoder-attention-heads", "4", "--dropout", "0", *qk_flags]
+    flags = [
+        "--encoder-layers",
+        "2",
+        "--decoder-layers",
+        "2",
+        "--encoder-embed-dim",
+        "32",
+        "--decoder-embed-dim",
+        "32",
+        "--encoder-ffn-embed-dim",
+        "64",
+        "--decoder-ffn-embed-dim",
+        "64",
+        "--encoder-attention-heads",
+        "4",
+        "--decoder-attention-heads",
+        "4",
+        "--dropout",
+        "0",
+        *qk_flags,
+    ]
     torch.manual_seed(0)
     ma, _ = build_model(toy_task, arch, flags)
     mb, _ = build_model(toy_task, arch, flags)
@@ -196,8 +220,9 @@ def test_model_training_step_paths_agree(toy_task, arch, qk_flags):
             continue
         # 1e-5 relative to the tensor's scale: FixNorm makes embedding gradients O(100)
         scale = max(1.0, float(pa.grad.abs().max()))
-        torch.testing.assert_close(pa.grad, pb.grad, atol=1e-5 * scale, rtol=1e-5,
-                                   msg=lambda m, name=name: f"{name}: {m}")
+        torch.testing.assert_close(
+            pa.grad, pb.grad, atol=1e-5 * scale, rtol=1e-5, msg=lambda m, name=name: f"{name}: {m}"
+        )
 
 
 @pytest.fixture
@@ -262,7 +287,7 @@ def test_single_query_steps_take_the_explicit_path_on_cpu(variant, sdpa_masks):
     x = torch.randn(4, 2, E, generator=torch.Generator().manual_seed(9))
     sa, sb = {}, {}
     for t in range(4):
-        xt = x[t:t + 1]
+        xt = x[t : t + 1]
         oa, _ = a(xt, xt, xt, incremental_state=sa, need_weights=False)
         ob, _ = b(xt, xt, xt, incremental_state=sb, need_weights=False)
         torch.testing.assert_close(oa, ob, **TOL)

@@ -16,21 +16,55 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (EN_WORDS, GL_WORDS, PLUGIN_DIR, SHARED, cli_env, make_env, out, run_cli,
-                      run_script, write_sums)
+from conftest import (
+    EN_WORDS,
+    GL_WORDS,
+    PLUGIN_DIR,
+    SHARED,
+    cli_env,
+    make_env,
+    out,
+    run_cli,
+    run_script,
+    write_sums,
+)
 
 TOOLS = ("subword-nmt", "sentencepiece")
 # subword-nmt: 200 merges make every word of the tiny corpus one subword; a vocabulary
 # threshold of 30 then reverts the merges of the rarer words (their segmentation differs
 # from fairseq's codes-only --bpe subword_nmt). sentencepiece: a small joint model.
-BPE_ARGS = {"subword-nmt": ["--merges", 200, "--vocab-threshold", 30],
-            "sentencepiece": ["--tool", "sentencepiece", "--vocab-size", 60]}
+BPE_ARGS = {
+    "subword-nmt": ["--merges", 200, "--vocab-threshold", 30],
+    "sentencepiece": ["--tool", "sentencepiece", "--vocab-size", 60],
+}
 # train.sh passes these after the profile's flags (fairseq keeps the last value): a tiny
 # model that learns the word mapping in 200 updates (dropout 0, train.sh's fixed seed 1)
-TINY_MODEL = ["--encoder-layers", 1, "--decoder-layers", 1, "--encoder-embed-dim", 32,
-              "--decoder-embed-dim", 32, "--encoder-ffn-embed-dim", 64, "--decoder-ffn-embed-dim", 64,
-              "--encoder-attention-heads", 2, "--decoder-attention-heads", 2, "--dropout", 0,
-              "--lr", 5e-3, "--warmup-updates", 20, "--max-tokens", 500]
+TINY_MODEL = [
+    "--encoder-layers",
+    1,
+    "--decoder-layers",
+    1,
+    "--encoder-embed-dim",
+    32,
+    "--decoder-embed-dim",
+    32,
+    "--encoder-ffn-embed-dim",
+    64,
+    "--decoder-ffn-embed-dim",
+    64,
+    "--encoder-attention-heads",
+    2,
+    "--decoder-attention-heads",
+    2,
+    "--dropout",
+    0,
+    "--lr",
+    5e-3,
+    "--warmup-updates",
+    20,
+    "--max-tokens",
+    500,
+]
 
 
 def make_parallel_ted(data_dir: Path, sizes=(400, 30, 37), seed=0) -> Path:
@@ -45,8 +79,9 @@ def make_parallel_ted(data_dir: Path, sizes=(400, 30, 37), seed=0) -> Path:
     for split, n in zip(("train", "dev", "test"), sizes):
         src = [rng.choices(GL_WORDS, weights, k=rng.randint(3, 8)) for _ in range(n)]
         (d / f"{split}.gl").write_text("".join(" ".join(s) + " .\n" for s in src), encoding="utf-8")
-        (d / f"{split}.en").write_text("".join(" ".join(mapping[w] for w in s) + " .\n" for s in src),
-                                       encoding="utf-8")
+        (d / f"{split}.en").write_text(
+            "".join(" ".join(mapping[w] for w in s) + " .\n" for s in src), encoding="utf-8"
+        )
     write_sums(data_dir)
     return data_dir
 
@@ -54,8 +89,14 @@ def make_parallel_ted(data_dir: Path, sizes=(400, 30, 37), seed=0) -> Path:
 def translate_cli(*args, work: Path, input_text: str) -> subprocess.CompletedProcess:
     """``python -m fairseq_qknorm.translate ARGS`` with QKNORM_WORK_DIR=work."""
     env = {**cli_env(), "QKNORM_WORK_DIR": str(work)}
-    return subprocess.run([sys.executable, "-m", "fairseq_qknorm.translate", *map(str, args)],
-                          env=env, input=input_text, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "fairseq_qknorm.translate", *map(str, args)],
+        env=env,
+        input=input_text,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def read(path: Path):
@@ -63,8 +104,9 @@ def read(path: Path):
 
 
 def build_bpe(**kwargs):
-    import fairseq_qknorm  # noqa: F401  (registers --bpe pipeline)
     from fairseq.data import encoders
+
+    import fairseq_qknorm  # noqa: F401  (registers --bpe pipeline)
 
     return encoders.build_bpe(Namespace(**kwargs))
 
@@ -76,9 +118,14 @@ def segmented(request, tmp_path_factory):
     if tool == "sentencepiece":
         pytest.importorskip("sentencepiece")
     root = tmp_path_factory.mktemp(f"infer-{tool}")
-    env = make_env(root / "work", QKNORM_DATA_DIR=make_parallel_ted(root / "data_in"), OMP_NUM_THREADS=1)
-    for step, args in (("prepare_data.sh", ["gl-en"]), ("bpe.sh", ["gl-en", *BPE_ARGS[tool]]),
-                       ("binarize.sh", ["gl-en"])):
+    env = make_env(
+        root / "work", QKNORM_DATA_DIR=make_parallel_ted(root / "data_in"), OMP_NUM_THREADS=1
+    )
+    for step, args in (
+        ("prepare_data.sh", ["gl-en"]),
+        ("bpe.sh", ["gl-en", *BPE_ARGS[tool]]),
+        ("binarize.sh", ["gl-en"]),
+    ):
         p = run_script(step, *args, env=env, timeout=300)
         assert p.returncode == 0, out(p)
     return env, root / "work", tool
@@ -88,11 +135,23 @@ def segmented(request, tmp_path_factory):
 def evaluated(segmented):
     """... plus train.sh (tiny model) and evaluate.sh: returns (env, work, tool, run dir)."""
     env, work, tool = segmented
-    p = run_script("train.sh", "gl-en", "twt", "--max-update", 200, "--threads", 1, "--",
-                   *TINY_MODEL, env=env, timeout=600)
+    p = run_script(
+        "train.sh",
+        "gl-en",
+        "twt",
+        "--max-update",
+        200,
+        "--threads",
+        1,
+        "--",
+        *TINY_MODEL,
+        env=env,
+        timeout=600,
+    )
     assert p.returncode == 0, out(p)
-    p = run_script("evaluate.sh", "gl-en", "twt", "--max-update", 200, "--threads", 1, env=env,
-                   timeout=300)
+    p = run_script(
+        "evaluate.sh", "gl-en", "twt", "--max-update", 200, "--threads", 1, env=env, timeout=300
+    )
     assert p.returncode == 0, out(p)
     return env, work, tool, work / RUN
 
@@ -120,8 +179,10 @@ def test_manifest_and_segmentation_equal_bpe_sh(segmented):
             assert encoded == read(bpe_dir / f"{split}.{lang}"), (split, lang)
             assert [bpe.decode(e) for e in encoded] == lines
     # default language: the pair's source
-    assert build_bpe(bpe="pipeline", bpe_dir=str(bpe_dir)).encode(read(raw / "test.gl")[0]) \
+    assert (
+        build_bpe(bpe="pipeline", bpe_dir=str(bpe_dir)).encode(read(raw / "test.gl")[0])
         == read(bpe_dir / "test.gl")[0]
+    )
 
 
 def test_vocabulary_threshold_changes_segmentation(segmented):
@@ -135,7 +196,9 @@ def test_vocabulary_threshold_changes_segmentation(segmented):
     bpe_dir = work / "data/bpe/gl-en"
     lines = read(work / "data/raw/gl-en/test.gl")
     ours = [build_bpe(bpe="pipeline", bpe_dir=str(bpe_dir)).encode(x) for x in lines]
-    stock = [build_bpe(bpe="subword_nmt", bpe_codes=str(bpe_dir / "codes")).encode(x) for x in lines]
+    stock = [
+        build_bpe(bpe="subword_nmt", bpe_codes=str(bpe_dir / "codes")).encode(x) for x in lines
+    ]
     n_diff = sum(a != b for a, b in zip(ours, stock))
     assert 0 < n_diff < len(lines)
     vocab = Dictionary.load(str(work / "data/bin/gl-en/dict.gl.txt"))
@@ -154,8 +217,10 @@ def test_bpe_dir_errors(tmp_path):
     (tmp_path / "bpe.json").write_text('{"tool": "fastbpe", "src": "gl", "tgt": "en"}')
     with pytest.raises(ValueError, match="'tool' must be one of"):
         read_manifest(tmp_path)
-    (tmp_path / "bpe.json").write_text('{"tool": "subword-nmt", "src": "gl", "tgt": "en", "codes": "codes",'
-                                       ' "vocabulary": {"gl": "vocab.gl"}, "vocab_threshold": 50}')
+    (tmp_path / "bpe.json").write_text(
+        '{"tool": "subword-nmt", "src": "gl", "tgt": "en", "codes": "codes",'
+        ' "vocabulary": {"gl": "vocab.gl"}, "vocab_threshold": 50}'
+    )
     with pytest.raises(FileNotFoundError, match="codes"):
         read_manifest(tmp_path)
     (tmp_path / "codes").write_text("#version: 0.2\na b</w>\n")  # one merge: a + final b
@@ -172,8 +237,9 @@ def test_bpe_dir_errors(tmp_path):
 def test_generation_options():
     from fairseq_qknorm.translate import generation_options
 
-    assert generation_options(["--beam", "4", "--lenpen", "1.0", "--max-len-a", "1.5", "--max-len-b",
-                               "10"]) == {"beam": 4, "lenpen": 1.0, "max_len_a": 1.5, "max_len_b": 10}
+    assert generation_options(
+        ["--beam", "4", "--lenpen", "1.0", "--max-len-a", "1.5", "--max-len-b", "10"]
+    ) == {"beam": 4, "lenpen": 1.0, "max_len_a": 1.5, "max_len_b": 10}
     assert generation_options(["--unnormalized"]) == {"unnormalized": True}
     assert generation_options([]) == {}
     with pytest.raises(ValueError, match="not fairseq generation options"):
@@ -193,10 +259,35 @@ README_GENERATION = {"beam": 4, "lenpen": 1.0, "max_len_a": 1.5, "max_len_b": 10
 
 def interactive(work: Path, *bpe_args, input_text: str):
     """The README's fairseq-interactive command: D- lines = hypotheses with BPE removed."""
-    proc = run_cli(["fairseq-interactive", "data/bin/gl-en", "--user-dir", PLUGIN_DIR,
-                    "--source-lang", "gl", "--target-lang", "en", "--path", README_CHECKPOINT,
-                    *bpe_args, "--beam", 4, "--lenpen", 1.0, "--max-len-a", 1.5, "--max-len-b", 10,
-                    "--max-tokens", 6000, "--buffer-size", 1000], cwd=work, input=input_text)
+    proc = run_cli(
+        [
+            "fairseq-interactive",
+            "data/bin/gl-en",
+            "--user-dir",
+            PLUGIN_DIR,
+            "--source-lang",
+            "gl",
+            "--target-lang",
+            "en",
+            "--path",
+            README_CHECKPOINT,
+            *bpe_args,
+            "--beam",
+            4,
+            "--lenpen",
+            1.0,
+            "--max-len-a",
+            1.5,
+            "--max-len-b",
+            10,
+            "--max-tokens",
+            6000,
+            "--buffer-size",
+            1000,
+        ],
+        cwd=work,
+        input=input_text,
+    )
     found = re.findall(r"^D-(\d+)\t\S+\t(.*)$", proc.stdout, flags=re.M)
     assert [int(i) for i, _ in found] == list(range(len(found)))
     return [h for _, h in found]
@@ -221,21 +312,30 @@ def test_raw_translation_equals_evaluate_sh(evaluated, monkeypatch):
     assert len(expected) == 37 and len(set(expected)) > 30  # the output depends on the input
 
     text = raw_test.read_text(encoding="utf-8")
-    assert interactive(work, "--bpe", "pipeline", "--bpe-dir", "data/bpe/gl-en", input_text=text) == expected
+    assert (
+        interactive(work, "--bpe", "pipeline", "--bpe-dir", "data/bpe/gl-en", input_text=text)
+        == expected
+    )
 
     hub = TransformerQKNormModel.from_pretrained(
-        f"{RUN}/checkpoints", checkpoint_file="checkpoint_best.pt",
-        data_name_or_path="data/bin/gl-en", bpe="pipeline", bpe_dir="data/bpe/gl-en")
+        f"{RUN}/checkpoints",
+        checkpoint_file="checkpoint_best.pt",
+        data_name_or_path="data/bin/gl-en",
+        bpe="pipeline",
+        bpe_dir="data/bpe/gl-en",
+    )
     assert hub.translate(read(raw_test), **README_GENERATION) == expected
 
-    proc = translate_cli("gl-en", "twt", "--profile", "cpu-proxy", "--max-update", 200, work=work,
-                         input_text=text)
+    proc = translate_cli(
+        "gl-en", "twt", "--profile", "cpu-proxy", "--max-update", 200, work=work, input_text=text
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.splitlines() == expected
 
     if tool == "subword-nmt":  # the comparison can fail: fairseq's codes-only BPE changes outputs
-        stock = interactive(work, "--bpe", "subword_nmt", "--bpe-codes", "data/bpe/gl-en/codes",
-                            input_text=text)
+        stock = interactive(
+            work, "--bpe", "subword_nmt", "--bpe-codes", "data/bpe/gl-en/codes", input_text=text
+        )
         assert len(stock) == len(expected) and stock != expected
 
 
@@ -254,7 +354,9 @@ def test_translate_helper_moses_input(evaluated, monkeypatch):
     detok_gl, detok_en = MosesDetokenizer("gl"), MosesDetokenizer("en")
     untokenized = [detok_gl.detokenize(x.split()) for x in read(work / "data/raw/gl-en/test.gl")]
     assert untokenized[0].endswith(".") and not untokenized[0].endswith(" .")
-    hyps = Translator.from_pipeline("gl-en", "twt", moses=True, max_update=200).translate(untokenized)
+    hyps = Translator.from_pipeline("gl-en", "twt", moses=True, max_update=200).translate(
+        untokenized
+    )
     assert hyps == [detok_en.detokenize(h.split()) for h in read(run / "test.hyp")]
 
 
@@ -271,7 +373,9 @@ def test_translate_errors(tmp_path, monkeypatch):
 # --------------------------------------------------------------------------------------------
 # real data (skipped without ../shared/data)
 
-needs_real_data = pytest.mark.skipif(not (SHARED / "ted-gl-en").is_dir(), reason=f"no shared data at {SHARED}")
+needs_real_data = pytest.mark.skipif(
+    not (SHARED / "ted-gl-en").is_dir(), reason=f"no shared data at {SHARED}"
+)
 
 
 @needs_real_data
@@ -289,9 +393,13 @@ def test_real_gl_en_bpe_equals_apply_bpe(tmp_path):
     for lang in ("gl", "en"):
         lines = read(raw / f"test.{lang}")
         assert len(lines) == 1112
-        ours = [build_bpe(bpe="pipeline", bpe_dir=str(bpe_dir), bpe_lang=lang).encode(x) for x in lines]
+        ours = [
+            build_bpe(bpe="pipeline", bpe_dir=str(bpe_dir), bpe_lang=lang).encode(x) for x in lines
+        ]
         assert ours == read(bpe_dir / f"test.{lang}")
-        stock = [build_bpe(bpe="subword_nmt", bpe_codes=str(bpe_dir / "codes")).encode(x) for x in lines]
+        stock = [
+            build_bpe(bpe="subword_nmt", bpe_codes=str(bpe_dir / "codes")).encode(x) for x in lines
+        ]
         assert sum(a != b for a, b in zip(ours, stock)) > 500
     p = run_script("bpe.sh", "gl-en", "--tool", "sentencepiece", env=env, timeout=600)
     assert p.returncode == 0, out(p)
@@ -312,16 +420,32 @@ def test_real_gl_en_moses_tokenizer_reproduces_corpus_tokens():
     """What the README says about untokenized text: fairseq's --tokenizer moses with the
     language and --moses-no-dash-splits (escaping on) turns the Moses-detokenized corpus back
     into its tokens (the corpus has no @-@ dash splits and keeps &apos; / &quot;)."""
-    from sacremoses import MosesDetokenizer
     from fairseq.data import encoders
+    from sacremoses import MosesDetokenizer
 
     for lang in ("gl", "en"):
-        tok = encoders.build_tokenizer(Namespace(tokenizer="moses", source_lang=lang, target_lang=lang,
-                                                 moses_no_dash_splits=True, moses_no_escape=False))
+        tok = encoders.build_tokenizer(
+            Namespace(
+                tokenizer="moses",
+                source_lang=lang,
+                target_lang=lang,
+                moses_no_dash_splits=True,
+                moses_no_escape=False,
+            )
+        )
         detok = MosesDetokenizer(lang)
         lines = read(SHARED / "ted-gl-en" / f"test.{lang}")
-        assert [tok.encode(detok.detokenize(x.split())).split() for x in lines] == [x.split() for x in lines]
+        assert [tok.encode(detok.detokenize(x.split())).split() for x in lines] == [
+            x.split() for x in lines
+        ]
     # fairseq's default (aggressive dash splits) does not
-    tok = encoders.build_tokenizer(Namespace(tokenizer="moses", source_lang="en", target_lang="en",
-                                             moses_no_dash_splits=False, moses_no_escape=False))
+    tok = encoders.build_tokenizer(
+        Namespace(
+            tokenizer="moses",
+            source_lang="en",
+            target_lang="en",
+            moses_no_dash_splits=False,
+            moses_no_escape=False,
+        )
+    )
     assert tok.encode("a so-called test") == "a so @-@ called test"

@@ -10,7 +10,6 @@ import pytest
 import torch
 from torch.nn import LayerNorm  # what fairseq's LayerNorm() builds on CPU
 
-from conftest import PLUGIN_DIR, build_model, run_cli
 from fairseq_qknorm.models.transformer_qknorm import TransformerQKNormModel
 from fairseq_qknorm.modules import (
     FixNormEmbedding,
@@ -21,11 +20,28 @@ from fairseq_qknorm.modules import (
     scaled_l2_normalize,
 )
 
-TINY = ["--encoder-embed-dim", "16", "--decoder-embed-dim", "16",
-        "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
-        "--encoder-layers", "2", "--decoder-layers", "2",
-        "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-        "--dropout", "0"]
+from conftest import PLUGIN_DIR, build_model, run_cli
+
+TINY = [
+    "--encoder-embed-dim",
+    "16",
+    "--decoder-embed-dim",
+    "16",
+    "--encoder-ffn-embed-dim",
+    "32",
+    "--decoder-ffn-embed-dim",
+    "32",
+    "--encoder-layers",
+    "2",
+    "--decoder-layers",
+    "2",
+    "--encoder-attention-heads",
+    "2",
+    "--decoder-attention-heads",
+    "2",
+    "--dropout",
+    "0",
+]
 
 NAMED_ARCHS = {
     # arch: (layers, heads, dim, ffn, dropout, norm_type, qk_norm)
@@ -43,8 +59,18 @@ def test_g0_formula():
     assert qk_norm_initial_scale(length=79) == pytest.approx(math.log2(6162))
     assert qk_norm_initial_scale(length=79) == pytest.approx(12.589, abs=1e-3)  # paper's gl->en
     assert qk_norm_initial_scale(scale=7.5) == 7.5
-    for bad in (dict(), dict(length=79, scale=3.0), dict(length=1), dict(length=1.5), dict(length=1.7), dict(length=-5), dict(length=1e200),
-                dict(length=float("nan")), dict(scale=0.0), dict(scale=-2.0)):
+    for bad in (
+        dict(),
+        dict(length=79, scale=3.0),
+        dict(length=1),
+        dict(length=1.5),
+        dict(length=1.7),
+        dict(length=-5),
+        dict(length=1e200),
+        dict(length=float("nan")),
+        dict(scale=0.0),
+        dict(scale=-2.0),
+    ):
         with pytest.raises(ValueError):
             qk_norm_initial_scale(**bad)
 
@@ -62,18 +88,25 @@ def test_scalenorm_output_norm_equals_g():
     assert torch.equal(norm(torch.zeros(1, 64)), torch.zeros(1, 64))
     # float64 keeps its precision
     x64 = torch.randn(4, 64, dtype=torch.float64)
-    torch.testing.assert_close(norm.double()(x64).norm(dim=-1), torch.full((4,), 2.5, dtype=torch.float64))
+    torch.testing.assert_close(
+        norm.double()(x64).norm(dim=-1), torch.full((4,), 2.5, dtype=torch.float64)
+    )
     norm.float()
     # fp16: fairseq zeroes pad positions; g/||x|| (~1e6) must not overflow to inf (0*inf=NaN)
-    assert torch.equal(norm.half()(torch.zeros(2, 64, dtype=torch.float16)),
-                       torch.zeros(2, 64, dtype=torch.float16))
+    assert torch.equal(
+        norm.half()(torch.zeros(2, 64, dtype=torch.float16)),
+        torch.zeros(2, 64, dtype=torch.float16),
+    )
     small = torch.randn(3, 64) * 1e-3
-    torch.testing.assert_close(norm.half()(small.half()).float().norm(dim=-1),
-                               torch.full((3,), 2.5), rtol=2e-3, atol=0)
+    torch.testing.assert_close(
+        norm.half()(small.half()).float().norm(dim=-1), torch.full((3,), 2.5), rtol=2e-3, atol=0
+    )
     norm.float()
     # bf16: norm computed in float32, no overflow
     big = (torch.randn(4, 64) * 1e3).to(torch.bfloat16)
-    torch.testing.assert_close(norm(big).float().norm(dim=-1), torch.full((4,), 2.5), rtol=2e-2, atol=0)
+    torch.testing.assert_close(
+        norm(big).float().norm(dim=-1), torch.full((4,), 2.5), rtol=2e-2, atol=0
+    )
 
 
 @pytest.mark.parametrize("clamped", [False, True])
@@ -86,8 +119,10 @@ def test_scalenorm_gradients_match_finite_differences(clamped):
     if clamped:
         x[0, 1] = 1e-7  # ||x|| < eps = 1e-5
     x.requires_grad_()
-    assert torch.autograd.gradcheck(lambda t, g: ScaleNorm.forward(_with_scale(norm, g), t),
-                                    (x, norm.scale.detach().clone().requires_grad_()))
+    assert torch.autograd.gradcheck(
+        lambda t, g: ScaleNorm.forward(_with_scale(norm, g), t),
+        (x, norm.scale.detach().clone().requires_grad_()),
+    )
     # and against the composite formula by autograd, in float32
     x32 = x.detach().float().requires_grad_()
     ref = x32.detach().clone().requires_grad_()
@@ -131,7 +166,9 @@ def test_fixnorm_embeddings_unit_norm():
     # without autograd: rows divided by their norm, in float64
     x3 = torch.randn(4, 2, 16).transpose(0, 1)  # (2, 4, 16), strides of a transpose
     w64 = emb.weight.detach().double()
-    ref = (x3.double() @ (w64 / w64.norm(dim=-1, keepdim=True).clamp_min(1e-30)).T).float()  # pad row: 0
+    ref = (
+        x3.double() @ (w64 / w64.norm(dim=-1, keepdim=True).clamp_min(1e-30)).T
+    ).float()  # pad row: 0
     for grad in (True, False):
         with torch.set_grad_enabled(grad):
             out = proj(x3)
@@ -166,27 +203,39 @@ def test_scaled_l2_normalize_backward_matches_autograd_composite(dtype, scale_sh
     out.backward(dy)
     with torch.no_grad():
         no_grad_out = scaled_l2_normalize(x, 1e-6, scale)
-    tol = {torch.float64: dict(atol=1e-12, rtol=1e-12), torch.float32: dict(atol=1e-5, rtol=1e-5),
-           torch.float16: dict(atol=1e-2, rtol=1e-2), torch.bfloat16: dict(atol=5e-2, rtol=2e-2)}[dtype]
+    tol = {
+        torch.float64: dict(atol=1e-12, rtol=1e-12),
+        torch.float32: dict(atol=1e-5, rtol=1e-5),
+        torch.float16: dict(atol=1e-2, rtol=1e-2),
+        torch.bfloat16: dict(atol=5e-2, rtol=2e-2),
+    }[dtype]
     assert out.dtype == no_grad_out.dtype == xa.grad.dtype == dtype
     assert torch.equal(out, no_grad_out)
     torch.testing.assert_close(out.double(), ref.detach(), **tol)
     live = ~torch.isclose(ref_x.grad, torch.zeros((), dtype=torch.float64)).all(-1)  # not huge/zero
-    big = ref_x.grad.abs().amax(-1) > 1e4  # rows at the clamp: gradient scale / eps, not comparable in fp16
+    big = (
+        ref_x.grad.abs().amax(-1) > 1e4
+    )  # rows at the clamp: gradient scale / eps, not comparable in fp16
     keep = live & ~big if dtype in (torch.float16, torch.bfloat16) else torch.ones_like(live)
     torch.testing.assert_close(xa.grad.double()[keep], ref_x.grad[keep], **tol)
     if scale is not None:
         assert sa.grad.shape == scale.shape and sa.grad.dtype == torch.float32
-        torch.testing.assert_close(sa.grad.double(), ref_s.grad, atol=5e-2 if dtype.itemsize == 2
-                                   else 1e-5, rtol=1e-2 if dtype.itemsize == 2 else 1e-5)
+        torch.testing.assert_close(
+            sa.grad.double(),
+            ref_s.grad,
+            atol=5e-2 if dtype.itemsize == 2 else 1e-5,
+            rtol=1e-2 if dtype.itemsize == 2 else 1e-5,
+        )
     # float64: against finite differences too (eps 1e-3: the steps of 1e-6 stay on one side
     # of the clamp), and second derivatives raise
     if dtype == torch.float64:
         args = (x.detach().clone().requires_grad_(),) + (
-            () if scale is None else (scale.double().requires_grad_(),))
+            () if scale is None else (scale.double().requires_grad_(),)
+        )
         assert torch.autograd.gradcheck(lambda t, *s: scaled_l2_normalize(t, 1e-3, *s), args)
-        (gx,) = torch.autograd.grad(scaled_l2_normalize(args[0], 1e-6).pow(3).sum(), args[0],
-                                    create_graph=True)
+        (gx,) = torch.autograd.grad(
+            scaled_l2_normalize(args[0], 1e-6).pow(3).sum(), args[0], create_graph=True
+        )
         with pytest.raises(RuntimeError, match="once_differentiable|does not require grad|twice"):
             gx.sum().backward()
 
@@ -254,10 +303,29 @@ def test_fixnorm_cache_is_never_stale_after_fairseq_updates_with_eval_bleu(toy_d
     from fairseq.trainer import Trainer
 
     _, bin_dir = toy_data
-    args = options.parse_args_and_arch(options.get_training_parser(), [
-        str(bin_dir), "--arch", "transformer_twt", *TINY, "--cpu", "--seed", "1",
-        "--optimizer", "adam", "--lr", "0.01", "--criterion", "label_smoothed_cross_entropy",
-        "--max-tokens", "500", "--eval-bleu", "--eval-bleu-args", '{"beam": 2, "max_len_b": 5}'])
+    args = options.parse_args_and_arch(
+        options.get_training_parser(),
+        [
+            str(bin_dir),
+            "--arch",
+            "transformer_twt",
+            *TINY,
+            "--cpu",
+            "--seed",
+            "1",
+            "--optimizer",
+            "adam",
+            "--lr",
+            "0.01",
+            "--criterion",
+            "label_smoothed_cross_entropy",
+            "--max-tokens",
+            "500",
+            "--eval-bleu",
+            "--eval-bleu-args",
+            '{"beam": 2, "max_len_b": 5}',
+        ],
+    )
     cfg = convert_namespace_to_omegaconf(args)
     task = tasks.setup_task(cfg.task)
     for split in ("train", "valid"):
@@ -285,9 +353,16 @@ def test_fixnorm_cache_is_never_stale_after_fairseq_updates_with_eval_bleu(toy_d
 
 
 def test_scalenorm_validates_its_arguments_and_input():
-    for bad in (dict(dim=0), dict(dim=8.0), dict(dim=True), dict(dim=8, eps=0.0),
-                dict(dim=8, eps=float("nan")), dict(dim=8, eps=-1e-5), dict(dim=8, scale=0.0),
-                dict(dim=8, scale=float("inf"))):
+    for bad in (
+        dict(dim=0),
+        dict(dim=8.0),
+        dict(dim=True),
+        dict(dim=8, eps=0.0),
+        dict(dim=8, eps=float("nan")),
+        dict(dim=8, eps=-1e-5),
+        dict(dim=8, scale=0.0),
+        dict(dim=8, scale=float("inf")),
+    ):
         with pytest.raises(ValueError, match="ScaleNorm"):
             ScaleNorm(**bad)
     norm = ScaleNorm(8)
@@ -326,8 +401,9 @@ def test_scalenorm_and_fixnorm_tiny_and_zero_vectors_in_low_precision(dtype):
     h = torch.randn(3, 64, generator=g).to(dtype)
     logits = proj(h)
     assert torch.isfinite(logits.float()).all()
-    torch.testing.assert_close(logits.double(), h.double() @ unit.T,
-                               **{k: v * 8 for k, v in tol.items()})  # |logit| <= ||h|| ~ 8
+    torch.testing.assert_close(
+        logits.double(), h.double() @ unit.T, **{k: v * 8 for k, v in tol.items()}
+    )  # |logit| <= ||h|| ~ 8
 
 
 # ------------------------------------------------------------------ archs
@@ -349,8 +425,7 @@ def test_named_arch_resolves_to_documented_values(toy_task, arch):
     assert len(attns) == 3 * layers
     assert all(isinstance(m, QKNormMultiheadAttention) and m.qk_norm == qk_norm for m in attns)
     if qk_norm:
-        assert all(float(m.qk_norm_g) == pytest.approx(math.log2(79 ** 2 - 79)) for m in attns)
-    norm_cls = ScaleNorm if norm_type == "scalenorm" else LayerNorm
+        assert all(float(m.qk_norm_g) == pytest.approx(math.log2(79**2 - 79)) for m in attns)
     other = LayerNorm if norm_type == "scalenorm" else ScaleNorm
     norms = [m for m in model.modules() if isinstance(m, (ScaleNorm, LayerNorm))]
     assert len(norms) == 5 * layers + 2  # 2 per enc layer, 3 per dec layer, 2 final (PreNorm)
@@ -362,9 +437,11 @@ def test_named_arch_resolves_to_documented_values(toy_task, arch):
 
 def test_flags_override_arch_defaults(toy_task):
     """Command-line flags win over arch defaults (arch functions use getattr)."""
-    _, args = build_model(toy_task, "transformer_twt_proxy",
-                          ["--norm-type", "layernorm", "--dropout", "0.1", "--qk-norm",
-                           "--qk-norm-scale", "5"])
+    _, args = build_model(
+        toy_task,
+        "transformer_twt_proxy",
+        ["--norm-type", "layernorm", "--dropout", "0.1", "--qk-norm", "--qk-norm-scale", "5"],
+    )
     assert args.norm_type == "layernorm" and args.dropout == 0.1 and args.qk_norm
     assert args.encoder_layers == 3
 
@@ -393,8 +470,10 @@ def test_prenorm_residual_stream_is_contiguous_after_the_first_sublayer(toy_task
 
     seen = []
     norms = [m for m in model.modules() if isinstance(m, LayerNorm)]
-    hooks = [m.register_forward_pre_hook(lambda m, args: seen.append(args[0].is_contiguous()))
-             for m in norms]
+    hooks = [
+        m.register_forward_pre_hook(lambda m, args: seen.append(args[0].is_contiguous()))
+        for m in norms
+    ]
     tokens = torch.randint(4, len(toy_task.source_dictionary), (3, 6))
     model(tokens, torch.full((3,), 6), tokens)
     for h in hooks:
@@ -407,28 +486,58 @@ def test_prenorm_residual_stream_is_contiguous_after_the_first_sublayer(toy_task
 BAD_QK_FLAGS = [
     # (arch, flags, message on stderr)
     ("transformer_qknorm_paper_proxy", [], "QKNorm needs exactly one of --qk-norm-length"),
-    ("transformer_qknorm_paper_proxy", ["--qk-norm-length", "79", "--qk-norm-scale", "3"],
-     "argument --qk-norm-scale: not allowed with argument --qk-norm-length"),
-    ("transformer_qknorm", ["--qk-norm", "--qk-norm-length", "1"],
-     "argument --qk-norm-length: --qk-norm-length must be finite and >= 2"),
-    ("transformer_qknorm", ["--qk-norm", "--qk-norm-scale", "-3"],
-     "argument --qk-norm-scale: --qk-norm-scale must be finite and > 0"),
-    ("transformer_qknorm", ["--qk-norm", "--qk-norm-type", "cosine"],
-     "argument --qk-norm-type: invalid choice: 'cosine'"),
-    ("transformer_twt_proxy", ["--qk-norm-length", "79"],
-     "--qk-norm-length would be ignored: it needs --qk-norm "
-     "(off for --arch transformer_twt_proxy)"),
-    ("transformer_qknorm", ["--qk-norm-scale", "5", "--qk-norm-scale-per-head"],
-     "--qk-norm-scale and --qk-norm-scale-per-head would be ignored: they need --qk-norm"),
-    ("transformer_qknorm", ["--qk-norm-type", "layernorm"],
-     "--qk-norm-type layernorm would be ignored: it needs --qk-norm"),
-    ("transformer_qknorm", ["--qk-norm", "--qk-norm-type", "layernorm", "--qk-norm-length", "79"],
-     "--qk-norm-length only applies to --qk-norm-type l2 (QKNorm's scale g); "
-     "--qk-norm-type layernorm has no g"),
-    ("transformer_qknorm_paper_proxy", ["--qk-norm-type", "rmsnorm", "--qk-norm-freeze-scale"],
-     "--qk-norm-freeze-scale only applies to --qk-norm-type l2"),
-    ("transformer_qknorm", ["--qk-norm", "--qk-norm-type", "rmsnorm", "--qk-norm-scale-per-head"],
-     "--qk-norm-scale-per-head only applies to --qk-norm-type l2"),
+    (
+        "transformer_qknorm_paper_proxy",
+        ["--qk-norm-length", "79", "--qk-norm-scale", "3"],
+        "argument --qk-norm-scale: not allowed with argument --qk-norm-length",
+    ),
+    (
+        "transformer_qknorm",
+        ["--qk-norm", "--qk-norm-length", "1"],
+        "argument --qk-norm-length: --qk-norm-length must be finite and >= 2",
+    ),
+    (
+        "transformer_qknorm",
+        ["--qk-norm", "--qk-norm-scale", "-3"],
+        "argument --qk-norm-scale: --qk-norm-scale must be finite and > 0",
+    ),
+    (
+        "transformer_qknorm",
+        ["--qk-norm", "--qk-norm-type", "cosine"],
+        "argument --qk-norm-type: invalid choice: 'cosine'",
+    ),
+    (
+        "transformer_twt_proxy",
+        ["--qk-norm-length", "79"],
+        "--qk-norm-length would be ignored: it needs --qk-norm "
+        "(off for --arch transformer_twt_proxy)",
+    ),
+    (
+        "transformer_qknorm",
+        ["--qk-norm-scale", "5", "--qk-norm-scale-per-head"],
+        "--qk-norm-scale and --qk-norm-scale-per-head would be ignored: they need --qk-norm",
+    ),
+    (
+        "transformer_qknorm",
+        ["--qk-norm-type", "layernorm"],
+        "--qk-norm-type layernorm would be ignored: it needs --qk-norm",
+    ),
+    (
+        "transformer_qknorm",
+        ["--qk-norm", "--qk-norm-type", "layernorm", "--qk-norm-length", "79"],
+        "--qk-norm-length only applies to --qk-norm-type l2 (QKNorm's scale g); "
+        "--qk-norm-type layernorm has no g",
+    ),
+    (
+        "transformer_qknorm_paper_proxy",
+        ["--qk-norm-type", "rmsnorm", "--qk-norm-freeze-scale"],
+        "--qk-norm-freeze-scale only applies to --qk-norm-type l2",
+    ),
+    (
+        "transformer_qknorm",
+        ["--qk-norm", "--qk-norm-type", "rmsnorm", "--qk-norm-scale-per-head"],
+        "--qk-norm-scale-per-head only applies to --qk-norm-type l2",
+    ),
 ]
 
 
@@ -449,9 +558,23 @@ def test_bad_qk_norm_flags_through_fairseq_train(toy_data, case):
     """The real fairseq-train: one error line, exit status 2, no traceback, no training."""
     arch, flags, message = BAD_QK_FLAGS[case]
     _, bin_dir = toy_data
-    proc = run_cli(["fairseq-train", bin_dir, "--user-dir", PLUGIN_DIR, "--arch", arch, *TINY,
-                    *flags, "--max-update", "1", "--save-dir", "/nonexistent/never-written"],
-                   check=False)
+    proc = run_cli(
+        [
+            "fairseq-train",
+            bin_dir,
+            "--user-dir",
+            PLUGIN_DIR,
+            "--arch",
+            arch,
+            *TINY,
+            *flags,
+            "--max-update",
+            "1",
+            "--save-dir",
+            "/nonexistent/never-written",
+        ],
+        check=False,
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.rstrip().splitlines()[-1].startswith(f"fairseq-train: error: {message}")
     assert "Traceback" not in proc.stderr and "num_updates" not in proc.stdout
@@ -459,8 +582,9 @@ def test_bad_qk_norm_flags_through_fairseq_train(toy_data, case):
 
 def test_build_model_rejects_bad_qk_norm_args_programmatically(toy_task):
     """Args that bypass the command line (edited after parsing) raise ValueError at build."""
-    _, args = build_model(toy_task, "transformer_qknorm", TINY + ["--qk-norm", "--qk-norm-type",
-                                                                  "layernorm"])
+    _, args = build_model(
+        toy_task, "transformer_qknorm", TINY + ["--qk-norm", "--qk-norm-type", "layernorm"]
+    )
     args.qk_norm_scale_per_head = True
     with pytest.raises(ValueError, match="--qk-norm-scale-per-head only applies to --qk-norm-type"):
         TransformerQKNormModel.build_model(args, toy_task)
@@ -557,7 +681,7 @@ def test_qk_norm_flags_build_the_documented_modules(toy_task, variant):
     model = _tiny_model(toy_task, variant)
     attns = model.attention_modules()
     assert len(attns) == 6
-    for name, m in attns.items():
+    for m in attns.values():
         assert m.qk_norm and m.qk_norm_type == ("l2" if variant.startswith("l2") else variant)
         if variant.startswith("l2"):
             assert m.qk_norm_g.shape == ((2,) if variant == "l2_per_head" else ())
@@ -572,8 +696,11 @@ def test_qk_norm_flags_build_the_documented_modules(toy_task, variant):
                 assert torch.equal(norm.weight.detach(), torch.ones(8))
     # frozen g is left out of what fairseq's trainer optimizes (it filters requires_grad)
     trained = {id(p) for p in model.parameters() if p.requires_grad}
-    assert all((id(m.qk_norm_g) in trained) == (variant != "l2_frozen")
-               for m in attns.values() if m.qk_norm_g is not None)
+    assert all(
+        (id(m.qk_norm_g) in trained) == (variant != "l2_frozen")
+        for m in attns.values()
+        if m.qk_norm_g is not None
+    )
 
 
 @pytest.mark.parametrize("variant", sorted(QK_FLAGS))
@@ -646,14 +773,15 @@ def test_beam_search_scores_equal_full_forward(toy_task, variant):
     lengths = (src != d.pad()).sum(1)
     generator = SequenceGenerator([model], d, beam_size=3, max_len_b=6)
     with torch.no_grad():
-        hypos = generator.generate([model], {"net_input": {"src_tokens": src,
-                                                           "src_lengths": lengths}})
+        hypos = generator.generate(
+            [model], {"net_input": {"src_tokens": src, "src_lengths": lengths}}
+        )
         for i, sentence in enumerate(hypos):
             assert len(sentence) == 3
             for hypo in sentence:
                 tokens = hypo["tokens"]
                 prev = torch.cat([tokens.new_tensor([d.eos()]), tokens[:-1]])[None]
-                out = model(src[i:i + 1], lengths[i:i + 1], prev)
+                out = model(src[i : i + 1], lengths[i : i + 1], prev)
                 lprobs = model.get_normalized_probs(out, log_probs=True)[0]
                 scores = lprobs.gather(-1, tokens[:, None]).squeeze(-1)
                 torch.testing.assert_close(hypo["positional_scores"], scores, atol=1e-4, rtol=1e-4)
@@ -673,28 +801,40 @@ def test_attention_health_and_g_are_logged_per_module(toy_task, variant):
     logged = agg.get_smoothed_values()
     for name, m in model.attention_modules().items():
         assert logged[f"attn_maxlogit_{name}"] == pytest.approx(
-            float(m.last_stats["max_logit"]), abs=1e-3)
+            float(m.last_stats["max_logit"]), abs=1e-3
+        )
         assert logged[f"attn_entropy_{name}"] > 0
         if variant == "l2_per_head":
             g = m.qk_norm_g.detach()
             assert logged[f"qknorm_g_{name}"] == pytest.approx(float(g.mean()), abs=1e-3)
             assert [logged[f"qknorm_head_g_{name}_h{h}"] for h in range(2)] == pytest.approx(
-                g.tolist(), abs=1e-3)
+                g.tolist(), abs=1e-3
+            )
         else:
             assert not any(k.startswith("qknorm_") for k in logged)
 
 
-@pytest.mark.parametrize("flags, expected", [
-    (["--qk-norm", "--qk-norm-length", "92"], ["QKNorm g0 = 13.031357 (qk_norm_length L = 92)"]),
-    (["--qk-norm", "--qk-norm-length", "79.5"],
-     [f"QKNorm g0 = {math.log2(79.5 ** 2 - 79.5):.6f} (qk_norm_length L = 79.5)"]),
-    (["--qk-norm", "--qk-norm-scale", "12.5"], ["QKNorm g0 = 12.500000 (qk_norm_scale)"]),
-    (["--qk-norm", "--qk-norm-scale", "12.5", "--qk-norm-scale-per-head"],
-     ["QKNorm g0 = 12.500000 (qk_norm_scale)"]),
-    ([], []),
-    (["--qk-norm", "--qk-norm-type", "layernorm"], []),
-    (["--qk-norm", "--qk-norm-type", "rmsnorm"], []),
-])
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        (
+            ["--qk-norm", "--qk-norm-length", "92"],
+            ["QKNorm g0 = 13.031357 (qk_norm_length L = 92)"],
+        ),
+        (
+            ["--qk-norm", "--qk-norm-length", "79.5"],
+            [f"QKNorm g0 = {math.log2(79.5**2 - 79.5):.6f} (qk_norm_length L = 79.5)"],
+        ),
+        (["--qk-norm", "--qk-norm-scale", "12.5"], ["QKNorm g0 = 12.500000 (qk_norm_scale)"]),
+        (
+            ["--qk-norm", "--qk-norm-scale", "12.5", "--qk-norm-scale-per-head"],
+            ["QKNorm g0 = 12.500000 (qk_norm_scale)"],
+        ),
+        ([], []),
+        (["--qk-norm", "--qk-norm-type", "layernorm"], []),
+        (["--qk-norm", "--qk-norm-type", "rmsnorm"], []),
+    ],
+)
 def test_g0_is_logged_once_per_model_build(toy_task, caplog, flags, expected):
     """One line per build, through the fairseq_qknorm logger, in the format the pipeline's
     tools parse; nothing without l2 QKNorm. The value is qk_norm_initial_scale's."""
@@ -718,12 +858,13 @@ def test_existing_l2_checkpoint_loads_and_gives_same_output():
 
     fixture = Path(__file__).parent / "data" / "legacy_l2_checkpoint"
     models, cfg, _ = checkpoint_utils.load_model_ensemble_and_task(
-        [str(fixture / "checkpoint.pt")], arg_overrides={"data": str(fixture)})
+        [str(fixture / "checkpoint.pt")], arg_overrides={"data": str(fixture)}
+    )
     model = models[0].eval()
     assert not hasattr(cfg.model, "qk_norm_type") or cfg.model.qk_norm_type == "l2"
     for m in model.attention_modules().values():
         assert m.qk_norm_type == "l2" and m.qk_norm_g.shape == () and m.qk_norm_g.requires_grad
-        assert float(m.qk_norm_g) != pytest.approx(math.log2(12 ** 2 - 12))  # trained, loaded
+        assert float(m.qk_norm_g) != pytest.approx(math.log2(12**2 - 12))  # trained, loaded
     expected = torch.load(fixture / "expected.pt")
     src = expected["src_tokens"]
     with torch.no_grad():

@@ -12,19 +12,37 @@ from conftest import PLUGIN_DIR, run_cli
 def _plateau(patience=3, shrink=0.8, lr=1e-3):
     """fairseq's reduce_lr_on_plateau scheduler over a one-parameter Adam, as fairseq-train
     builds it."""
-    import fairseq_qknorm  # noqa: F401  (installs the fix)
     from fairseq import optim
     from fairseq.optim.lr_scheduler import build_lr_scheduler
     from omegaconf import OmegaConf
 
-    opt_cfg = OmegaConf.create({"_name": "adam", "lr": [lr], "adam_betas": "(0.9, 0.999)",
-                                "adam_eps": 1e-8, "weight_decay": 0.0, "use_old_adam": False,
-                                "fp16_adam_stats": False, "tpu": False})
+    import fairseq_qknorm  # noqa: F401  (installs the fix)
+
+    opt_cfg = OmegaConf.create(
+        {
+            "_name": "adam",
+            "lr": [lr],
+            "adam_betas": "(0.9, 0.999)",
+            "adam_eps": 1e-8,
+            "weight_decay": 0.0,
+            "use_old_adam": False,
+            "fp16_adam_stats": False,
+            "tpu": False,
+        }
+    )
     optimizer = optim.build_optimizer(opt_cfg, [torch.nn.Parameter(torch.zeros(2))])
-    sched_cfg = OmegaConf.create({"_name": "reduce_lr_on_plateau", "lr_shrink": shrink,
-                                  "lr_threshold": 1e-4, "lr_patience": patience,
-                                  "warmup_updates": 0, "warmup_init_lr": -1, "lr": [lr],
-                                  "maximize_best_checkpoint_metric": False})
+    sched_cfg = OmegaConf.create(
+        {
+            "_name": "reduce_lr_on_plateau",
+            "lr_shrink": shrink,
+            "lr_threshold": 1e-4,
+            "lr_patience": patience,
+            "warmup_updates": 0,
+            "warmup_init_lr": -1,
+            "lr": [lr],
+            "maximize_best_checkpoint_metric": False,
+        }
+    )
     return build_lr_scheduler(sched_cfg, optimizer), optimizer
 
 
@@ -65,7 +83,9 @@ def test_early_stopping_state_round_trip(monkeypatch):
 
     from fairseq_qknorm import resume_compat
 
-    cfg = OmegaConf.create({"checkpoint": {"patience": 2, "maximize_best_checkpoint_metric": False}})
+    cfg = OmegaConf.create(
+        {"checkpoint": {"patience": 2, "maximize_best_checkpoint_metric": False}}
+    )
     monkeypatch.setattr(should_stop_early, "best", None, raising=False)
     monkeypatch.setattr(should_stop_early, "num_runs", 0, raising=False)
     assert resume_compat.early_stop_state() is None
@@ -80,13 +100,19 @@ def test_early_stopping_state_round_trip(monkeypatch):
 
 
 def test_install_is_idempotent():
-    import fairseq_qknorm
     from fairseq.optim.lr_scheduler.reduce_lr_on_plateau import ReduceLROnPlateauLRSchedule
     from fairseq.trainer import Trainer
 
+    import fairseq_qknorm
+
     def patched():
-        return [ReduceLROnPlateauLRSchedule.state_dict, ReduceLROnPlateauLRSchedule.load_state_dict,
-                Trainer.save_checkpoint, Trainer.load_checkpoint, Trainer.get_train_iterator]
+        return [
+            ReduceLROnPlateauLRSchedule.state_dict,
+            ReduceLROnPlateauLRSchedule.load_state_dict,
+            Trainer.save_checkpoint,
+            Trainer.load_checkpoint,
+            Trainer.get_train_iterator,
+        ]
 
     names = patched()
     fairseq_qknorm.resume_compat.install()
@@ -103,25 +129,74 @@ def test_install_is_idempotent():
 # epoch at 2, decay x0.8 at 3 (lr 8e-4 from update 22), 1 bad at 4.
 # Early stopping (patience 6): the 6th validation without improvement (update 30) stops.
 RESUME_ARGS = [
-    "--user-dir", PLUGIN_DIR, "--arch", "transformer_qknorm_paper", "--qk-norm-length", "12",
-    "--encoder-layers", "1", "--decoder-layers", "1",
-    "--encoder-embed-dim", "16", "--decoder-embed-dim", "16",
-    "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
-    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-    "--dropout", "0.1",  # fairseq reseeds every update: a resume must not change the masks
-    "--optimizer", "adam", "--lr", "1e-3", "--lr-scheduler", "reduce_lr_on_plateau",
-    "--lr-patience", "1", "--lr-shrink", "0.8", "--warmup-updates", "6",
-    "--warmup-init-lr", "1e-7", "--criterion", "label_smoothed_cross_entropy",
-    "--label-smoothing", "0.1", "--max-tokens", "400", "--seed", "5",
-    "--best-checkpoint-metric", "bsz", "--patience", "6", "--save-interval-updates", "10",
-    "--no-epoch-checkpoints", "--num-workers", "0", "--log-format", "simple",
-    "--log-interval", "1"]
+    "--user-dir",
+    PLUGIN_DIR,
+    "--arch",
+    "transformer_qknorm_paper",
+    "--qk-norm-length",
+    "12",
+    "--encoder-layers",
+    "1",
+    "--decoder-layers",
+    "1",
+    "--encoder-embed-dim",
+    "16",
+    "--decoder-embed-dim",
+    "16",
+    "--encoder-ffn-embed-dim",
+    "32",
+    "--decoder-ffn-embed-dim",
+    "32",
+    "--encoder-attention-heads",
+    "2",
+    "--decoder-attention-heads",
+    "2",
+    "--dropout",
+    "0.1",  # fairseq reseeds every update: a resume must not change the masks
+    "--optimizer",
+    "adam",
+    "--lr",
+    "1e-3",
+    "--lr-scheduler",
+    "reduce_lr_on_plateau",
+    "--lr-patience",
+    "1",
+    "--lr-shrink",
+    "0.8",
+    "--warmup-updates",
+    "6",
+    "--warmup-init-lr",
+    "1e-7",
+    "--criterion",
+    "label_smoothed_cross_entropy",
+    "--label-smoothing",
+    "0.1",
+    "--max-tokens",
+    "400",
+    "--seed",
+    "5",
+    "--best-checkpoint-metric",
+    "bsz",
+    "--patience",
+    "6",
+    "--save-interval-updates",
+    "10",
+    "--no-epoch-checkpoints",
+    "--num-workers",
+    "0",
+    "--log-format",
+    "simple",
+    "--log-interval",
+    "1",
+]
 MAX_EPOCH = 12  # never reached: early stopping ends both runs
 
 
 def _lr_per_update(log):
-    return {int(u): float(lr) for u, lr in
-            re.findall(r"train_inner\W.*?num_updates=(\d+), lr=([0-9.e-]+)", log)}
+    return {
+        int(u): float(lr)
+        for u, lr in re.findall(r"train_inner\W.*?num_updates=(\d+), lr=([0-9.e-]+)", log)
+    }
 
 
 def _early_stop_updates(log):
@@ -137,12 +212,16 @@ def test_stopped_and_resumed_run_equals_uninterrupted_run(toy_data, tmp_path):
     stop, same parameters (same batches and dropout masks), same scheduler state."""
     _, bin_dir = toy_data
     a, b = tmp_path / "a", tmp_path / "b"
-    log_a = run_cli(["fairseq-train", bin_dir, *RESUME_ARGS, "--max-epoch", MAX_EPOCH,
-                     "--save-dir", a])
+    log_a = run_cli(
+        ["fairseq-train", bin_dir, *RESUME_ARGS, "--max-epoch", MAX_EPOCH, "--save-dir", a]
+    )
     log_a = log_a.stdout + log_a.stderr
     log_b = ""
-    for stop in (["--max-epoch", "2"], ["--max-epoch", MAX_EPOCH, "--max-update", "20"],
-                 ["--max-epoch", MAX_EPOCH]):
+    for stop in (
+        ["--max-epoch", "2"],
+        ["--max-epoch", MAX_EPOCH, "--max-update", "20"],
+        ["--max-epoch", MAX_EPOCH],
+    ):
         proc = run_cli(["fairseq-train", bin_dir, *RESUME_ARGS, *stop, "--save-dir", b])
         log_b += proc.stdout + proc.stderr
     assert log_b.count("Loaded checkpoint") == 2
@@ -159,5 +238,8 @@ def test_stopped_and_resumed_run_equals_uninterrupted_run(toy_data, tmp_path):
     sched = [s["optimizer_history"][-1]["lr_scheduler_state"] for s in (state_a, state_b)]
     assert sched[0]["num_bad_epochs"] == sched[1]["num_bad_epochs"] == 1
     assert sched[0]["best"] == sched[1]["best"]
-    assert state_a["extra_state"]["should_stop_early"] == \
-        state_b["extra_state"]["should_stop_early"] == {"best": sched[0]["best"], "num_runs": 6}
+    assert (
+        state_a["extra_state"]["should_stop_early"]
+        == state_b["extra_state"]["should_stop_early"]
+        == {"best": sched[0]["best"], "num_runs": 6}
+    )

@@ -6,17 +6,30 @@ import re
 import pytest
 import torch
 
-from conftest import PLUGIN_DIR, run_cli
-
 from fairseq_qknorm.tasks import translation_word_dropout as wd  # registers the task
+
+from conftest import PLUGIN_DIR, run_cli
 
 
 def make_task(bin_dir, p, seed=1):
     from fairseq import options, tasks
 
-    args = options.parse_args_and_arch(options.get_training_parser(), [
-        str(bin_dir), "--user-dir", str(PLUGIN_DIR), "--arch", "transformer_qknorm",
-        "--task", "translation_word_dropout", "--word-dropout", str(p), "--seed", str(seed)])
+    args = options.parse_args_and_arch(
+        options.get_training_parser(),
+        [
+            str(bin_dir),
+            "--user-dir",
+            str(PLUGIN_DIR),
+            "--arch",
+            "transformer_qknorm",
+            "--task",
+            "translation_word_dropout",
+            "--word-dropout",
+            str(p),
+            "--seed",
+            str(seed),
+        ],
+    )
     task = tasks.setup_task(args)
     assert type(task).__name__ == "TranslationWordDropoutTask"
     return task
@@ -28,8 +41,13 @@ def batch(toy_data):
     _, bin_dir = toy_data
     task = make_task(bin_dir, 0.0)
     task.load_dataset("train")
-    itr = task.get_batch_iterator(task.dataset("train"), max_tokens=100000, max_sentences=1000,
-                                  seed=1, required_batch_size_multiple=1)
+    itr = task.get_batch_iterator(
+        task.dataset("train"),
+        max_tokens=100000,
+        max_sentences=1000,
+        seed=1,
+        required_batch_size_multiple=1,
+    )
     sample = next(iter(itr.next_epoch_itr(shuffle=False)))
     assert sample["nsentences"] == 300
     return sample
@@ -62,8 +80,10 @@ class Recorder:
 
 
 def clone(sample):
-    return {"net_input": {k: v.clone() for k, v in sample["net_input"].items()},
-            "target": sample["target"].clone()}
+    return {
+        "net_input": {k: v.clone() for k, v in sample["net_input"].items()},
+        "target": sample["target"].clone(),
+    }
 
 
 def regular(tokens, task):
@@ -114,7 +134,9 @@ def test_p05_replaces_about_half(toy_data, batch):
     assert abs(dropped / n - 0.5) < 0.04, (dropped, n)
     # a bigger synthetic batch: fraction 0.1 at p = 0.1 (TWT's value)
     tokens = torch.randint(4, 1000, (256, 64))
-    out = wd.word_dropout(tokens, 0.1, unk=3, nspecial=4, generator=torch.Generator().manual_seed(0))
+    out = wd.word_dropout(
+        tokens, 0.1, unk=3, nspecial=4, generator=torch.Generator().manual_seed(0)
+    )
     assert abs((out == 3).float().mean().item() - 0.1) < 0.005
     assert torch.equal(out[out != 3], tokens[out != 3])
 
@@ -126,7 +148,7 @@ def test_masks_are_reproducible_from_seed_and_update(toy_data, batch):
         t = make_task(bin_dir, 0.3, seed=seed)
         return t.apply_word_dropout(batch, update)["net_input"]["src_tokens"]
 
-    assert torch.equal(mask(1, 7), mask(1, 7))      # resumed run: same masks
+    assert torch.equal(mask(1, 7), mask(1, 7))  # resumed run: same masks
     assert not torch.equal(mask(1, 7), mask(1, 8))  # next update: new mask
     assert not torch.equal(mask(1, 7), mask(2, 7))  # other seed: new mask
     # --update-freq > 1: the micro-batches of one update get different masks
@@ -141,8 +163,9 @@ def test_not_applied_in_validation(toy_data, batch):
     rec = Recorder()
     task.valid_step(batch, rec, rec)
     assert torch.equal(rec.seen[0]["net_input"]["src_tokens"], batch["net_input"]["src_tokens"])
-    assert torch.equal(rec.seen[0]["net_input"]["prev_output_tokens"],
-                       batch["net_input"]["prev_output_tokens"])
+    assert torch.equal(
+        rec.seen[0]["net_input"]["prev_output_tokens"], batch["net_input"]["prev_output_tokens"]
+    )
 
 
 def test_bad_probability_is_rejected(toy_data):
@@ -153,24 +176,85 @@ def test_bad_probability_is_rejected(toy_data):
 def test_fairseq_train_with_word_dropout_end_to_end(toy_data, tmp_path):
     """fairseq's --user-dir loader registers the task (fairseq_qknorm/tasks/*.py); 3 updates."""
     _, bin_dir = toy_data
-    proc = run_cli([
-        "fairseq-train", bin_dir, "--user-dir", PLUGIN_DIR,
-        "--task", "translation_word_dropout", "--word-dropout", "0.1",
-        "--arch", "transformer_twt", "--encoder-layers", "1", "--decoder-layers", "1",
-        "--encoder-embed-dim", "16", "--decoder-embed-dim", "16",
-        "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
-        "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-        "--optimizer", "adam", "--lr", "1e-3", "--criterion", "label_smoothed_cross_entropy",
-        "--label-smoothing", "0.1", "--max-tokens", "500", "--max-update", "3", "--seed", "1",
-        "--required-batch-size-multiple", "1", "--no-epoch-checkpoints", "--log-format", "simple",
-        "--log-interval", "1", "--num-workers", "0", "--save-dir", tmp_path / "ckpt"])
+    proc = run_cli(
+        [
+            "fairseq-train",
+            bin_dir,
+            "--user-dir",
+            PLUGIN_DIR,
+            "--task",
+            "translation_word_dropout",
+            "--word-dropout",
+            "0.1",
+            "--arch",
+            "transformer_twt",
+            "--encoder-layers",
+            "1",
+            "--decoder-layers",
+            "1",
+            "--encoder-embed-dim",
+            "16",
+            "--decoder-embed-dim",
+            "16",
+            "--encoder-ffn-embed-dim",
+            "32",
+            "--decoder-ffn-embed-dim",
+            "32",
+            "--encoder-attention-heads",
+            "2",
+            "--decoder-attention-heads",
+            "2",
+            "--optimizer",
+            "adam",
+            "--lr",
+            "1e-3",
+            "--criterion",
+            "label_smoothed_cross_entropy",
+            "--label-smoothing",
+            "0.1",
+            "--max-tokens",
+            "500",
+            "--max-update",
+            "3",
+            "--seed",
+            "1",
+            "--required-batch-size-multiple",
+            "1",
+            "--no-epoch-checkpoints",
+            "--log-format",
+            "simple",
+            "--log-interval",
+            "1",
+            "--num-workers",
+            "0",
+            "--save-dir",
+            tmp_path / "ckpt",
+        ]
+    )
     log = proc.stdout + proc.stderr
     assert "task: TranslationWordDropoutTask" in log
     assert "word dropout: p = 0.1 on src_tokens and prev_output_tokens" in log
     assert re.search(r"num_updates[ =]3\b", log)
     assert (tmp_path / "ckpt" / "checkpoint_last.pt").exists()
     # decoding needs no word dropout: the checkpoint decodes with the plain translation task
-    gen = run_cli(["fairseq-generate", bin_dir, "--user-dir", PLUGIN_DIR, "--task", "translation",
-                   "--path", tmp_path / "ckpt" / "checkpoint_last.pt", "--beam", "1",
-                   "--batch-size", "32", "--required-batch-size-multiple", "1", "--num-workers", "0"])
+    gen = run_cli(
+        [
+            "fairseq-generate",
+            bin_dir,
+            "--user-dir",
+            PLUGIN_DIR,
+            "--task",
+            "translation",
+            "--path",
+            tmp_path / "ckpt" / "checkpoint_last.pt",
+            "--beam",
+            "1",
+            "--batch-size",
+            "32",
+            "--required-batch-size-multiple",
+            "1",
+            "--num-workers",
+            "0",
+        ]
+    )
     assert len(re.findall(r"^H-\d+\t", gen.stdout, flags=re.M)) == 21

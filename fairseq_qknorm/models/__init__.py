@@ -1,2 +1,5 @@
-"""Models registered with fairseq (imported by the package ``__init__`` and by
-fairseq's ``--user-dir`` loader; importing twice registers once)."""
+"""Models registered with fairseq.
+
+Imported by the package ``__init__`` and by fairseq's ``--user-dir`` loader; importing
+twice registers once.
+"""

@@ -135,33 +135,43 @@ def resolve_qk_norm_args(args) -> Optional[float]:
     qk_norm_type = args.qk_norm_type
     if qk_norm_type not in QK_NORM_TYPES:
         raise ValueError(f"--qk-norm-type must be one of {QK_NORM_TYPES}, got {qk_norm_type!r}")
-    g_flags = [flag for flag, given in (
-        ("--qk-norm-length", args.qk_norm_length is not None),
-        ("--qk-norm-scale", args.qk_norm_scale is not None),
-        ("--qk-norm-scale-per-head", bool(args.qk_norm_scale_per_head)),
-        ("--qk-norm-freeze-scale", bool(args.qk_norm_freeze_scale)),
-    ) if given]
+    g_flags = [
+        flag
+        for flag, given in (
+            ("--qk-norm-length", args.qk_norm_length is not None),
+            ("--qk-norm-scale", args.qk_norm_scale is not None),
+            ("--qk-norm-scale-per-head", bool(args.qk_norm_scale_per_head)),
+            ("--qk-norm-freeze-scale", bool(args.qk_norm_freeze_scale)),
+        )
+        if given
+    ]
     if not args.qk_norm:
         ignored = g_flags + ([f"--qk-norm-type {qk_norm_type}"] if qk_norm_type != "l2" else [])
         if ignored:
-            raise ValueError(f"{' and '.join(ignored)} would be ignored: "
-                             f"{'it needs' if len(ignored) == 1 else 'they need'} --qk-norm "
-                             f"(off for --arch {safe_getattr(args, 'arch', '?')})")
+            raise ValueError(
+                f"{' and '.join(ignored)} would be ignored: "
+                f"{'it needs' if len(ignored) == 1 else 'they need'} --qk-norm "
+                f"(off for --arch {safe_getattr(args, 'arch', '?')})"
+            )
         return None
     if qk_norm_type != "l2":
         if g_flags:
-            raise ValueError(f"{' and '.join(g_flags)} only "
-                             f"{'applies' if len(g_flags) == 1 else 'apply'} to --qk-norm-type "
-                             f"l2 (QKNorm's scale g); --qk-norm-type {qk_norm_type} has no g "
-                             "and scales logits by 1/sqrt(d_head)")
+            raise ValueError(
+                f"{' and '.join(g_flags)} only "
+                f"{'applies' if len(g_flags) == 1 else 'apply'} to --qk-norm-type "
+                f"l2 (QKNorm's scale g); --qk-norm-type {qk_norm_type} has no g "
+                "and scales logits by 1/sqrt(d_head)"
+            )
         return None
     return qk_norm_initial_scale(args.qk_norm_length, args.qk_norm_scale)
 
 
 def qk_norm_g0_log_line(g0: float, length: Optional[float]) -> str:
-    """The line the model logs for l2 QKNorm's ``g0`` (parsed by the pipeline's tools):
+    """The line the model logs for l2 QKNorm's ``g0`` (parsed by the pipeline's tools).
+
     ``QKNorm g0 = 13.031357 (qk_norm_length L = 92)`` or
-    ``QKNorm g0 = 12.500000 (qk_norm_scale)``."""
+    ``QKNorm g0 = 12.500000 (qk_norm_scale)``.
+    """
     if length is None:
         return f"QKNorm g0 = {g0:.6f} (qk_norm_scale)"
     length = float(length)
@@ -170,8 +180,12 @@ def qk_norm_g0_log_line(g0: float, length: Optional[float]) -> str:
 
 
 def _cli_float(check):
-    """argparse ``type=`` for a float checked by ``check(value)``: a ValueError becomes
-    argparse's own error (usage, ``PROG: error: argument --flag: ...``, exit status 2)."""
+    """An argparse ``type=`` for a float checked by ``check(value)``.
+
+    A ValueError becomes argparse's own error (usage, ``PROG: error: argument --flag: ...``, exit
+    status 2).
+    """
+
     def parse(text: str) -> float:
         try:
             value = float(text)
@@ -179,6 +193,7 @@ def _cli_float(check):
         except ValueError as err:
             raise argparse.ArgumentTypeError(str(err)) from None
         return value
+
     return parse
 
 
@@ -236,8 +251,14 @@ def drop_unrecorded_stat_meters() -> None:
     keys of its priority: the statistics have their own (:data:`STAT_PRIORITY`).
     """
     for agg in metrics.get_active_aggregators():
-        empty = {k for k, m in agg.items() if k.startswith(STAT_PREFIXES)
-                 and isinstance(m, AverageMeter) and m.count == 0 and m.val is None}
+        empty = {
+            k
+            for k, m in agg.items()
+            if k.startswith(STAT_PREFIXES)
+            and isinstance(m, AverageMeter)
+            and m.count == 0
+            and m.val is None
+        }
         if empty:
             for key in empty:
                 del agg[key]
@@ -264,75 +285,128 @@ class _LayerOutputLayoutResidual:
 
 
 class TransformerQKNormEncoderLayer(_LayerOutputLayoutResidual, TransformerEncoderLayerBase):
-    """fairseq encoder layer whose self-attention is :class:`QKNormMultiheadAttention`
-    and whose two norms follow ``--norm-type``; otherwise identical."""
+    """Fairseq encoder layer with QKNorm self-attention and ``--norm-type`` norms.
+
+    Its self-attention is :class:`QKNormMultiheadAttention` and its two norms follow
+    ``--norm-type``; otherwise identical.
+    """
 
     def __init__(self, cfg, return_fc=False):
         super().__init__(cfg, return_fc=return_fc)
         _rebuild_norms(self, cfg, ("self_attn_layer_norm", "final_layer_norm"))
 
     def build_self_attention(self, embed_dim, cfg):
+        """Fairseq's hook: the encoder self-attention as a :func:`build_attention` module."""
         return build_attention(
-            cfg, embed_dim, cfg.encoder.attention_heads, self_attention=True,
-            q_noise=self.quant_noise, qn_block_size=self.quant_noise_block_size,
+            cfg,
+            embed_dim,
+            cfg.encoder.attention_heads,
+            self_attention=True,
+            q_noise=self.quant_noise,
+            qn_block_size=self.quant_noise_block_size,
         )
 
 
 class TransformerQKNormDecoderLayer(_LayerOutputLayoutResidual, TransformerDecoderLayerBase):
-    """fairseq decoder layer whose self- and encoder-attention are
-    :class:`QKNormMultiheadAttention` and whose norms follow ``--norm-type``."""
+    """Fairseq decoder layer with QKNorm attention and ``--norm-type`` norms.
+
+    Its self- and encoder-attention are :class:`QKNormMultiheadAttention` and its norms
+    follow ``--norm-type``.
+    """
 
     def __init__(self, cfg, no_encoder_attn=False, add_bias_kv=False, add_zero_attn=False):
-        super().__init__(cfg, no_encoder_attn=no_encoder_attn, add_bias_kv=add_bias_kv,
-                         add_zero_attn=add_zero_attn)
-        _rebuild_norms(self, cfg, ("self_attn_layer_norm", "encoder_attn_layer_norm",
-                                   "final_layer_norm", "attn_ln", "ffn_layernorm"))
+        super().__init__(
+            cfg,
+            no_encoder_attn=no_encoder_attn,
+            add_bias_kv=add_bias_kv,
+            add_zero_attn=add_zero_attn,
+        )
+        _rebuild_norms(
+            self,
+            cfg,
+            (
+                "self_attn_layer_norm",
+                "encoder_attn_layer_norm",
+                "final_layer_norm",
+                "attn_ln",
+                "ffn_layernorm",
+            ),
+        )
 
     def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
+        """Fairseq's hook: the decoder self-attention as a :func:`build_attention` module."""
         return build_attention(
-            cfg, embed_dim, cfg.decoder.attention_heads,
-            add_bias_kv=add_bias_kv, add_zero_attn=add_zero_attn,
+            cfg,
+            embed_dim,
+            cfg.decoder.attention_heads,
+            add_bias_kv=add_bias_kv,
+            add_zero_attn=add_zero_attn,
             self_attention=not cfg.cross_self_attention,
-            q_noise=self.quant_noise, qn_block_size=self.quant_noise_block_size,
+            q_noise=self.quant_noise,
+            qn_block_size=self.quant_noise_block_size,
         )
 
     def build_encoder_attention(self, embed_dim, cfg):
+        """Fairseq's hook: the encoder-decoder attention as a :func:`build_attention` module."""
         return build_attention(
-            cfg, embed_dim, cfg.decoder.attention_heads,
-            kdim=cfg.encoder.embed_dim, vdim=cfg.encoder.embed_dim,
+            cfg,
+            embed_dim,
+            cfg.decoder.attention_heads,
+            kdim=cfg.encoder.embed_dim,
+            vdim=cfg.encoder.embed_dim,
             encoder_decoder_attention=True,
-            q_noise=self.quant_noise, qn_block_size=self.quant_noise_block_size,
+            q_noise=self.quant_noise,
+            qn_block_size=self.quant_noise_block_size,
         )
 
 
 # ------------------------------------------------------------ encoder/decoder
 class TransformerQKNormEncoder(TransformerEncoder):
-    """fairseq ``TransformerEncoder`` built from :class:`TransformerQKNormEncoderLayer`,
-    with its final/embedding norms following ``--norm-type``."""
+    """Fairseq ``TransformerEncoder`` built from :class:`TransformerQKNormEncoderLayer`.
+
+    Its final/embedding norms follow ``--norm-type``.
+    """
 
     def __init__(self, args, dictionary, embed_tokens, return_fc=False):
         super().__init__(args, dictionary, embed_tokens, return_fc=return_fc)
         _rebuild_norms(self, self.cfg, ("layer_norm", "layernorm_embedding"))
 
     def build_encoder_layer(self, args):
+        """Fairseq's hook: a :class:`TransformerQKNormEncoderLayer`, wrapped as fairseq's are."""
         return _wrap_layer(TransformerQKNormEncoderLayer(args, return_fc=self.return_fc), args)
 
 
 class TransformerQKNormDecoder(TransformerDecoder):
-    """fairseq ``TransformerDecoder`` built from :class:`TransformerQKNormDecoderLayer`,
-    norms following ``--norm-type`` and, with ``--fix-norm``, a
-    :class:`FixNormLinear` output projection (tied to the embeddings when shared)."""
+    """Fairseq ``TransformerDecoder`` built from :class:`TransformerQKNormDecoderLayer`.
 
-    def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=False,
-                 output_projection=None):
-        super().__init__(args, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn,
-                         output_projection=output_projection)
+    Its norms follow ``--norm-type``; with ``--fix-norm`` its output projection is a
+    :class:`FixNormLinear` (tied to the embeddings when shared).
+    """
+
+    def __init__(
+        self, args, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None
+    ):
+        super().__init__(
+            args,
+            dictionary,
+            embed_tokens,
+            no_encoder_attn=no_encoder_attn,
+            output_projection=output_projection,
+        )
         _rebuild_norms(self, self.cfg, ("layer_norm", "layernorm_embedding"))
 
     def build_decoder_layer(self, args, no_encoder_attn=False):
+        """Fairseq's hook: a :class:`TransformerQKNormDecoderLayer`, wrapped as fairseq's are."""
         return _wrap_layer(TransformerQKNormDecoderLayer(args, no_encoder_attn), args)
 
     def build_output_projection(self, args, dictionary, embed_tokens):
+        """Fairseq's output projection, replaced by a :class:`FixNormLinear` with ``--fix-norm``.
+
+        The FixNorm projection keeps fairseq's weight (tied to the embeddings when shared).
+
+        Raises:
+            ValueError: ``--fix-norm`` with an adaptive softmax.
+        """
         super().build_output_projection(args, dictionary, embed_tokens)
         if not safe_getattr(args, "fix_norm", False):
             return
@@ -346,8 +420,10 @@ class TransformerQKNormDecoder(TransformerDecoder):
 # ----------------------------------------------------------------------- model
 @register_model("transformer_qknorm")
 class TransformerQKNormModel(TransformerModel):
-    """fairseq's Transformer (Vaswani et al., 2017) with QKNorm (Henry et al., 2020),
-    ScaleNorm and FixNorm (Nguyen & Salazar, 2019) as flags and named archs.
+    """Fairseq's Transformer (Vaswani et al., 2017) with QKNorm, ScaleNorm and FixNorm.
+
+    QKNorm (Henry et al., 2020), ScaleNorm and FixNorm (Nguyen & Salazar, 2019) as flags and
+    named archs.
 
     With all new flags off it is fairseq's ``transformer`` except that attention
     runs through :class:`QKNormMultiheadAttention` (same math, owned forward).
@@ -355,6 +431,7 @@ class TransformerQKNormModel(TransformerModel):
 
     @classmethod
     def hub_models(cls):
+        """No pretrained models are published for this architecture: an empty dict."""
         return {}
 
     @classmethod
@@ -362,48 +439,67 @@ class TransformerQKNormModel(TransformerModel):
         """Add the plugin's flags. No argparse defaults: the arch functions set them."""
         super().add_args(parser)
         parser.add_argument(
-            "--qk-norm", action="store_true",
+            "--qk-norm",
+            action="store_true",
             help="normalize q and k per head in every attention module; by default QKNorm "
-                 "(Henry et al. 2020): l2-normalized q and k, logits = g*cos(q,k) with one "
-                 "learnable scalar g per attention module, no 1/sqrt(d)")
+            "(Henry et al. 2020): l2-normalized q and k, logits = g*cos(q,k) with one "
+            "learnable scalar g per attention module, no 1/sqrt(d)",
+        )
         parser.add_argument(
-            "--qk-norm-type", choices=QK_NORM_TYPES,
+            "--qk-norm-type",
+            choices=QK_NORM_TYPES,
             help="with --qk-norm: l2 (default) = QKNorm (Henry et al. 2020); layernorm = "
-                 "per-head LayerNorm of q and k (learnable weight of size d_head shared by "
-                 "heads, no bias), then q.k/sqrt(d_head) (ViT-22B, Dehghani et al. 2023; "
-                 "qk-layernorm of Wortsman et al. 2023); rmsnorm = the same with RMSNorm "
-                 "(Gemma 3, 2025; OLMo 2 normalizes the full width instead). layernorm and "
-                 "rmsnorm have no g: no --qk-norm-length/--qk-norm-scale")
+            "per-head LayerNorm of q and k (learnable weight of size d_head shared by "
+            "heads, no bias), then q.k/sqrt(d_head) (ViT-22B, Dehghani et al. 2023; "
+            "qk-layernorm of Wortsman et al. 2023); rmsnorm = the same with RMSNorm "
+            "(Gemma 3, 2025; OLMo 2 normalizes the full width instead). layernorm and "
+            "rmsnorm have no g: no --qk-norm-length/--qk-norm-scale",
+        )
         g0 = parser.add_mutually_exclusive_group()
         g0.add_argument(
-            "--qk-norm-length", type=_cli_float(lambda L: qk_norm_initial_scale(length=L)),
+            "--qk-norm-length",
+            type=_cli_float(lambda L: qk_norm_initial_scale(length=L)),
             metavar="L",
             help="QKNorm g0 = log2(L^2 - L), L = 97.5th-percentile training length "
-                 "in BPE tokens (paper Eq. 4), L >= 2; exclusive with --qk-norm-scale")
+            "in BPE tokens (paper Eq. 4), L >= 2; exclusive with --qk-norm-scale",
+        )
         g0.add_argument(
-            "--qk-norm-scale", type=_cli_float(lambda G: qk_norm_initial_scale(scale=G)),
+            "--qk-norm-scale",
+            type=_cli_float(lambda G: qk_norm_initial_scale(scale=G)),
             metavar="G",
-            help="QKNorm g0 set directly (> 0); exclusive with --qk-norm-length")
+            help="QKNorm g0 set directly (> 0); exclusive with --qk-norm-length",
+        )
         parser.add_argument(
-            "--qk-norm-scale-per-head", action="store_true",
+            "--qk-norm-scale-per-head",
+            action="store_true",
             help="QKNorm (l2): one learnable g per head instead of one per attention module, "
-                 "as the per-head temperature of Swin V2's scaled cosine attention "
-                 "(Liu et al. 2022); all start at g0")
+            "as the per-head temperature of Swin V2's scaled cosine attention "
+            "(Liu et al. 2022); all start at g0",
+        )
         parser.add_argument(
-            "--qk-norm-freeze-scale", action="store_true",
-            help="QKNorm (l2): keep g fixed at g0 (not trained)")
+            "--qk-norm-freeze-scale",
+            action="store_true",
+            help="QKNorm (l2): keep g fixed at g0 (not trained)",
+        )
         parser.add_argument(
-            "--norm-type", choices=NORM_TYPES,
+            "--norm-type",
+            choices=NORM_TYPES,
             help="normalization of every encoder/decoder norm: layernorm (default) or "
-                 "scalenorm = g*x/||x||, g0 = sqrt(d) (Nguyen & Salazar 2019)")
+            "scalenorm = g*x/||x||, g0 = sqrt(d) (Nguyen & Salazar 2019)",
+        )
         parser.add_argument(
-            "--fix-norm", action="store_true",
+            "--fix-norm",
+            action="store_true",
             help="FixNorm: l2-normalized word embeddings and output projection rows, "
-                 "embeddings initialised U(-0.01, 0.01) (Nguyen & Salazar 2019)")
+            "embeddings initialised U(-0.01, 0.01) (Nguyen & Salazar 2019)",
+        )
         parser.add_argument(
-            "--attn-stats-interval", type=int, metavar="N",
+            "--attn-stats-interval",
+            type=int,
+            metavar="N",
             help="every N training updates (and on every validation batch) log "
-                 "attention entropy, max |logit| and QKNorm g per module; 0 = off")
+            "attention entropy, max |logit| and QKNorm g per module; 0 = off",
+        )
         # not a flag: tells the arch function that fairseq's parser made this namespace
         parser.set_defaults(**{_FROM_CLI: True})
 
@@ -432,26 +528,37 @@ class TransformerQKNormModel(TransformerModel):
 
     @classmethod
     def build_embedding(cls, args, dictionary, embed_dim, path=None):
+        """Fairseq's token embedding, or a :class:`FixNormEmbedding` with ``--fix-norm``.
+
+        Raises:
+            ValueError: ``--fix-norm`` with pretrained embeddings (``path``).
+        """
         if not safe_getattr(args, "fix_norm", False):
             return super().build_embedding(args, dictionary, embed_dim, path)
         if path:
-            raise ValueError("--fix-norm with pretrained embeddings (--*-embed-path) "
-                             "is not supported")
+            raise ValueError(
+                "--fix-norm with pretrained embeddings (--*-embed-path) is not supported"
+            )
         return FixNormEmbedding(len(dictionary), embed_dim, dictionary.pad())
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
+        """A :class:`TransformerQKNormEncoder`."""
         return TransformerQKNormEncoder(args, src_dict, embed_tokens)
 
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):
-        return TransformerQKNormDecoder(args, tgt_dict, embed_tokens,
-                                        no_encoder_attn=args.no_cross_attention)
+        """A :class:`TransformerQKNormDecoder` (no encoder attention: ``--no-cross-attention``)."""
+        return TransformerQKNormDecoder(
+            args, tgt_dict, embed_tokens, no_encoder_attn=args.no_cross_attention
+        )
 
     # ------------------------------------------------------ attention health
     def attention_modules(self):
-        """``{name: QKNormMultiheadAttention}`` named ``enc{i}_self``,
-        ``dec{i}_self``, ``dec{i}_cross`` (i = layer index)."""
+        """The attention modules as ``{name: QKNormMultiheadAttention}``.
+
+        Named ``enc{i}_self``, ``dec{i}_self``, ``dec{i}_cross`` (i = layer index).
+        """
         named = {}
         for i, layer in enumerate(self.encoder.layers):
             named[f"enc{i}_self"] = layer.self_attn
@@ -461,11 +568,21 @@ class TransformerQKNormModel(TransformerModel):
                 named[f"dec{i}_cross"] = layer.encoder_attn
         return named
 
-    def forward(self, src_tokens, src_lengths, prev_output_tokens,
-                return_all_hiddens: bool = True, features_only: bool = False,
-                alignment_layer=None, alignment_heads=None):
-        """As fairseq's; every ``--attn-stats-interval`` training forwards (and every
-        validation forward) also logs attention health through fairseq metrics."""
+    def forward(
+        self,
+        src_tokens,
+        src_lengths,
+        prev_output_tokens,
+        return_all_hiddens: bool = True,
+        features_only: bool = False,
+        alignment_layer=None,
+        alignment_heads=None,
+    ):
+        """As fairseq's, plus attention health logged through fairseq metrics.
+
+        Logged every ``--attn-stats-interval`` training forwards and every validation
+        forward.
+        """
         interval = getattr(self, "_stats_interval", 0)
         record = False
         if interval > 0:
@@ -477,11 +594,15 @@ class TransformerQKNormModel(TransformerModel):
         for m in modules.values():
             m.record_stats = True
         try:
-            out = super().forward(src_tokens, src_lengths, prev_output_tokens,
-                                  return_all_hiddens=return_all_hiddens,
-                                  features_only=features_only,
-                                  alignment_layer=alignment_layer,
-                                  alignment_heads=alignment_heads)
+            out = super().forward(
+                src_tokens,
+                src_lengths,
+                prev_output_tokens,
+                return_all_hiddens=return_all_hiddens,
+                features_only=features_only,
+                alignment_layer=alignment_layer,
+                alignment_heads=alignment_heads,
+            )
         finally:
             for m in modules.values():
                 m.record_stats = False
@@ -489,19 +610,26 @@ class TransformerQKNormModel(TransformerModel):
             stats = m.last_stats
             if stats:
                 # averaged over the recorded batches of the logging interval
-                metrics.log_scalar(f"attn_entropy_{name}", float(stats["entropy"]), round=3,
-                                   priority=STAT_PRIORITY)
-                metrics.log_scalar(f"attn_maxlogit_{name}", float(stats["max_logit"]), round=3,
-                                   priority=STAT_PRIORITY)
+                metrics.log_scalar(
+                    f"attn_entropy_{name}", float(stats["entropy"]), round=3, priority=STAT_PRIORITY
+                )
+                metrics.log_scalar(
+                    f"attn_maxlogit_{name}",
+                    float(stats["max_logit"]),
+                    round=3,
+                    priority=STAT_PRIORITY,
+                )
             if m.qk_norm_g is not None:
                 # weight 0: the logged value is the latest g, not an average; per-head g:
                 # their mean under the same key, each head under its own
                 g = m.qk_norm_g.detach().float()
-                metrics.log_scalar(f"qknorm_g_{name}", g.mean().item(), weight=0, round=3,
-                                   priority=STAT_PRIORITY)
+                metrics.log_scalar(
+                    f"qknorm_g_{name}", g.mean().item(), weight=0, round=3, priority=STAT_PRIORITY
+                )
                 for h, g_h in enumerate(g.tolist() if g.dim() else []):
-                    metrics.log_scalar(f"qknorm_head_g_{name}_h{h}", g_h, weight=0, round=3,
-                                       priority=STAT_PRIORITY)
+                    metrics.log_scalar(
+                        f"qknorm_head_g_{name}_h{h}", g_h, weight=0, round=3, priority=STAT_PRIORITY
+                    )
         return out
 
 
@@ -577,6 +705,7 @@ def _register_family(name, system):
     ``safe_getattr`` defaults; each arch sets its size first, then the system, then the base
     size for what is left, then :func:`base_qknorm_architecture`. Returns the base arch.
     """
+
     def make(size):
         def arch(args):
             if size is not None:
@@ -584,11 +713,13 @@ def _register_family(name, system):
             system(args)
             _base_size(args)
             base_qknorm_architecture(args)
+
         arch.__doc__ = system.__doc__
         return arch
 
-    archs = {suffix: make(size) for suffix, size in (("", None), ("_small", _small),
-                                                     ("_proxy", _proxy))}
+    archs = {
+        suffix: make(size) for suffix, size in (("", None), ("_small", _small), ("_proxy", _proxy))
+    }
     for suffix, arch in archs.items():
         register_model_architecture("transformer_qknorm", name + suffix)(arch)
     return archs[""]
@@ -633,16 +764,23 @@ def _scalenorm_qknorm(args):
 
 
 def _qk_layernorm(args):
-    """QK-LayerNorm: PreNorm + FixNorm + LayerNorm, per-head LayerNorm of q and k, then
-    ``q.k / sqrt(d_head)`` (ViT-22B, Dehghani et al. 2023; Wortsman et al. 2023); no ``g``."""
+    """QK-LayerNorm: PreNorm + FixNorm + LayerNorm, per-head LayerNorm of q and k.
+
+    Then ``q.k / sqrt(d_head)`` (ViT-22B, Dehghani et al. 2023; Wortsman et al. 2023); no ``g``.
+    """
     _norms(args, prenorm=True, norm_type="layernorm", fix_norm=True, qk_norm=True)
     args.qk_norm_type = safe_getattr(args, "qk_norm_type", "layernorm")
 
 
-transformer_postnorm_layernorm = _register_family("transformer_postnorm_layernorm", _postnorm_layernorm)
-transformer_prenorm_layernorm = _register_family("transformer_prenorm_layernorm", _prenorm_layernorm)
+transformer_postnorm_layernorm = _register_family(
+    "transformer_postnorm_layernorm", _postnorm_layernorm
+)
+transformer_prenorm_layernorm = _register_family(
+    "transformer_prenorm_layernorm", _prenorm_layernorm
+)
 transformer_prenorm_fixnorm_layernorm = _register_family(
-    "transformer_prenorm_fixnorm_layernorm", _prenorm_fixnorm_layernorm)
+    "transformer_prenorm_fixnorm_layernorm", _prenorm_fixnorm_layernorm
+)
 transformer_twt = _register_family("transformer_twt", _twt)
 transformer_qknorm_paper = _register_family("transformer_qknorm_paper", _qknorm_paper)
 transformer_scalenorm_qknorm = _register_family("transformer_scalenorm_qknorm", _scalenorm_qknorm)

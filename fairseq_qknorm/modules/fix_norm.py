@@ -1,7 +1,10 @@
-"""FixNorm: l2-normalized word embeddings (Nguyen & Chiang, NAACL 2018; used with
-ScaleNorm in Nguyen & Salazar, "Transformers without Tears", 2019, Sec. 2.3)."""
+"""FixNorm: l2-normalized word embeddings.
 
-from typing import Optional, Tuple
+Nguyen & Chiang, NAACL 2018; used with ScaleNorm in Nguyen & Salazar, "Transformers
+without Tears", 2019, Sec. 2.3.
+"""
+
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +36,7 @@ class FixNormEmbedding(nn.Embedding):
         nn.init.zeros_(self.weight[padding_idx])
 
     def forward(self, tokens: Tensor) -> Tensor:
+        """Embed ``tokens`` (integer, any shape ``(*)``) as l2-normalized rows ``(*, dim)``."""
         # normalize only the looked-up rows: same result, cheaper than the whole table
         return scaled_l2_normalize(super().forward(tokens), FIX_NORM_EPS)
 
@@ -62,21 +66,28 @@ class FixNormLinear(nn.Linear):
 
     def __init__(self, in_features: int, out_features: int):
         super().__init__(in_features, out_features, bias=False)
-        self._normalized_cache: Optional[Tuple[Tensor, int, int, Tensor]] = None
+        self._normalized_cache: Optional[tuple[Tensor, int, int, Tensor]] = None
 
     def train(self, mode: bool = True) -> "FixNormLinear":
+        """As :meth:`torch.nn.Module.train`; also drops the cached normalized weight."""
         self._normalized_cache = None
         return super().train(mode)
 
     def normalized_weight(self) -> Tensor:
-        """``W / max(||W||_row, eps)``, ``(out_features, in_features)``; cached as the
-        class docstring says in eval mode without autograd, recomputed otherwise."""
+        """``W / max(||W||_row, eps)``, shape ``(out_features, in_features)``.
+
+        Cached as the class docstring says in eval mode without autograd, recomputed otherwise.
+        """
         w = self.weight
         if self.training or (torch.is_grad_enabled() and w.requires_grad):
             return scaled_l2_normalize(w, FIX_NORM_EPS)
         cache = self._normalized_cache
-        if cache is not None and cache[0] is w and cache[1] == w.data_ptr() \
-                and cache[2] == w._version:
+        if (
+            cache is not None
+            and cache[0] is w
+            and cache[1] == w.data_ptr()
+            and cache[2] == w._version
+        ):
             return cache[3]
         with torch.no_grad():
             normalized = scaled_l2_normalize(w, FIX_NORM_EPS)
@@ -84,6 +95,7 @@ class FixNormLinear(nn.Linear):
         return normalized
 
     def forward(self, x: Tensor) -> Tensor:
+        """Logits ``x @ normalized_weight().T``: ``(*, in_features)`` -> ``(*, out_features)``."""
         weight = self.normalized_weight()
         # One 2-D matmul. Under no_grad the normalized weight needs no gradient, and
         # torch's matmul then runs a 3-D input through bmm with the (V, d) weight expanded

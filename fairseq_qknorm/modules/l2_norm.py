@@ -20,7 +20,8 @@ class _ScaledL2Normalize(torch.autograd.Function):
     eight full-size passes over ``x`` (the multiply's two gradients, the norm's
     gradient and its zero-norm ``masked_fill``, the accumulation of the two); this
     one makes four and allocates one full-size buffer. With ``n = ||x||`` and
-    ``s = scale / max(n, eps)`` (shape ``(..., 1)``): ``dx = s * dy - [n > eps] * s / n^2 * <dy, x> * x`` and
+    ``s = scale / max(n, eps)`` (shape ``(..., 1)``):
+    ``dx = s * dy - [n > eps] * s / n^2 * <dy, x> * x`` and
     ``dscale = sum <dy, x> / max(n, eps)`` over the dimensions ``scale`` was broadcast
     along. fp16/bf16 compute in float32 (forward and backward), float32/float64 in
     their own precision.

@@ -57,7 +57,7 @@ Which rescaling of the projected q and k leaves the logits unchanged (per vector
 """
 
 import math
-from typing import Dict, Optional, Tuple
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -107,8 +107,9 @@ def qk_norm_initial_scale(length: Optional[float] = None, scale: Optional[float]
     length = float(length)
     # L >= 2 gives g0 >= 1; a huge L would overflow L^2
     if not math.isfinite(length) or length < 2.0 or not math.isfinite(length * length):
-        raise ValueError(f"--qk-norm-length must be finite and >= 2 (g0 = log2(L^2 - L) > 0), "
-                         f"got {length!r}")
+        raise ValueError(
+            f"--qk-norm-length must be finite and >= 2 (g0 = log2(L^2 - L) > 0), got {length!r}"
+        )
     return math.log2(length * length - length)
 
 
@@ -188,10 +189,18 @@ class QKNormMultiheadAttention(MultiheadAttention):
             In ``forward``, wrong shapes (ValueError) or dtypes (TypeError).
     """
 
-    def __init__(self, embed_dim, num_heads, *args, qk_norm: bool = False,
-                 qk_norm_scale: Optional[float] = None, qk_norm_type: str = "l2",
-                 qk_norm_scale_per_head: bool = False, qk_norm_freeze_scale: bool = False,
-                 **kwargs):
+    def __init__(
+        self,
+        embed_dim,
+        num_heads,
+        *args,
+        qk_norm: bool = False,
+        qk_norm_scale: Optional[float] = None,
+        qk_norm_type: str = "l2",
+        qk_norm_scale_per_head: bool = False,
+        qk_norm_freeze_scale: bool = False,
+        **kwargs,
+    ):
         super().__init__(embed_dim, num_heads, *args, **kwargs)
         if self.bias_k is not None or self.add_zero_attn or self.use_xformers:
             raise ValueError(
@@ -203,15 +212,22 @@ class QKNormMultiheadAttention(MultiheadAttention):
         self.qk_norm = bool(qk_norm)
         #: None when QK-norm is off
         self.qk_norm_type: Optional[str] = qk_norm_type if self.qk_norm else None
-        l2_only = [name for name, given in (("qk_norm_scale", qk_norm_scale is not None),
-                                            ("qk_norm_scale_per_head", qk_norm_scale_per_head),
-                                            ("qk_norm_freeze_scale", qk_norm_freeze_scale))
-                   if given]
+        l2_only = [
+            name
+            for name, given in (
+                ("qk_norm_scale", qk_norm_scale is not None),
+                ("qk_norm_scale_per_head", qk_norm_scale_per_head),
+                ("qk_norm_freeze_scale", qk_norm_freeze_scale),
+            )
+            if given
+        ]
         if not self.qk_norm and (l2_only or qk_norm_type != "l2"):
             raise ValueError(f"{', '.join(l2_only) or 'qk_norm_type'} given with qk_norm=False")
         if self.qk_norm_type not in (None, "l2") and l2_only:
-            raise ValueError(f"{', '.join(l2_only)} apply only to qk_norm_type='l2' "
-                             f"(qk_norm_type={qk_norm_type!r} has no scale g)")
+            raise ValueError(
+                f"{', '.join(l2_only)} apply only to qk_norm_type='l2' "
+                f"(qk_norm_type={qk_norm_type!r} has no scale g)"
+            )
         if self.qk_norm_type == "l2":
             if qk_norm_scale is None:
                 raise ValueError("qk_norm=True needs qk_norm_scale (g0)")
@@ -219,8 +235,9 @@ class QKNormMultiheadAttention(MultiheadAttention):
             # One scalar per module, shared by all heads (authors' code), or one per head;
             # float32 on purpose (the authors' code made it float64 by accident).
             shape = (num_heads,) if qk_norm_scale_per_head else ()
-            self.qk_norm_g = nn.Parameter(torch.full(shape, g0, dtype=torch.float32),
-                                          requires_grad=not qk_norm_freeze_scale)
+            self.qk_norm_g = nn.Parameter(
+                torch.full(shape, g0, dtype=torch.float32), requires_grad=not qk_norm_freeze_scale
+            )
         else:
             self.register_parameter("qk_norm_g", None)
         if self.qk_norm_type in ("layernorm", "rmsnorm"):
@@ -239,16 +256,19 @@ class QKNormMultiheadAttention(MultiheadAttention):
         #: When True, the next forwards take the explicit path and store attention
         #: health statistics (entropy, max |logit|) in ``self.last_stats``.
         self.record_stats = False
-        self.last_stats: Dict[str, Tensor] = {}
+        self.last_stats: dict[str, Tensor] = {}
 
     def extra_repr(self) -> str:
+        """QKNorm settings and head layout for ``repr(module)``."""
         text = f"qk_norm={self.qk_norm}"
         if self.qk_norm:
             text += f", qk_norm_type={self.qk_norm_type}"
         g = getattr(self, "qk_norm_g", None)
         if g is not None:
-            text += (f", scale={'per head' if g.dim() else 'per module'}"
-                     f"{'' if g.requires_grad else ' (frozen)'}")
+            text += (
+                f", scale={'per head' if g.dim() else 'per module'}"
+                f"{'' if g.requires_grad else ' (frozen)'}"
+            )
         return f"{text}, num_heads={self.num_heads}, head_dim={self.head_dim}"
 
     # --------------------------------------------------------- normalization
@@ -277,21 +297,32 @@ class QKNormMultiheadAttention(MultiheadAttention):
 
     @property
     def logit_scale(self) -> float:
-        """Factor applied to ``normalize_queries(q) . normalize_keys(k)``: 1 for l2
-        (``g`` is in the queries), ``1 / sqrt(head_dim)`` otherwise."""
+        """Factor applied to ``normalize_queries(q) . normalize_keys(k)``.
+
+        1 for l2 (``g`` is in the queries), ``1 / sqrt(head_dim)`` otherwise.
+        """
         return 1.0 if self.qk_norm_type == "l2" else self.scaling
 
-    def _check_inputs(self, query: Tensor, key: Optional[Tensor], value: Optional[Tensor],
-                      key_padding_mask: Optional[Tensor]) -> None:
+    def _check_inputs(
+        self,
+        query: Tensor,
+        key: Optional[Tensor],
+        value: Optional[Tensor],
+        key_padding_mask: Optional[Tensor],
+    ) -> None:
         """Our errors for what torch would reject later with an unrelated message (or accept)."""
         if query.dim() != 3 or query.size(2) != self.embed_dim:
-            raise ValueError(f"query must be (tgt_len, bsz, {self.embed_dim}), "
-                             f"got shape {tuple(query.shape)}")
+            raise ValueError(
+                f"query must be (tgt_len, bsz, {self.embed_dim}), got shape {tuple(query.shape)}"
+            )
         weight_dtype = self.q_proj.weight.dtype
         if not query.is_floating_point() or (
-                query.dtype != weight_dtype and not torch.is_autocast_enabled(query.device.type)):
-            raise TypeError(f"query dtype {query.dtype} does not match the attention weights' "
-                            f"{weight_dtype} (convert the model or the input, or use autocast)")
+            query.dtype != weight_dtype and not torch.is_autocast_enabled(query.device.type)
+        ):
+            raise TypeError(
+                f"query dtype {query.dtype} does not match the attention weights' "
+                f"{weight_dtype} (convert the model or the input, or use autocast)"
+            )
         tgt_len, bsz = query.shape[:2]
         src_len: Optional[int] = tgt_len  # length of the new keys; None: cached keys only
         if not self.self_attention:
@@ -304,29 +335,40 @@ class QKNormMultiheadAttention(MultiheadAttention):
                 if x is None:
                     raise ValueError(f"{name} is None but key is given")
                 if x.dim() != 3 or x.size(2) != dim or x.size(1) != bsz or x.size(0) != src_len:
-                    raise ValueError(f"{name} must be (src_len, bsz, {dim}) with bsz = {bsz} "
-                                     f"(query) and src_len = {src_len} (key), "
-                                     f"got shape {tuple(x.shape)}")
+                    raise ValueError(
+                        f"{name} must be (src_len, bsz, {dim}) with bsz = {bsz} "
+                        f"(query) and src_len = {src_len} (key), "
+                        f"got shape {tuple(x.shape)}"
+                    )
                 if x.dtype != query.dtype:
-                    raise TypeError(f"{name} dtype {x.dtype} differs from query dtype "
-                                    f"{query.dtype}")
+                    raise TypeError(
+                        f"{name} dtype {x.dtype} differs from query dtype {query.dtype}"
+                    )
         if key_padding_mask is not None and key_padding_mask.dim() != 0:
             if key_padding_mask.dtype not in (torch.bool, torch.uint8):
-                raise TypeError(f"key_padding_mask must be bool or uint8 (True/1 = pad), "
-                                f"got {key_padding_mask.dtype}")
-            if (key_padding_mask.dim() != 2 or key_padding_mask.size(0) != bsz
-                    or (src_len is not None and key_padding_mask.size(1) != src_len)):
-                raise ValueError(f"key_padding_mask must be (bsz, src_len) = ({bsz}, "
-                                 f"{'src_len' if src_len is None else src_len}), "
-                                 f"got shape {tuple(key_padding_mask.shape)}")
+                raise TypeError(
+                    f"key_padding_mask must be bool or uint8 (True/1 = pad), "
+                    f"got {key_padding_mask.dtype}"
+                )
+            if (
+                key_padding_mask.dim() != 2
+                or key_padding_mask.size(0) != bsz
+                or (src_len is not None and key_padding_mask.size(1) != src_len)
+            ):
+                raise ValueError(
+                    f"key_padding_mask must be (bsz, src_len) = ({bsz}, "
+                    f"{'src_len' if src_len is None else src_len}), "
+                    f"got shape {tuple(key_padding_mask.shape)}"
+                )
 
     # ------------------------------------------------------------------ helpers
     def _split_heads(self, x: Tensor, bsz: int) -> Tensor:
         # (len, bsz, num_heads * head_dim) -> (bsz, num_heads, len, head_dim)
         return x.view(x.size(0), bsz, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
 
-    def _attention_mask(self, attn_mask: Optional[Tensor], key_padding_mask: Optional[Tensor],
-                        dtype: torch.dtype) -> Optional[Tensor]:
+    def _attention_mask(
+        self, attn_mask: Optional[Tensor], key_padding_mask: Optional[Tensor], dtype: torch.dtype
+    ) -> Optional[Tensor]:
         """One mask for ``scaled_dot_product_attention``, broadcastable to ``(B, H, T, S)``.
 
         Bool masks come out with True = *attend* (SDPA's convention, the inverse of
@@ -337,8 +379,9 @@ class QKNormMultiheadAttention(MultiheadAttention):
         fully masked row gives zeros, never NaN (both paths).
         """
         pad = None
-        if key_padding_mask is not None and (not key_padding_mask.is_cpu
-                                             or bool(key_padding_mask.any())):
+        if key_padding_mask is not None and (
+            not key_padding_mask.is_cpu or bool(key_padding_mask.any())
+        ):
             pad = key_padding_mask.to(torch.bool)[:, None, None, :]  # (B, 1, 1, S)
         if attn_mask is None:
             return None if pad is None else ~pad
@@ -352,10 +395,12 @@ class QKNormMultiheadAttention(MultiheadAttention):
 
     @staticmethod
     def _dead_rows(mask: Tensor) -> Optional[Tensor]:
-        """Queries that ``mask`` (from :meth:`_attention_mask`) lets see no key, as a bool
-        tensor broadcastable to ``(B, H, T, 1)``; on CPU None when there is none (elsewhere
+        """Queries that ``mask`` (from :meth:`_attention_mask`) lets see no key.
+
+        A bool tensor broadcastable to ``(B, H, T, 1)``; on CPU None when there is none (elsewhere
         that check would synchronize with the host). Read from the mask, which is at most
-        ``(B, 1, T, S)``, instead of from the ``(B, H, T, S)`` logits."""
+        ``(B, 1, T, S)``, instead of from the ``(B, H, T, S)`` logits.
+        """
         if mask.dtype == torch.bool:
             dead = ~mask.any(dim=-1, keepdim=True)
         else:
@@ -369,20 +414,20 @@ class QKNormMultiheadAttention(MultiheadAttention):
         key: Optional[Tensor],
         value: Optional[Tensor],
         key_padding_mask: Optional[Tensor] = None,
-        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+        incremental_state: Optional[dict[str, dict[str, Optional[Tensor]]]] = None,
         need_weights: bool = True,
         static_kv: bool = False,
         attn_mask: Optional[Tensor] = None,
         before_softmax: bool = False,
         need_head_weights: bool = False,
-    ) -> Tuple[Tensor, Optional[Tensor]]:
+    ) -> tuple[Tensor, Optional[Tensor]]:
         """See the class docstring for shapes and errors; arguments as in fairseq's parent."""
         if need_head_weights:
             need_weights = True
         self._check_inputs(query, key, value, key_padding_mask)
         tgt_len, bsz, _ = query.size()
 
-        saved_state: Optional[Dict[str, Optional[Tensor]]] = None
+        saved_state: Optional[dict[str, Optional[Tensor]]] = None
         if incremental_state is not None:
             saved_state = self._get_input_buffer(incremental_state)
             if "prev_key" in saved_state and static_kv:
@@ -397,14 +442,20 @@ class QKNormMultiheadAttention(MultiheadAttention):
             k = self._split_heads(self.k_proj(query), bsz)
             v = self._split_heads(self.v_proj(query), bsz)
         elif key is not None:
-            if (self.encoder_decoder_attention and self.beam_size > 1 and saved_state is not None
-                    and bsz == key.size(1)):
+            if (
+                self.encoder_decoder_attention
+                and self.beam_size > 1
+                and saved_state is not None
+                and bsz == key.size(1)
+            ):
                 # beam-shared encoder states, as in the parent, but only while decoding
-                # incrementally (never in a training/validation forward): (S, B*beam, C) -> (S, B, C)
+                # incrementally (never in a training/validation forward):
+                # (S, B*beam, C) -> (S, B, C)
                 key = key.view(key.size(0), -1, self.beam_size, key.size(2))[:, :, 0, :]
                 if key_padding_mask is not None:
                     key_padding_mask = key_padding_mask.view(
-                        -1, self.beam_size, key_padding_mask.size(1))[:, 0, :]
+                        -1, self.beam_size, key_padding_mask.size(1)
+                    )[:, 0, :]
             kv_in = key if self.encoder_decoder_attention else value
             assert kv_in is not None
             k = self._split_heads(self.k_proj(key), key.size(1))  # (B', H, S, hd)
@@ -446,11 +497,15 @@ class QKNormMultiheadAttention(MultiheadAttention):
         kv_bsz, src_len = k.size(0), k.size(2)
         if attn_mask is not None:
             if tuple(attn_mask.shape) != (tgt_len, src_len):
-                raise ValueError(f"attn_mask must be (tgt_len, src_len) = ({tgt_len}, {src_len}), "
-                                 f"got shape {tuple(attn_mask.shape)}")
+                raise ValueError(
+                    f"attn_mask must be (tgt_len, src_len) = ({tgt_len}, {src_len}), "
+                    f"got shape {tuple(attn_mask.shape)}"
+                )
             if not (attn_mask.is_floating_point() or attn_mask.dtype in (torch.bool, torch.uint8)):
-                raise TypeError(f"attn_mask must be float (additive) or bool/uint8 "
-                                f"(True = masked), got {attn_mask.dtype}")
+                raise TypeError(
+                    f"attn_mask must be float (additive) or bool/uint8 "
+                    f"(True = masked), got {attn_mask.dtype}"
+                )
 
         # Beam-shared encoder-attention: fold the beam into the query length so
         # that queries of one sentence's beams share its keys without a copy.
@@ -463,20 +518,31 @@ class QKNormMultiheadAttention(MultiheadAttention):
 
         scale = self.logit_scale  # l2 QKNorm: 1, g is already in q
         mask = self._attention_mask(attn_mask, key_padding_mask, q.dtype)
-        dropout_p = self.dropout_module.p if (
-            self.training or self.dropout_module.apply_during_inference) else 0.0
+        dropout_p = (
+            self.dropout_module.p
+            if (self.training or self.dropout_module.apply_during_inference)
+            else 0.0
+        )
 
         weights: Optional[Tensor] = None
-        if (self.use_fused and not need_weights and not before_softmax and not self.record_stats
-                and (q.size(2) >= self.fused_min_queries or not q.is_cpu)):
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
-                                                 scale=scale)
+        if (
+            self.use_fused
+            and not need_weights
+            and not before_softmax
+            and not self.record_stats
+            and (q.size(2) >= self.fused_min_queries or not q.is_cpu)
+        ):
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale
+            )
         else:
             # 3-D bmm over B' * H rows: torch.matmul's 4-D handling costs more per call
             # than the work of a decoding step (same reshapes and copies otherwise)
             rows, q_len = q.size(0) * self.num_heads, q.size(2)
-            logits = torch.bmm(q.reshape(rows, q_len, self.head_dim),
-                               k.reshape(rows, src_len, self.head_dim).transpose(1, 2))
+            logits = torch.bmm(
+                q.reshape(rows, q_len, self.head_dim),
+                k.reshape(rows, src_len, self.head_dim).transpose(1, 2),
+            )
             logits = logits.view(kv_bsz, self.num_heads, q_len, src_len)  # (B', H, T', S)
             if scale != 1.0:
                 logits = logits * scale
@@ -494,11 +560,13 @@ class QKNormMultiheadAttention(MultiheadAttention):
             if before_softmax:
                 if grouped:
                     raise NotImplementedError("before_softmax with beam-shared encoder states")
-                return logits.reshape(bsz * self.num_heads, tgt_len, src_len), \
-                    v.reshape(bsz * self.num_heads, src_len, self.head_dim)
+                return logits.reshape(bsz * self.num_heads, tgt_len, src_len), v.reshape(
+                    bsz * self.num_heads, src_len, self.head_dim
+                )
             # softmax in float32 for fp16/bf16 (as fairseq), in the input's precision otherwise
-            probs_float = torch.softmax(logits.float() if logits.element_size() < 4 else logits,
-                                        dim=-1)
+            probs_float = torch.softmax(
+                logits.float() if logits.element_size() < 4 else logits, dim=-1
+            )
             if dead is not None:
                 probs_float = probs_float.masked_fill(dead, 0.0)
             if self.record_stats:
@@ -506,8 +574,9 @@ class QKNormMultiheadAttention(MultiheadAttention):
             probs = probs_float.type_as(logits)
             if dropout_p > 0:
                 probs = F.dropout(probs, p=dropout_p, training=True)
-            out = torch.bmm(probs.view(rows, q_len, src_len),
-                            v.reshape(rows, src_len, self.head_dim))
+            out = torch.bmm(
+                probs.view(rows, q_len, src_len), v.reshape(rows, src_len, self.head_dim)
+            )
             out = out.view(kv_bsz, self.num_heads, q_len, self.head_dim)
             if need_weights:
                 weights = probs_float

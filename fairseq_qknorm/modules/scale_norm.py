@@ -45,10 +45,18 @@ class ScaleNorm(nn.Module):
         self.scale = nn.Parameter(torch.tensor(math.sqrt(dim) if scale is None else float(scale)))
 
     def forward(self, x: Tensor) -> Tensor:
+        """``g * x / max(||x||, eps)`` over the last dimension; shape ``(*, dim)`` kept.
+
+        Raises:
+            ValueError: ``x`` is 0-dimensional or its last dimension is not ``dim``.
+        """
         if x.dim() == 0 or x.size(-1) != self.dim:
-            raise ValueError(f"ScaleNorm({self.dim}) got an input of shape {tuple(x.shape)}: "
-                             f"its last dimension must be {self.dim}")
+            raise ValueError(
+                f"ScaleNorm({self.dim}) got an input of shape {tuple(x.shape)}: "
+                f"its last dimension must be {self.dim}"
+            )
         return scaled_l2_normalize(x, self.eps, self.scale)
 
     def extra_repr(self) -> str:
+        """``dim`` and ``eps`` for ``repr(module)``."""
         return f"{self.dim}, eps={self.eps}"

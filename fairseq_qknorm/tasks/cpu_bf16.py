@@ -20,9 +20,10 @@ therefore refuses the options without native bf16 unless ``--bf16-autocast-allow
 import logging
 import platform
 import subprocess
+from collections.abc import Iterable
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Iterable, List, Optional, Tuple
+from typing import Optional
 
 import torch
 
@@ -52,7 +53,7 @@ def cpu_model_name(cpuinfo: Optional[str] = None) -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
-def bf16_features_from_cpuinfo(cpuinfo: str) -> List[str]:
+def bf16_features_from_cpuinfo(cpuinfo: str) -> list[str]:
     """The :data:`NATIVE_BF16_FEATURES` that a ``/proc/cpuinfo`` text lists.
 
     Args:
@@ -77,9 +78,12 @@ def bf16_features_from_cpuinfo(cpuinfo: str) -> List[str]:
     return found
 
 
-def _torch_bf16_features() -> List[str]:
-    """bf16 features according to torch's own CPU checks (cpuinfo library: CPUID plus the OS's
-    support for the AVX-512 state); private ``torch.cpu`` helpers, absent in some builds."""
+def _torch_bf16_features() -> list[str]:
+    """bf16 features according to torch's own CPU checks.
+
+    The checks are the cpuinfo library's (CPUID plus the OS's support for the AVX-512 state),
+    through private ``torch.cpu`` helpers that some builds lack.
+    """
     found = []
     check = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
     try:
@@ -90,33 +94,42 @@ def _torch_bf16_features() -> List[str]:
     return found
 
 
-def _macos_bf16_features() -> List[str]:
+def _macos_bf16_features() -> list[str]:
     """ARM BF16 on macOS (``sysctl hw.optional.arm.FEAT_BF16``: Apple M2 and later)."""
     if platform.system() != "Darwin":
         return []
     try:
-        out = subprocess.run(["sysctl", "-n", "hw.optional.arm.FEAT_BF16"], capture_output=True,
-                             text=True, timeout=5).stdout.strip()
+        out = subprocess.run(
+            ["sysctl", "-n", "hw.optional.arm.FEAT_BF16"], capture_output=True, text=True, timeout=5
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return []
     return ["bf16"] if out == "1" else []
 
 
-def _onednn_bf16() -> Tuple[bool, str]:
-    """Whether torch's oneDNN (which runs bf16 ``linear``/``matmul`` on CPU) is built and
-    reports bf16 support."""
+def _onednn_bf16() -> tuple[bool, str]:
+    """Whether torch's oneDNN is built and reports bf16 support.
+
+    oneDNN runs bf16 ``linear``/``matmul`` on CPU.
+    """
     if not torch.backends.mkldnn.is_available():
-        return False, "this torch build has no oneDNN (torch.backends.mkldnn.is_available() is False)"
+        return (
+            False,
+            "this torch build has no oneDNN (torch.backends.mkldnn.is_available() is False)",
+        )
     check = getattr(getattr(torch.ops, "mkldnn", None), "_is_mkldnn_bf16_supported", None)
     try:
         if check is not None and not check():
-            return False, "torch's oneDNN reports no bf16 support (mkldnn._is_mkldnn_bf16_supported)"
+            return (
+                False,
+                "torch's oneDNN reports no bf16 support (mkldnn._is_mkldnn_bf16_supported)",
+            )
     except Exception:  # noqa: BLE001
         pass
     return True, ""
 
 
-def native_bf16_support(cpuinfo: Optional[str] = None) -> Tuple[bool, str]:
+def native_bf16_support(cpuinfo: Optional[str] = None) -> tuple[bool, str]:
     """Whether this CPU computes in bf16 natively, so that bf16 autocast can beat fp32.
 
     Native means a bf16 instruction set (:data:`NATIVE_BF16_FEATURES`: ``avx512_bf16`` or
@@ -140,8 +153,10 @@ def native_bf16_support(cpuinfo: Optional[str] = None) -> Tuple[bool, str]:
     features = [f for f in NATIVE_BF16_FEATURES if f in features]  # ordered, no duplicates
     cpu = cpu_model_name(text)
     if not features:
-        return False, (f"this CPU ({cpu}) has no native bf16 instructions (looked for "
-                       f"avx512_bf16 or amx_bf16 on x86, bf16 on ARM)")
+        return False, (
+            f"this CPU ({cpu}) has no native bf16 instructions (looked for "
+            f"avx512_bf16 or amx_bf16 on x86, bf16 on ARM)"
+        )
     if not given:
         ok, why = _onednn_bf16()
         if not ok:
@@ -149,7 +164,7 @@ def native_bf16_support(cpuinfo: Optional[str] = None) -> Tuple[bool, str]:
     return True, f"native bf16 on this CPU ({cpu}): {', '.join(features)}"
 
 
-def check_native_bf16(options: Iterable[str], allow_emulated: bool) -> Tuple[bool, str]:
+def check_native_bf16(options: Iterable[str], allow_emulated: bool) -> tuple[bool, str]:
     """Refuse bf16 autocast options on a CPU without native bf16, unless ``allow_emulated``.
 
     Args:
@@ -167,37 +182,47 @@ def check_native_bf16(options: Iterable[str], allow_emulated: bool) -> Tuple[boo
     if native:
         return native, reason
     asked = " and ".join(options)
-    msg = (f"{asked}: {reason}. Without it torch emulates bf16 matmuls and autocast makes "
-           f"training much slower than fp32 (about 20x on an AVX2-only AMD EPYC, "
-           f"benchmarks/README.md).")
+    msg = (
+        f"{asked}: {reason}. Without it torch emulates bf16 matmuls and autocast makes "
+        f"training much slower than fp32 (about 20x on an AVX2-only AMD EPYC, "
+        f"benchmarks/README.md)."
+    )
     if not allow_emulated:
-        raise ValueError(f"{msg} Train in fp32 (drop {asked}), or pass "
-                         f"--bf16-autocast-allow-emulated to run it anyway.")
+        raise ValueError(
+            f"{msg} Train in fp32 (drop {asked}), or pass "
+            f"--bf16-autocast-allow-emulated to run it anyway."
+        )
     logger.warning("%s Running anyway (--bf16-autocast-allow-emulated).", msg)
     return native, reason
 
 
 def require_cpu(modules: Iterable[torch.nn.Module]) -> None:
-    """Raise ``ValueError`` if a parameter of ``modules`` is not on the CPU: CPU autocast
-    would silently do nothing for CUDA tensors (use fairseq's ``--amp``/``--fp16`` there)."""
+    """Raise ``ValueError`` if a parameter of ``modules`` is not on the CPU.
+
+    CPU autocast would silently do nothing for CUDA tensors (use fairseq's ``--amp``/``--fp16``
+    there).
+    """
     for module in modules:
         for p in module.parameters():
             if p.device.type != "cpu":
-                raise ValueError(f"--bf16-autocast is CPU autocast, but the model is on "
-                                 f"{p.device}: train with --cpu, or on a GPU use fairseq's "
-                                 f"--amp or --fp16 instead")
+                raise ValueError(
+                    f"--bf16-autocast is CPU autocast, but the model is on "
+                    f"{p.device}: train with --cpu, or on a GPU use fairseq's "
+                    f"--amp or --fp16 instead"
+                )
             break  # one parameter per module: fairseq keeps a model on one device
 
 
 def bf16_autocast(enabled: bool):
-    """``torch.autocast("cpu", dtype=torch.bfloat16)`` if ``enabled``, else a no-op context
-    (never ``autocast(enabled=False)``, which would switch off an enclosing autocast)."""
+    """``torch.autocast("cpu", dtype=torch.bfloat16)`` if ``enabled``, else a no-op context.
+
+    Never ``autocast(enabled=False)``, which would switch off an enclosing autocast.
+    """
     return torch.autocast("cpu", dtype=AUTOCAST_DTYPE) if enabled else nullcontext()
 
 
 class Bf16AutocastCriterion:
-    """A criterion whose call ``criterion(model, sample)`` (forward pass and loss) runs under
-    bf16 autocast.
+    """A criterion whose call ``criterion(model, sample)`` (forward, loss) runs in bf16 autocast.
 
     fairseq's ``FairseqTask.train_step`` calls ``criterion(model, sample)`` and then
     ``optimizer.backward(loss)``; passing this wrapper instead of the criterion puts exactly
@@ -213,6 +238,6 @@ class Bf16AutocastCriterion:
         self.criterion = criterion
 
     def __call__(self, model, sample):
+        """The wrapped criterion's ``(loss, sample_size, logging_output)``, computed in autocast."""
         with bf16_autocast(True):
             return self.criterion(model, sample)
-

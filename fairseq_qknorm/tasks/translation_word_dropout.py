@@ -1,5 +1,6 @@
-"""``translation_word_dropout``: fairseq's ``translation`` task plus two training options, both
-off by default: word dropout (``--word-dropout P``) and bf16 autocast on CPU
+r"""``translation_word_dropout``: fairseq's ``translation`` task plus two training options.
+
+Both are off by default: word dropout (``--word-dropout P``) and bf16 autocast on CPU
 (``--bf16-autocast``, with ``--bf16-autocast-inference`` for decoding).
 
 Identical to fairseq's :class:`~fairseq.tasks.translation.TranslationTask` except:
@@ -39,9 +40,9 @@ one, independently of the global torch RNG (which dropout layers consume).
 
 Use::
 
-    fairseq-train DATA --user-dir /abs/path/fairseq_qknorm \\
+    fairseq-train DATA --user-dir /abs/path/fairseq_qknorm \
         --task translation_word_dropout --word-dropout 0.1 ...
-    fairseq-train DATA --user-dir /abs/path/fairseq_qknorm --cpu \\
+    fairseq-train DATA --user-dir /abs/path/fairseq_qknorm --cpu \
         --task translation_word_dropout --bf16-autocast ...
 
 Decoding a checkpoint trained with this task works with ``--task translation`` (the model is
@@ -62,10 +63,9 @@ from typing import Optional
 
 import numpy as np
 import torch
-from omegaconf import II
-
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
+from omegaconf import II
 
 from . import cpu_bf16
 
@@ -111,10 +111,17 @@ class TranslationWordDropoutConfig(TranslationConfig):
     seed: int = II("common.seed")
 
 
-def word_dropout(tokens: torch.Tensor, p: float, unk: int, nspecial: int,
-                 generator: Optional[torch.Generator] = None) -> torch.Tensor:
-    """Return a copy of ``tokens`` with each token ``>= nspecial`` replaced by ``unk`` with
-    probability ``p`` (special symbols, including padding and EOS, are never replaced).
+def word_dropout(
+    tokens: torch.Tensor,
+    p: float,
+    unk: int,
+    nspecial: int,
+    generator: Optional[torch.Generator] = None,
+) -> torch.Tensor:
+    """Return a copy of ``tokens`` with each regular token replaced by ``unk`` with prob. ``p``.
+
+    Regular tokens are those ``>= nspecial``; special symbols, including padding and EOS, are
+    never replaced.
 
     :param tokens: integer tensor of token indices, any shape (e.g. ``(batch, length)``).
     :param p: replacement probability in ``[0, 1]``; ``p == 1`` replaces every regular token.
@@ -142,16 +149,17 @@ def _mask_seed(*parts: int) -> int:
 
 @register_task("translation_word_dropout", dataclass=TranslationWordDropoutConfig)
 class TranslationWordDropoutTask(TranslationTask):
-    """fairseq's ``translation`` task with word dropout on the model inputs in ``train_step``
-    only and optional bf16 autocast on CPU (see the module docstring for sources and what is
-    and is not changed)."""
+    """Fairseq's ``translation`` task with word dropout and optional bf16 autocast on CPU.
+
+    Word dropout on the model inputs in ``train_step`` only and optional bf16 autocast on CPU (see
+    the module docstring for sources and what is and is not changed).
+    """
 
     cfg: TranslationWordDropoutConfig
 
     @classmethod
     def setup_task(cls, cfg, **kwargs):
-        """fairseq's ``setup_task``, after checking that the CPU has native bf16 if a bf16
-        autocast option is on.
+        """Fairseq's ``setup_task``, after checking for native bf16 if a bf16 option is on.
 
         A task built from a checkpoint (``from_checkpoint=True``: the hub interface,
         ``fairseq-validate``) is never refused: its stored bf16 options are switched off with a
@@ -161,20 +169,26 @@ class TranslationWordDropoutTask(TranslationTask):
             ValueError: a bf16 autocast option on a CPU without native bf16 (from
                 :func:`.cpu_bf16.check_native_bf16`), unless ``--bf16-autocast-allow-emulated``.
         """
-        asked = [name for name, on in (
-            ("--bf16-autocast", getattr(cfg, "bf16_autocast", False)),
-            ("--bf16-autocast-inference", getattr(cfg, "bf16_autocast_inference", False)),
-        ) if on]
+        asked = [
+            name
+            for name, on in (
+                ("--bf16-autocast", getattr(cfg, "bf16_autocast", False)),
+                ("--bf16-autocast-inference", getattr(cfg, "bf16_autocast_inference", False)),
+            )
+            if on
+        ]
         if asked:
             if kwargs.get("from_checkpoint", False):
                 native, reason = cpu_bf16.native_bf16_support()
                 if not native and not getattr(cfg, "bf16_autocast_allow_emulated", False):
-                    logger.warning("%s stored in the checkpoint switched off: %s",
-                                   " and ".join(asked), reason)
+                    logger.warning(
+                        "%s stored in the checkpoint switched off: %s", " and ".join(asked), reason
+                    )
                     cfg.bf16_autocast = cfg.bf16_autocast_inference = False
             else:
                 cpu_bf16.check_native_bf16(
-                    asked, bool(getattr(cfg, "bf16_autocast_allow_emulated", False)))
+                    asked, bool(getattr(cfg, "bf16_autocast_allow_emulated", False))
+                )
         return super().setup_task(cfg, **kwargs)
 
     def __init__(self, cfg, src_dict, tgt_dict):
@@ -187,17 +201,23 @@ class TranslationWordDropoutTask(TranslationTask):
         except (TypeError, ValueError):  # unresolved interpolation outside fairseq-train
             self._wd_seed = 1
         self._wd_update = None  # update number of the previous train_step call
-        self._wd_micro = 0      # micro-batch index within that update (--update-freq > 1)
+        self._wd_micro = 0  # micro-batch index within that update (--update-freq > 1)
         if self.word_dropout_p > 0:
-            logger.info("word dropout: p = %g on src_tokens and prev_output_tokens (training "
-                        "only), replacement <unk>, seed %d", self.word_dropout_p, self._wd_seed)
+            logger.info(
+                "word dropout: p = %g on src_tokens and prev_output_tokens (training "
+                "only), replacement <unk>, seed %d",
+                self.word_dropout_p,
+                self._wd_seed,
+            )
         self.bf16_autocast = bool(getattr(cfg, "bf16_autocast", False))
         self.bf16_autocast_inference = bool(getattr(cfg, "bf16_autocast_inference", False))
         self._bf16_on_cpu = False  # require_cpu passed once (the model does not move)
         if self.bf16_autocast:
-            logger.info("bf16 autocast: train_step forward + loss (backward outside) and "
-                        "valid_step under torch.autocast('cpu', bfloat16); parameters, "
-                        "gradients and optimizer fp32")
+            logger.info(
+                "bf16 autocast: train_step forward + loss (backward outside) and "
+                "valid_step under torch.autocast('cpu', bfloat16); parameters, "
+                "gradients and optimizer fp32"
+            )
         if self.bf16_autocast_inference:
             logger.info("bf16 autocast: inference_step under torch.autocast('cpu', bfloat16)")
 
@@ -206,27 +226,34 @@ class TranslationWordDropoutTask(TranslationTask):
             self._wd_update, self._wd_micro = update_num, 0
         else:
             self._wd_micro += 1
-        rank = torch.distributed.get_rank() if (torch.distributed.is_available()
-                                                and torch.distributed.is_initialized()) else 0
+        rank = (
+            torch.distributed.get_rank()
+            if (torch.distributed.is_available() and torch.distributed.is_initialized())
+            else 0
+        )
         g = torch.Generator()
         g.manual_seed(_mask_seed(self._wd_seed, update_num, self._wd_micro, rank))
         return g
 
     def apply_word_dropout(self, sample, update_num: int):
-        """A shallow copy of ``sample`` whose ``net_input.src_tokens`` and
-        ``net_input.prev_output_tokens`` went through :func:`word_dropout`; ``sample`` itself
-        and ``sample["target"]`` are not modified. Returns ``sample`` when P = 0 or the batch
-        is empty (fairseq's dummy batches)."""
+        """A shallow copy of ``sample`` with word dropout on its model inputs.
+
+        Its ``net_input.src_tokens`` and ``net_input.prev_output_tokens`` went through
+        :func:`word_dropout`; ``sample`` itself and ``sample["target"]`` are not modified. Returns
+        ``sample`` when P = 0 or the batch is empty (fairseq's dummy batches).
+        """
         p = self.word_dropout_p
         if p <= 0 or not sample or "net_input" not in sample:
             return sample
         g = self._generator(update_num)
         net_input = dict(sample["net_input"])
-        net_input["src_tokens"] = word_dropout(net_input["src_tokens"], p, self.src_dict.unk(),
-                                               self.src_dict.nspecial, g)
+        net_input["src_tokens"] = word_dropout(
+            net_input["src_tokens"], p, self.src_dict.unk(), self.src_dict.nspecial, g
+        )
         if net_input.get("prev_output_tokens") is not None:
             net_input["prev_output_tokens"] = word_dropout(
-                net_input["prev_output_tokens"], p, self.tgt_dict.unk(), self.tgt_dict.nspecial, g)
+                net_input["prev_output_tokens"], p, self.tgt_dict.unk(), self.tgt_dict.nspecial, g
+            )
         out = dict(sample)
         out["net_input"] = net_input
         return out
@@ -237,8 +264,9 @@ class TranslationWordDropoutTask(TranslationTask):
             self._bf16_on_cpu = True
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
-        """fairseq's ``train_step`` on :meth:`apply_word_dropout` of the batch; with
-        ``--bf16-autocast`` its ``criterion(model, sample)`` call (forward pass and loss) runs
+        """Fairseq's ``train_step`` on :meth:`apply_word_dropout` of the batch.
+
+        With ``--bf16-autocast`` its ``criterion(model, sample)`` call (forward pass and loss) runs
         under bf16 autocast (:class:`.cpu_bf16.Bf16AutocastCriterion`), its backward outside.
 
         Raises:
@@ -247,22 +275,33 @@ class TranslationWordDropoutTask(TranslationTask):
         if self.bf16_autocast:
             self._check_cpu([model])
             criterion = cpu_bf16.Bf16AutocastCriterion(criterion)
-        return super().train_step(self.apply_word_dropout(sample, update_num), model, criterion,
-                                  optimizer, update_num, ignore_grad=ignore_grad)
+        return super().train_step(
+            self.apply_word_dropout(sample, update_num),
+            model,
+            criterion,
+            optimizer,
+            update_num,
+            ignore_grad=ignore_grad,
+        )
 
     def valid_step(self, sample, model, criterion):
-        """fairseq's ``valid_step`` (dev loss and ``--eval-bleu`` decoding), under bf16
-        autocast with ``--bf16-autocast``."""
+        """Fairseq's ``valid_step``, under bf16 autocast with ``--bf16-autocast``.
+
+        Both the dev loss and the ``--eval-bleu`` decoding run under it.
+        """
         if self.bf16_autocast:
             self._check_cpu([model])
         with cpu_bf16.bf16_autocast(self.bf16_autocast):
             return super().valid_step(sample, model, criterion)
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
-        """fairseq's ``inference_step``, under bf16 autocast with ``--bf16-autocast-inference``
-        (otherwise unchanged: inside ``valid_step`` it keeps ``--bf16-autocast``'s autocast)."""
+        """Fairseq's ``inference_step``, under bf16 autocast with ``--bf16-autocast-inference``.
+
+        Otherwise unchanged: inside ``valid_step`` it keeps ``--bf16-autocast``'s autocast.
+        """
         if self.bf16_autocast_inference:
             self._check_cpu(models)
         with cpu_bf16.bf16_autocast(self.bf16_autocast_inference):
-            return super().inference_step(generator, models, sample, prefix_tokens=prefix_tokens,
-                                          constraints=constraints)
+            return super().inference_step(
+                generator, models, sample, prefix_tokens=prefix_tokens, constraints=constraints
+            )

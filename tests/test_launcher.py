@@ -290,7 +290,9 @@ def test_extra_fairseq_flags_reach_every_cell(work):
         )
         assert p.returncode == 0, out(p)
         cmds = train_commands(p.stdout)
-        assert len(cmds) in (4, 8) and all(c[-3:] == ["--fp16", "--weight-decay", "0.01"] for c in cmds)
+        assert len(cmds) in (4, 8) and all(
+            c[-3:] == ["--fp16", "--weight-decay", "0.01"] for c in cmds
+        )
         # evaluation gets the cell's options, never fairseq-train's flags
         assert all("--fp16" not in c for c in commands(p.stdout, "bash ") if "evaluate.sh" in c[1])
 

@@ -31,9 +31,9 @@ from fairseq.dataclass import FairseqDataclass
 
 # fairseq post_process / --post-process symbol that undoes each tool's segmentation: one table
 # for this plugin, --eval-bleu-remove-bpe (scripts/train.sh) and evaluate.sh's extraction
+from qknorm_tools.textio import BPE_MANIFEST as MANIFEST
 from qknorm_tools.textio import BPE_TOOL_SYMBOL as POST_PROCESS
 
-MANIFEST = "bpe.json"
 TOOLS = tuple(POST_PROCESS)
 
 

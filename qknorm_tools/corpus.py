@@ -26,6 +26,9 @@ length-percentile
     q-th percentile L of tokens per line (QKNorm's L; the model computes its g0 from it).
 length-stats
     Show a ``length_stats.json`` written by ``length-percentile``, or one of its fields.
+bpe-manifest
+    Write ``bpe.json``, the record of how ``scripts/bpe.sh`` segmented a pair (see
+    :func:`qknorm_tools.textio.bpe_manifest`).
 spm
     Train a joint sentencepiece BPE model on the training data of both sides and segment every
     split (optionally with BPE-dropout sampling on the training split).
@@ -49,6 +52,8 @@ import tempfile
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+
+from .textio import BPE_TOOL_SYMBOL, bpe_manifest, write_bpe_manifest
 
 # --------------------------------------------------------------------------------------------
 # constants
@@ -920,6 +925,25 @@ def _cmd_length_stats(a: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bpe_manifest(a: argparse.Namespace) -> int:
+    manifest = bpe_manifest(
+        a.pair,
+        a.src,
+        a.tgt,
+        a.tool,
+        merges=a.merges,
+        vocab_threshold=a.vocab_threshold,
+        vocab_size=a.vocab_size,
+        bpe_dropout=a.bpe_dropout,
+        seed=a.seed,
+    )
+    try:
+        write_bpe_manifest(a.out, manifest)
+    except OSError as e:
+        raise CorpusError(a.out, f"cannot write ({e.strerror or e})") from None
+    return 0
+
+
 def spm_segment(
     raw: str,
     out: str,
@@ -1136,6 +1160,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="the authors' L, shown next to ours (empty: none, e.g. an own corpus)",
     )
     ls.set_defaults(func=_cmd_length_stats)
+
+    bm = sub.add_parser("bpe-manifest", help="write bpe.json: how scripts/bpe.sh segmented a pair")
+    bm.add_argument("--out", required=True, help="the file to write (data/bpe/PAIR/bpe.json)")
+    bm.add_argument("--pair", required=True, help="language pair, e.g. gl-en")
+    bm.add_argument("--src", required=True)
+    bm.add_argument("--tgt", required=True)
+    bm.add_argument("--tool", required=True, choices=sorted(BPE_TOOL_SYMBOL))
+    bm.add_argument("--merges", type=int, required=True, help="joint BPE merges (subword-nmt)")
+    bm.add_argument(
+        "--vocab-threshold",
+        type=int,
+        required=True,
+        help="apply-bpe --vocabulary-threshold (subword-nmt)",
+    )
+    bm.add_argument("--vocab-size", type=int, required=True, help="vocabulary size (sentencepiece)")
+    bm.add_argument(
+        "--bpe-dropout",
+        type=float,
+        default=0.0,
+        help="BPE-dropout of the training split; recorded when above 0 (default 0)",
+    )
+    bm.add_argument("--seed", type=int, default=1, help="the BPE-dropout seed (default 1)")
+    bm.set_defaults(func=_cmd_bpe_manifest)
 
     sp = sub.add_parser(
         "spm", help="joint sentencepiece BPE: train on both training sides, segment train/dev/test"

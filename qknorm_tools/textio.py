@@ -23,6 +23,8 @@ __all__ = [
     "InputFileError",
     "LineCountError",
     "ResultsError",
+    "BPE_MANIFEST",
+    "bpe_manifest",
     "bpe_tool",
     "check_same_length",
     "extract_hypotheses",
@@ -32,6 +34,7 @@ __all__ = [
     "read_lines",
     "remove_bpe",
     "warn",
+    "write_bpe_manifest",
     "write_lines",
 ]
 
@@ -242,6 +245,11 @@ BPE_MODES = ("subword_nmt", "sentencepiece", "none")
 #: ``--eval-bleu-remove-bpe`` without a value means ``"@@ "``, right for subword-nmt only.
 BPE_TOOL_SYMBOL = {"subword-nmt": "subword_nmt", "sentencepiece": "sentencepiece"}
 
+#: The file in ``data/bpe/PAIR`` that records how ``scripts/bpe.sh`` segmented the pair:
+#: written by :func:`write_bpe_manifest`, read by :func:`bpe_tool` and by the plugin's
+#: ``--bpe pipeline`` (``fairseq_qknorm.bpe.read_manifest``).
+BPE_MANIFEST = "bpe.json"
+
 
 def bpe_tool(bpe_dir) -> str:
     """The segmentation tool ``scripts/bpe.sh`` recorded in ``bpe_dir/bpe.json``.
@@ -257,7 +265,7 @@ def bpe_tool(bpe_dir) -> str:
             ``scripts/bpe.sh``, or by a version before it wrote one).
         EvaluationError: ``bpe.json`` is not JSON or names another tool.
     """
-    path = Path(bpe_dir) / "bpe.json"
+    path = Path(bpe_dir) / BPE_MANIFEST
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -274,6 +282,84 @@ def bpe_tool(bpe_dir) -> str:
             f"{str(path)!r}: 'tool' must be one of {sorted(BPE_TOOL_SYMBOL)}, got {tool!r}"
         )
     return tool
+
+
+def bpe_manifest(
+    pair: str,
+    src: str,
+    tgt: str,
+    tool: str,
+    *,
+    merges: int,
+    vocab_threshold: int,
+    vocab_size: int,
+    bpe_dropout: float = 0.0,
+    seed: int = 1,
+) -> dict[str, object]:
+    """The ``bpe.json`` record of one segmentation by ``scripts/bpe.sh``.
+
+    It says how to segment new text exactly as the pair was segmented (the files are
+    relative to ``data/bpe/PAIR``).
+
+    Args:
+        pair: the language pair, e.g. ``gl-en``.
+        src: source language code.
+        tgt: target language code.
+        tool: ``subword-nmt`` or ``sentencepiece`` (a key of :data:`BPE_TOOL_SYMBOL`).
+        merges: joint BPE merges (recorded for ``subword-nmt`` only).
+        vocab_threshold: ``subword-nmt apply-bpe --vocabulary-threshold`` (``subword-nmt``
+            only).
+        vocab_size: sentencepiece vocabulary size (``sentencepiece`` only).
+        bpe_dropout: BPE-dropout probability of the training split (Provilkov et al. 2020);
+            recorded with ``seed`` when above 0. New text is always segmented
+            deterministically.
+        seed: the seed of the one static BPE-dropout sample.
+
+    Returns:
+        ``pair``, ``src``, ``tgt``, ``tool``; for ``subword-nmt`` ``codes``, ``vocabulary``
+        (language -> file), ``merges``, ``vocab_threshold``; for ``sentencepiece`` ``model``,
+        ``vocab_size``, ``normalization`` (``identity``); with BPE-dropout, ``bpe_dropout``
+        (``p``, ``seed``, ``sample``). Keys in this order.
+
+    Raises:
+        EvaluationError: an unknown ``tool``.
+    """
+    if tool not in BPE_TOOL_SYMBOL:
+        raise EvaluationError(f"tool must be one of {sorted(BPE_TOOL_SYMBOL)}, got {tool!r}")
+    manifest: dict[str, object] = {"pair": pair, "src": src, "tgt": tgt, "tool": tool}
+    if tool == "subword-nmt":
+        manifest.update(
+            codes="codes",
+            vocabulary={src: f"vocab.{src}", tgt: f"vocab.{tgt}"},
+            merges=merges,
+            vocab_threshold=vocab_threshold,
+        )
+    else:
+        manifest.update(model="spm.model", vocab_size=vocab_size, normalization="identity")
+    if bpe_dropout > 0:  # the training split only; new text is segmented deterministically
+        manifest["bpe_dropout"] = {
+            "p": bpe_dropout,
+            "seed": seed,
+            "sample": "static: the training split segmented once, the same sample in every epoch",
+        }
+    return manifest
+
+
+def write_bpe_manifest(path, manifest: Mapping[str, object]) -> None:
+    """Write a :func:`bpe_manifest` record as ``scripts/bpe.sh`` always has.
+
+    JSON indented by 2, ASCII, no final newline: the bytes stay those of earlier pipeline
+    versions, so the data identity hashed from them (:mod:`.provenance`) does not change.
+
+    Args:
+        path: the file to write, ``data/bpe/PAIR/bpe.json`` (or its temporary directory).
+        manifest: the record.
+
+    Raises:
+        OSError: ``path`` cannot be written.
+    """
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=2)
 
 
 _H_LINE = re.compile(r"^H-(\d+)\t([^\t]*)(?:\t(.*))?$")

@@ -169,23 +169,11 @@ done
 rm -rf -- "$TMP/.deterministic"
 outputs+=(length_stats.json)
 
-# bpe.json: how to segment new text exactly as here (read by fairseq's --bpe pipeline --bpe-dir, fairseq_qknorm/bpe.py)
-"$QK_PY" - "$TMP/bpe.json" "$PAIR" "$SRC" "$TGT" "$TOOL" "$MERGES" "$BPE_VOCAB_THRESHOLD" "$VOCAB_SIZE" \
-    "$DROPOUT" "$DROPOUT_ON" "$BPE_DROPOUT_SEED" <<'PY' || die "cannot write $TMP/bpe.json"
-import json, sys
-path, pair, src, tgt, tool, merges, threshold, vocab_size, p, on, seed = sys.argv[1:]
-m = {"pair": pair, "src": src, "tgt": tgt, "tool": tool}
-if tool == "subword-nmt":
-    m.update(codes="codes", vocabulary={src: f"vocab.{src}", tgt: f"vocab.{tgt}"},
-             merges=int(merges), vocab_threshold=int(threshold))
-else:
-    m.update(model="spm.model", vocab_size=int(vocab_size), normalization="identity")
-if on == "1":  # the training split only; new text is segmented deterministically
-    m["bpe_dropout"] = {"p": float(p), "seed": int(seed), "sample": "static: the training "
-                        "split segmented once, the same sample in every epoch"}
-with open(path, "w", encoding="utf-8") as f:
-    json.dump(m, f, indent=2)
-PY
+# bpe.json: how to segment new text exactly as here (qknorm_tools/textio.py:bpe_manifest; read by
+# fairseq's --bpe pipeline --bpe-dir, fairseq_qknorm/bpe.py)
+corpus_py bpe-manifest --out "$TMP/bpe.json" --pair "$PAIR" --src "$SRC" --tgt "$TGT" --tool "$TOOL" \
+    --merges "$MERGES" --vocab-threshold "$BPE_VOCAB_THRESHOLD" --vocab-size "$VOCAB_SIZE" \
+    --bpe-dropout "$DROPOUT" --seed "$BPE_DROPOUT_SEED" || die "cannot write $TMP/bpe.json"
 outputs+=(bpe.json)
 
 qk_write_done "$TMP" "$SETTINGS" "${outputs[@]}"

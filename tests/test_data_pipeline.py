@@ -691,6 +691,41 @@ def test_corpus_tool_runs_without_torch_or_fairseq(tmp_path):
     assert p.returncode == 0 and "40 lines" in p.stdout, out(p)
 
 
+def test_bpe_manifest_bytes(tmp_path):
+    """`corpus bpe-manifest` (what scripts/bpe.sh runs, without torch) writes bpe.json byte for
+    byte as bpe.sh's former inline Python did: the data identity hashes these bytes."""
+    common = ["--pair", "gl-en", "--src", "gl", "--tgt", "en", "--merges", "8000"]
+    common += ["--vocab-threshold", "50", "--vocab-size", "4000"]
+    f = tmp_path / "bpe.json"
+    p = run_without_torch(
+        "qknorm_tools.corpus", "bpe-manifest", "--out", f, *common, "--tool", "subword-nmt"
+    )
+    assert p.returncode == 0, out(p)
+    assert f.read_bytes() == (
+        b'{\n  "pair": "gl-en",\n  "src": "gl",\n  "tgt": "en",\n  "tool": "subword-nmt",\n'
+        b'  "codes": "codes",\n  "vocabulary": {\n    "gl": "vocab.gl",\n    "en": "vocab.en"\n'
+        b'  },\n  "merges": 8000,\n  "vocab_threshold": 50\n}'
+    )
+    args = [*common, "--tool", "sentencepiece", "--bpe-dropout", ".1", "--seed", "7"]
+    assert run_corpus("bpe-manifest", "--out", f, *args).returncode == 0
+    assert json.loads(f.read_text()) == {
+        "pair": "gl-en",
+        "src": "gl",
+        "tgt": "en",
+        "tool": "sentencepiece",
+        "model": "spm.model",
+        "vocab_size": 4000,
+        "normalization": "identity",
+        "bpe_dropout": {
+            "p": 0.1,
+            "seed": 7,
+            "sample": "static: the training split segmented once, the same sample in every epoch",
+        },
+    }
+    p = run_corpus("bpe-manifest", "--out", f, *common, "--tool", "fastbpe")
+    assert p.returncode == 2 and "invalid choice: 'fastbpe'" in p.stderr
+
+
 def test_length_percentile_definition(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     a.write_text("".join(" ".join(["x"] * n) + "\n" for n in range(1, 6)))  # lengths 1..5

@@ -1,4 +1,7 @@
-"""End to end through fairseq's real CLIs with --user-dir on a generated corpus."""
+"""End to end through fairseq's real CLIs with --user-dir on a generated corpus.
+
+Every test uses the module's real fairseq-train runs (and fairseq-generate/-interactive or the
+hub interface on their checkpoint): all of them are end-to-end tests, marked slow."""
 
 import re
 
@@ -6,6 +9,8 @@ import pytest
 import torch
 
 from conftest import PLUGIN_DIR, run_cli
+
+pytestmark = pytest.mark.slow
 
 TRAIN_ARGS = [
     "--user-dir",

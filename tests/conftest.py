@@ -5,6 +5,8 @@
   ``run_cli``, ``run_without_torch``);
 * a tiny TED-like pair laid out like the shared data (``make_tiny_ted``);
 * a fake ``fairseq-train`` for the scripts' process handling (``fake_fairseq_train``);
+* tiny model flags (``TINY``) and the float64 reference of QKNorm attention and its variants
+  (``VARIANTS``, ``make``, ``reference_attention``);
 * a private single-node Slurm cluster (``slurm_cluster``).
 
 Tests marked ``slow`` run the scripts end to end (seconds to minutes); ``pytest -m "not slow"``
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import random
 import shlex
@@ -355,6 +358,136 @@ def build_model(task, arch, extra=()):
     args = options.parse_args_and_arch(parser, [str(data), "--arch", arch, *extra])
     model = task.build_model(args)
     return model, args
+
+
+# ------------------------------------------------------------------------------ tiny models
+#: fairseq model flags of a tiny Transformer: 2+2 layers, d 16, FFN 32, 2 heads, dropout 0
+TINY = [
+    "--encoder-embed-dim",
+    "16",
+    "--decoder-embed-dim",
+    "16",
+    "--encoder-ffn-embed-dim",
+    "32",
+    "--decoder-ffn-embed-dim",
+    "32",
+    "--encoder-layers",
+    "2",
+    "--decoder-layers",
+    "2",
+    "--encoder-attention-heads",
+    "2",
+    "--decoder-attention-heads",
+    "2",
+    "--dropout",
+    "0",
+]
+
+
+# ------------------------------------------------------------------------------ attention reference
+# A QKNormMultiheadAttention of each QK-norm variant (``make``) and a float64 reference of it
+# written from the papers' formulas (``reference_attention``): tests/test_attention.py checks
+# each attention path against it, tests/test_fused_paths.py the fused against the explicit one.
+# torch and the plugin are imported inside the functions, so tests that need neither do not
+# pay for them.
+E, H = 16, 4
+D = E // H
+#: eps of the per-head LayerNorm/RMSNorm as documented (flax / Gemma 3 / OLMo 2 value)
+HEAD_NORM_EPS = 1e-6
+#: l2 norm clamp as documented
+L2_EPS = 1e-6
+
+VARIANTS = {
+    "off": dict(qk_norm=False),
+    "l2": dict(qk_norm=True, qk_norm_scale=3.0),
+    "l2_per_head": dict(qk_norm=True, qk_norm_scale=3.0, qk_norm_scale_per_head=True),
+    "l2_frozen": dict(qk_norm=True, qk_norm_scale=3.0, qk_norm_freeze_scale=True),
+    "layernorm": dict(qk_norm=True, qk_norm_type="layernorm"),
+    "rmsnorm": dict(qk_norm=True, qk_norm_type="rmsnorm"),
+}
+QK_VARIANTS = [v for v in VARIANTS if v != "off"]
+
+
+def make(variant="l2", g0=None, **kw):
+    """A module of ``variant`` with non-trivial QK-norm parameters: per-head g all
+    different, LayerNorm/RMSNorm weights random (not the initial ones)."""
+    import torch
+
+    from fairseq_qknorm.modules import QKNormMultiheadAttention
+
+    torch.manual_seed(0)
+    options = dict(VARIANTS[variant])
+    if g0 is not None and "qk_norm_scale" in options:
+        options["qk_norm_scale"] = g0
+    mha = QKNormMultiheadAttention(E, H, **options, **kw)
+    with torch.no_grad():
+        if variant == "l2_per_head":
+            mha.qk_norm_g.copy_(options["qk_norm_scale"] * torch.tensor([1.0, 0.5, 1.5, 2.0]))
+        for norm in (mha.q_norm, mha.k_norm):
+            if norm is not None:
+                norm.weight.uniform_(0.5, 1.5)
+    return mha
+
+
+def head_norm_reference(kind, x, w):
+    """Per-head LayerNorm or RMSNorm of ``x`` ``(..., D)`` with weight ``w`` ``(D,)``, eps
+    :data:`HEAD_NORM_EPS`; written from the formulas, not from F.layer_norm / F.rms_norm."""
+    import torch
+
+    if kind == "layernorm":
+        c = x - x.mean(-1, keepdim=True)
+        return c / torch.sqrt((c * c).mean(-1, keepdim=True) + HEAD_NORM_EPS) * w
+    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + HEAD_NORM_EPS) * w
+
+
+def reference_logits(mha, qh, kh, h):
+    """float64 logits of head ``h`` for ``qh`` ``(T, D)``, ``kh`` ``(S, D)``:
+    ``g_h cos(q, k)`` (l2), ``N_q(q).N_k(k) / sqrt(D)`` (layernorm/rmsnorm), ``q.k / sqrt(D)``."""
+    kind = mha.qk_norm_type
+    if kind is None:
+        return qh @ kh.T / math.sqrt(D)
+    if kind == "l2":
+        g = mha.qk_norm_g.detach().double()
+        g = g[h] if g.dim() else g
+        # clamp: a zero vector has zero cosine with everything (documented eps)
+        qn = qh / qh.norm(dim=-1, keepdim=True).clamp_min(L2_EPS)
+        kn = kh / kh.norm(dim=-1, keepdim=True).clamp_min(L2_EPS)
+        return g * qn @ kn.T
+    wq, wk = mha.q_norm.weight.detach().double(), mha.k_norm.weight.detach().double()
+    return head_norm_reference(kind, qh, wq) @ head_norm_reference(kind, kh, wk).T / math.sqrt(D)
+
+
+def reference_attention(mha, query, key, key_padding_mask=None, attn_mask=None, logits_out=None):
+    """Straightforward per-head attention written from the papers' formulas: loops over batch
+    and heads, bmm-free, float64 (weights upcast from whatever dtype the module has).
+    ``logits_out``: a list that receives the masked (B, H, T, S) logits."""
+    import torch
+    import torch.nn.functional as F
+
+    W = {n: getattr(mha, f"{n}_proj") for n in ("q", "k", "v", "out")}
+    lin = {n: (W[n].weight.detach().double(), W[n].bias.detach().double()) for n in W}
+    q = F.linear(query.double(), *lin["q"])
+    k = F.linear(key.double(), *lin["k"])
+    v = F.linear(key.double(), *lin["v"])
+    T, B, _ = q.shape
+    S = k.shape[0]
+    out = torch.zeros(T, B, E, dtype=torch.float64)
+    all_logits = torch.zeros(B, H, T, S, dtype=torch.float64)
+    for b in range(B):
+        for h in range(H):
+            sl = slice(h * D, (h + 1) * D)
+            qh, kh, vh = q[:, b, sl], k[:, b, sl], v[:, b, sl]  # (T, D), (S, D)
+            logits = reference_logits(mha, qh, kh, h)
+            if attn_mask is not None:
+                logits = logits + attn_mask.double()
+            if key_padding_mask is not None:
+                logits = logits.masked_fill(key_padding_mask[b][None, :], float("-inf"))
+            all_logits[b, h] = logits
+            # a query whose keys are all masked attends to nothing (zeros, not NaN)
+            out[:, b, sl] = torch.nan_to_num(torch.softmax(logits, dim=-1), nan=0.0) @ vh
+    if logits_out is not None:
+        logits_out.append(all_logits)
+    return F.linear(out, *lin["out"]).float()
 
 
 # ------------------------------------------------------------------------------ Slurm

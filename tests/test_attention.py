@@ -1,108 +1,30 @@
 """QKNormMultiheadAttention and each member of the QK-norm family against independent
 float64 references and stock fairseq.
 
-Variants (``VARIANTS``): QK-norm off, l2 QKNorm with one g per module, one g per head, a
-frozen g, and per-head LayerNorm / RMSNorm of q and k.
+Variants (``VARIANTS``, tests/conftest.py, with the float64 reference): QK-norm off, l2 QKNorm
+with one g per module, one g per head, a frozen g, and per-head LayerNorm / RMSNorm of q and k.
 """
 
 import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 
 from fairseq_qknorm.modules import QKNormMultiheadAttention
 from fairseq_qknorm.modules.qknorm_attention import qk_scaled_queries
 
-E, H = 16, 4
-D = E // H
-#: eps of the per-head LayerNorm/RMSNorm as documented (flax / Gemma 3 / OLMo 2 value)
-HEAD_NORM_EPS = 1e-6
-#: l2 norm clamp as documented
-L2_EPS = 1e-6
-
-VARIANTS = {
-    "off": dict(qk_norm=False),
-    "l2": dict(qk_norm=True, qk_norm_scale=3.0),
-    "l2_per_head": dict(qk_norm=True, qk_norm_scale=3.0, qk_norm_scale_per_head=True),
-    "l2_frozen": dict(qk_norm=True, qk_norm_scale=3.0, qk_norm_freeze_scale=True),
-    "layernorm": dict(qk_norm=True, qk_norm_type="layernorm"),
-    "rmsnorm": dict(qk_norm=True, qk_norm_type="rmsnorm"),
-}
-QK_VARIANTS = [v for v in VARIANTS if v != "off"]
-
-
-def make(variant="l2", g0=None, **kw):
-    """A module of ``variant`` with non-trivial QK-norm parameters: per-head g all
-    different, LayerNorm/RMSNorm weights random (not the initial ones)."""
-    torch.manual_seed(0)
-    options = dict(VARIANTS[variant])
-    if g0 is not None and "qk_norm_scale" in options:
-        options["qk_norm_scale"] = g0
-    mha = QKNormMultiheadAttention(E, H, **options, **kw)
-    with torch.no_grad():
-        if variant == "l2_per_head":
-            mha.qk_norm_g.copy_(options["qk_norm_scale"] * torch.tensor([1.0, 0.5, 1.5, 2.0]))
-        for norm in (mha.q_norm, mha.k_norm):
-            if norm is not None:
-                norm.weight.uniform_(0.5, 1.5)
-    return mha
-
-
-def _head_norm_reference(kind, x, w):
-    # written from the formulas, not from F.layer_norm / F.rms_norm
-    if kind == "layernorm":
-        c = x - x.mean(-1, keepdim=True)
-        return c / torch.sqrt((c * c).mean(-1, keepdim=True) + HEAD_NORM_EPS) * w
-    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + HEAD_NORM_EPS) * w
-
-
-def reference_logits(mha, qh, kh, h):
-    """float64 logits of head ``h`` for ``qh`` ``(T, D)``, ``kh`` ``(S, D)``:
-    ``g_h cos(q, k)`` (l2), ``N_q(q).N_k(k) / sqrt(D)`` (layernorm/rmsnorm), ``q.k / sqrt(D)``."""
-    kind = mha.qk_norm_type
-    if kind is None:
-        return qh @ kh.T / math.sqrt(D)
-    if kind == "l2":
-        g = mha.qk_norm_g.detach().double()
-        g = g[h] if g.dim() else g
-        # clamp: a zero vector has zero cosine with everything (documented eps)
-        qn = qh / qh.norm(dim=-1, keepdim=True).clamp_min(L2_EPS)
-        kn = kh / kh.norm(dim=-1, keepdim=True).clamp_min(L2_EPS)
-        return g * qn @ kn.T
-    wq, wk = mha.q_norm.weight.detach().double(), mha.k_norm.weight.detach().double()
-    return _head_norm_reference(kind, qh, wq) @ _head_norm_reference(kind, kh, wk).T / math.sqrt(D)
-
-
-def reference_attention(mha, query, key, key_padding_mask=None, attn_mask=None, logits_out=None):
-    """Straightforward per-head attention written from the papers' formulas: loops over batch
-    and heads, bmm-free, float64 (weights upcast from whatever dtype the module has).
-    ``logits_out``: a list that receives the masked (B, H, T, S) logits."""
-    W = {n: getattr(mha, f"{n}_proj") for n in ("q", "k", "v", "out")}
-    lin = {n: (W[n].weight.detach().double(), W[n].bias.detach().double()) for n in W}
-    q = F.linear(query.double(), *lin["q"])
-    k = F.linear(key.double(), *lin["k"])
-    v = F.linear(key.double(), *lin["v"])
-    T, B, _ = q.shape
-    S = k.shape[0]
-    out = torch.zeros(T, B, E, dtype=torch.float64)
-    all_logits = torch.zeros(B, H, T, S, dtype=torch.float64)
-    for b in range(B):
-        for h in range(H):
-            sl = slice(h * D, (h + 1) * D)
-            qh, kh, vh = q[:, b, sl], k[:, b, sl], v[:, b, sl]  # (T, D), (S, D)
-            logits = reference_logits(mha, qh, kh, h)
-            if attn_mask is not None:
-                logits = logits + attn_mask.double()
-            if key_padding_mask is not None:
-                logits = logits.masked_fill(key_padding_mask[b][None, :], float("-inf"))
-            all_logits[b, h] = logits
-            # a query whose keys are all masked attends to nothing (zeros, not NaN)
-            out[:, b, sl] = torch.nan_to_num(torch.softmax(logits, dim=-1), nan=0.0) @ vh
-    if logits_out is not None:
-        logits_out.append(all_logits)
-    return F.linear(out, *lin["out"]).float()
+from conftest import (
+    L2_EPS,
+    QK_VARIANTS,
+    VARIANTS,
+    D,
+    E,
+    H,
+    head_norm_reference,
+    make,
+    reference_attention,
+)
 
 
 def inputs(T=5, S=7, B=3, seed=1):
@@ -454,8 +376,8 @@ def test_every_qk_norm_type_handles_tiny_and_zero_vectors(variant, dtype):
         unit = x64 / x64.norm(dim=-1, keepdim=True).clamp_min(L2_EPS)
         ref_q, ref_k = gain * unit, unit
     else:
-        ref_q = _head_norm_reference(variant, x64, low.q_norm.weight.detach().double())
-        ref_k = _head_norm_reference(variant, x64, low.k_norm.weight.detach().double())
+        ref_q = head_norm_reference(variant, x64, low.q_norm.weight.detach().double())
+        ref_k = head_norm_reference(variant, x64, low.k_norm.weight.detach().double())
     tol = 1e-2 if dtype == torch.float16 else 3e-2
     scale = float(ref_q.abs().max())
     torch.testing.assert_close(got_q.double(), ref_q, atol=tol * scale, rtol=tol)

@@ -19,8 +19,7 @@ from fairseq_qknorm.tasks import (
     translation_word_dropout,  # noqa: F401  (registers the task)
 )
 
-from conftest import PLUGIN_DIR, REPO, run_cli
-from test_model import TINY  # 2+2 layers, d 16, FFN 32, 2 heads, dropout 0
+from conftest import PLUGIN_DIR, REPO, TINY, run_cli  # TINY: 2+2 layers, d 16, dropout 0
 
 NATIVE, NATIVE_REASON = cpu_bf16.native_bf16_support()
 #: what a test needs on a CPU without native bf16 to run the autocast path at all (slowly)

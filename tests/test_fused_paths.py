@@ -3,7 +3,7 @@
 Complements tests/test_attention.py (which checks each path against a float64 reference and
 fused vs explicit gradients for causal self-attention): here outputs *and gradients* of the
 two paths must agree within 1e-5 in fp32 for self- and encoder-attention, for every member
-of the QK-norm family and with it off (``VARIANTS`` of tests/test_attention.py), with padding,
+of the QK-norm family and with it off (``VARIANTS`` of tests/conftest.py), with padding,
 in training and eval mode, in incremental decoding (self-attention cache and beam-shared static
 encoder keys), and for a whole model's training step.
 """
@@ -13,8 +13,7 @@ import torch
 
 from fairseq_qknorm.modules import QKNormMultiheadAttention
 
-from conftest import build_model
-from test_attention import VARIANTS, E, make, reference_attention
+from conftest import VARIANTS, E, build_model, make, reference_attention
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 ALL = list(VARIANTS)

@@ -20,28 +20,7 @@ from fairseq_qknorm.modules import (
     scaled_l2_normalize,
 )
 
-from conftest import PLUGIN_DIR, build_model, run_cli
-
-TINY = [
-    "--encoder-embed-dim",
-    "16",
-    "--decoder-embed-dim",
-    "16",
-    "--encoder-ffn-embed-dim",
-    "32",
-    "--decoder-ffn-embed-dim",
-    "32",
-    "--encoder-layers",
-    "2",
-    "--decoder-layers",
-    "2",
-    "--encoder-attention-heads",
-    "2",
-    "--decoder-attention-heads",
-    "2",
-    "--dropout",
-    "0",
-]
+from conftest import PLUGIN_DIR, TINY, build_model, run_cli
 
 NAMED_ARCHS = {
     # arch: (layers, heads, dim, ffn, dropout, norm_type, qk_norm)

@@ -94,7 +94,7 @@ def _rebuild_norms(module, cfg, names) -> None:
 def build_attention(cfg, embed_dim: int, num_heads: int, **kwargs) -> QKNormMultiheadAttention:
     """A :class:`QKNormMultiheadAttention` configured from ``cfg``.
 
-    ``cfg.qk_norm_init`` (set by :meth:`TransformerQKNormModel.build_model`)
+    ``cfg.qk_norm_g0`` (set by :meth:`TransformerQKNormModel.build_model`)
     holds ``g0`` of l2 QKNorm. ``kwargs`` are fairseq's ``MultiheadAttention`` arguments.
     """
     qk_norm = bool(safe_getattr(cfg, "qk_norm", False))
@@ -104,7 +104,7 @@ def build_attention(cfg, embed_dim: int, num_heads: int, **kwargs) -> QKNormMult
         qk_kwargs = dict(qk_norm_type=qk_norm_type)
         if qk_norm_type == "l2":
             qk_kwargs.update(
-                qk_norm_scale=safe_getattr(cfg, "qk_norm_init", None),
+                qk_norm_scale=safe_getattr(cfg, "qk_norm_g0", None),
                 qk_norm_scale_per_head=bool(safe_getattr(cfg, "qk_norm_scale_per_head", False)),
                 qk_norm_freeze_scale=bool(safe_getattr(cfg, "qk_norm_freeze_scale", False)),
             )
@@ -518,9 +518,9 @@ class TransformerQKNormModel(TransformerModel):
         base_qknorm_architecture(args)  # fills flags missing from older checkpoints
         if args.norm_type not in NORM_TYPES:
             raise ValueError(f"--norm-type must be one of {NORM_TYPES}, got {args.norm_type!r}")
-        args.qk_norm_init = resolve_qk_norm_args(args)
-        if args.qk_norm_init is not None:
-            logger.info(qk_norm_g0_log_line(args.qk_norm_init, args.qk_norm_length))
+        args.qk_norm_g0 = resolve_qk_norm_args(args)
+        if args.qk_norm_g0 is not None:
+            logger.info(qk_norm_g0_log_line(args.qk_norm_g0, args.qk_norm_length))
         model = super().build_model(args, task)
         drop_none_parameters(model)  # no "detected shared parameter" lines for None
         model._stats_interval = int(args.attn_stats_interval or 0)

@@ -904,12 +904,14 @@ qk_set_lr() {
 
 # _qk_cell_split ARGS...: a cell's arguments (PAIR SYSTEM OPTION... [-- TRAIN_ARGS...]) ->
 # QK_CELL_OPTS (PAIR, SYSTEM and the options of both scripts), QK_CELL_TRAIN_OPTS (--nproc N,
-# --launch L: scripts/train.sh only) and QK_CELL_EXTRA ("--" and TRAIN_ARGS, for fairseq-train).
+# --launch L: scripts/train.sh only), QK_CELL_EXTRA ("--" and TRAIN_ARGS, for fairseq-train)
+# and QK_CELL_TRAIN_ONLY (1 for the cell option --train-only: no scripts/evaluate.sh).
 _qk_cell_split() {
-    QK_CELL_OPTS=() QK_CELL_TRAIN_OPTS=() QK_CELL_EXTRA=()
+    QK_CELL_OPTS=() QK_CELL_TRAIN_OPTS=() QK_CELL_EXTRA=() QK_CELL_TRAIN_ONLY=0
     while (($#)) && [[ "$1" != -- ]]; do
         case "$1" in
             --nproc | --launch) QK_CELL_TRAIN_OPTS+=("$1" "${2-}"); shift 2 ;;
+            --train-only) QK_CELL_TRAIN_ONLY=1; shift ;;
             *) QK_CELL_OPTS+=("$1"); shift ;;
         esac
     done
@@ -918,13 +920,16 @@ _qk_cell_split() {
 
 # qk_cell PAIR SYSTEM OPTION... [-- TRAIN_ARGS...]: one cell of an experiment grid:
 # scripts/train.sh then scripts/evaluate.sh with the same OPTIONs (--profile, --seed,
-# --max-update, --threads); --nproc N and --launch L go to train.sh only, TRAIN_ARGS to
-# fairseq-train only. Both scripts skip finished work.
+# --max-update, --lr, --threads); --nproc N and --launch L go to train.sh only, TRAIN_ARGS to
+# fairseq-train only; --train-only: train.sh only (a model that is never decoded, e.g. the LR
+# sweep's initial model). Both scripts skip finished work. Exit status 3: the training diverged
+# (RUN/diverged, scripts/train.sh), nothing decoded.
 qk_cell() {
     _qk_cell_split "$@"
     bash "$QK_REPO_ROOT/scripts/train.sh" "${QK_CELL_OPTS[@]}" \
         "${QK_CELL_TRAIN_OPTS[@]+"${QK_CELL_TRAIN_OPTS[@]}"}" "${QK_CELL_EXTRA[@]+"${QK_CELL_EXTRA[@]}"}" \
-        && bash "$QK_REPO_ROOT/scripts/evaluate.sh" "${QK_CELL_OPTS[@]}" >/dev/null
+        || return
+    ((QK_CELL_TRAIN_ONLY)) || bash "$QK_REPO_ROOT/scripts/evaluate.sh" "${QK_CELL_OPTS[@]}" >/dev/null
 }
 
 # qk_lock_run RUN: hold an exclusive lock on RUN/.lock (flock) until this script and its children
@@ -951,9 +956,11 @@ qk_lock_run() {
 # the arguments of qk_cell. On Slurm the cells go to a tab-separated file, one cell per line:
 #   NAME <TAB> RUN <TAB> PAIR <TAB> SYSTEM <TAB> OPTION ... [<TAB> -- <TAB> TRAIN_ARG ...]
 # (no field may be empty or hold a tab or newline); task i of the array job runs line i + 1
-# (scripts/slurm_cell.sh). Markers in RUN: train.json + test.score.json (done), cell.failed (the
-# last attempt failed: exit status, host, time, log), slurm.job (the cell's last Slurm job id and
-# its log, tab-separated), .lock (the holder of the run, scripts/train.sh and evaluate.sh).
+# (scripts/slurm_cell.sh). Markers in RUN: train.json + test.score.json (done; train.json alone
+# for a --train-only cell, or with RUN/diverged: a diverged training is a finished result),
+# cell.failed (the last attempt failed: exit status, host, time, log), slurm.job (the cell's last
+# Slurm job id and its log, tab-separated), .lock (the holder of the run, scripts/train.sh and
+# evaluate.sh).
 
 QK_LAUNCHER=local QK_JOBS="" QK_GPUS_ARG="" QK_NPROC=1 QK_NODES=1 QK_STATUS=0
 QK_PARTITION="${QKNORM_SLURM_PARTITION:-}" QK_ACCOUNT="${QKNORM_SLURM_ACCOUNT:-}"
@@ -1087,14 +1094,19 @@ _qk_cell_argv() {
 }
 
 # qk_run_cell RUN LOG ARGS...: qk_cell ARGS; a failure is recorded in RUN/cell.failed (exit
-# status, host, time, Slurm job, LOG), which the next attempt removes when it starts.
+# status, host, time, Slurm job, LOG), which the next attempt removes when it starts. A training
+# that diverged (qk_cell exit 3 with RUN/diverged and RUN/train.json) is a finished result,
+# not a failure: status 0, nothing recorded, never retried (scripts/train.sh skips it).
 qk_run_cell() {
     local run="$1" log="$2" rc=0
     shift 2
     mkdir -p -- "$run"
     rm -f -- "$run/cell.failed"
     qk_cell "$@" || rc=$?
-    if ((rc != 0)); then
+    if ((rc == 3)) && [[ -f "$run/diverged" && -f "$run/train.json" ]]; then
+        qk_log "$run diverged: a finished result (nothing to decode)"
+        rc=0
+    elif ((rc != 0)); then
         printf 'exit %s on %s at %s%s; log %s\n' "$rc" "${HOSTNAME%%.*}" "$(date '+%Y-%m-%d %H:%M:%S')" \
             "${QK_SLURM_JOB:+ (Slurm job $QK_SLURM_JOB)}" "$log" >"$run/cell.failed"
     fi
@@ -1140,8 +1152,16 @@ _qk_cell_state() {
     if [[ -f "$run/slurm.job" ]] && IFS=$'\t' read -r job log <"$run/slurm.job" && [[ -n "$job" ]]; then
         QK_STATE_JOB="$job" QK_STATE_LOG="$log"
     fi
-    if [[ -f "$run/train.json" && -f "$run/test.score.json" \
-        && "$run/test.score.json" -nt "$run/checkpoints/checkpoint_best.pt" ]]; then
+    if [[ -f "$run/train.json" && -f "$run/diverged" ]]; then
+        QK_STATE=done QK_STATE_NOTE="diverged: $(head -n 1 -- "$run/diverged")"
+        return 0
+    fi
+    local argv=()
+    _qk_cell_argv argv "$1"
+    _qk_cell_split "${argv[@]}"
+    if [[ -f "$run/train.json" ]] && ((QK_CELL_TRAIN_ONLY)) \
+        || [[ -f "$run/train.json" && -f "$run/test.score.json" \
+            && "$run/test.score.json" -nt "$run/checkpoints/checkpoint_best.pt" ]]; then
         QK_STATE=done
         return 0
     fi
@@ -1266,7 +1286,7 @@ _qk_print_cells() {
             "${QK_CELL_TRAIN_OPTS[@]+"${QK_CELL_TRAIN_OPTS[@]}"}" --dry-run \
             "${QK_CELL_EXTRA[@]+"${QK_CELL_EXTRA[@]}"}" \
             || die "scripts/train.sh --dry-run failed for cell ${QK_CELL_NAME[$i]}"
-        qk_print_cmd bash "$QK_REPO_ROOT/scripts/evaluate.sh" "${QK_CELL_OPTS[@]}"
+        ((QK_CELL_TRAIN_ONLY)) || qk_print_cmd bash "$QK_REPO_ROOT/scripts/evaluate.sh" "${QK_CELL_OPTS[@]}"
     done
 }
 

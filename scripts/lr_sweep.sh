@@ -7,13 +7,17 @@
 #      -- --warmup-init-lr 0: one update at learning rate 0 leaves every parameter as
 #      initialized, and fairseq validates the model when it stops, so the run's dev loss is
 #      the initial model's (the initialization does not depend on the lr: fairseq seeds torch
-#      before building the model). Its checkpoint is that initial model. Not decoded.
+#      before building the model). Its checkpoint is that initial model. Not decoded: a
+#      --train-only cell (lib.sh:qk_cell), launched with the others (only the report needs it);
 #   3. the cells, seed-major then lr then system: scripts/train.sh + scripts/evaluate.sh with
 #      --lr LR (lib.sh:qk_cell, the grid's cell as in scripts/reproduce.sh: resumable, skipped
-#      when finished, --jobs N at once with one thread each). The lr replaces the profile's
-#      peak --lr; the warmup and schedule stay. A run that diverges (fairseq stops on
-#      non-finite values, scripts/train.sh exit 3 and RUN/diverged) is a finished result: it is
-#      reported as diverged, not as a failure, and never retried or decoded;
+#      when finished), launched by lib.sh:qk_launch: --launcher local (default) runs --jobs N at
+#      once with one thread each; --launcher slurm submits the unfinished ones as one array job
+#      and step 4 (this script with --report-only) as a job after them, and returns (--status
+#      follows them). The lr replaces the profile's peak --lr; the warmup and schedule stay. A
+#      run that diverges (fairseq stops on non-finite values, scripts/train.sh exit 3 and
+#      RUN/diverged) is a finished result under both launchers: it is reported as diverged,
+#      not as a failure, and never retried or decoded;
 #   4. python -m qknorm_tools.collect runs --keep-unscored -> RESULTS/runs.json, then
 #      python -m qknorm_tools.evaluate lr-sensitivity -> RESULTS/lr_sweep.{md,json} and
 #      python -m qknorm_tools.plots lr-loss|lr-maxlogit|lr-bleu -> RESULTS/lr_sweep_*.png.
@@ -63,8 +67,10 @@ SWEEP_MAX_UPDATE=250
 usage() {
     cat <<EOF
 usage: scripts/lr_sweep.sh PAIR [--systems S1,S2,...] [--lrs LR1,LR2,...] [--seeds 1,2]
-                           [--profile P] [--max-update N] [--jobs N] [--results-dir DIR]
-                           [--data-dir DIR] [--report-only] [--dry-run]
+                           [--profile P] [--max-update N] [--results-dir DIR]
+                           [--data-dir DIR] [--report-only] [--dry-run | --status]
+                           [--launcher local|slurm] [--jobs N] [--gpus LIST] [--nproc N]
+                           [--nodes M] [--partition P] [--account A] [--sbatch-args="OPTS"]
   PAIR           one of: $(qk_known_pairs)
   --systems L    comma-separated systems or all (default $SWEEP_SYSTEMS);
                  known: $(qk_known_systems)
@@ -74,27 +80,31 @@ usage: scripts/lr_sweep.sh PAIR [--systems S1,S2,...] [--lrs LR1,LR2,...] [--see
   --profile P    one of: $(qk_known_profiles) (default $SWEEP_PROFILE)
   --max-update N updates per run (default $SWEEP_MAX_UPDATE; runs and results go to
                  PROFILE-max-update-N/ unless N is the profile's budget)
-  --jobs N       runs at once (default 1); N > 1 gives each run --threads 1
   --results-dir D  where runs.json, lr_sweep.{md,json} and the figures go
                  (default: results/LABEL/PAIR/lr-sweep)
   --data-dir D   passed to scripts/prepare_data.sh (local corpus copy)
   --report-only  skip data and training: collect the finished runs, write the report
-  --dry-run      print every step (each run's full fairseq-train command) without running any
+  --dry-run      print every step (each run's full fairseq-train command; on Slurm also the
+                 cells file and the batch scripts) without running any
+$(qk_launch_usage)
 environment: QKNORM_WORK_DIR (data/, runs/, results/ below it), QKNORM_DATA_DIR
 EOF
 }
 
 SYSTEMS_ARG="$SWEEP_SYSTEMS" LRS_ARG="$SWEEP_LRS" SEEDS_ARG=1,2 PROFILE_ARG="$SWEEP_PROFILE"
-MAXU="$SWEEP_MAX_UPDATE" JOBS=1 RESULTS_DIR_ARG="" DATA_DIR_ARG="" REPORT_ONLY=0 DRY_RUN=0
+MAXU="$SWEEP_MAX_UPDATE" RESULTS_DIR_ARG="" DATA_DIR_ARG="" REPORT_ONLY=0 DRY_RUN=0
 qk_parse_args "@PAIR_ARG" "--systems SYSTEMS_ARG" "--lrs LRS_ARG" "--seeds SEEDS_ARG" \
-    "--profile PROFILE_ARG" "--max-update MAXU" "--jobs JOBS" "--results-dir RESULTS_DIR_ARG" \
-    "--data-dir DATA_DIR_ARG" "--report-only REPORT_ONLY=1" "--dry-run DRY_RUN=1" -- "$@"
+    "--profile PROFILE_ARG" "--max-update MAXU" "--results-dir RESULTS_DIR_ARG" \
+    "--data-dir DATA_DIR_ARG" "--report-only REPORT_ONLY=1" "--dry-run DRY_RUN=1" \
+    "${QK_LAUNCH_SPECS[@]}" -- "$@"
 
 # ---------------------------------------------------------------------------------------------
 # argument checks (everything is checked before anything runs)
 
 qk_check_uint --max-update "$MAXU"
-qk_check_posint --jobs "$JOBS"
+qk_launch_check
+((DRY_RUN == 0 || QK_STATUS == 0)) || qk_usage_error "--dry-run and --status exclude each other"
+JOBS="${QK_JOBS:-1}"
 # "all" here is every system, QK-LayerNorm included (reproduce.sh's "all" is the papers' systems)
 [[ "$SYSTEMS_ARG" != all ]] || SYSTEMS_ARG="$(qk_known_systems | tr ' ' ',')"
 qk_parse_names systems SYSTEMS "$SYSTEMS_ARG"
@@ -119,13 +129,13 @@ INIT_LABEL="$(qk_run_label "$PROFILE" 1)"
 OUT="${RESULTS_DIR_ARG:-$QK_WORK_DIR/results/$LABEL/$PAIR/lr-sweep}"
 REF="$QK_DATA/raw/$PAIR/test.$TGT"
 
+# the launcher adds --threads 1 (local, --jobs N > 1) or the job's CPUs (Slurm) to every cell
 CELL_OPTS=(--profile "$PROFILE" --max-update "$MAX_UPDATE")
-((JOBS == 1)) || CELL_OPTS+=(--threads 1)
 DATA_OPT=()
 [[ -z "$DATA_DIR_ARG" ]] || DATA_OPT=(--data-dir "$DATA_DIR_ARG")
-# the initial model: one update at lr 0 from an lr-0 warmup start (no parameter moves)
-INIT_OPTS=(--profile "$PROFILE" --max-update 1 --lr 0)
-((JOBS == 1)) || INIT_OPTS+=(--threads 1)
+# the initial model: one update at lr 0 from an lr-0 warmup start (no parameter moves), never
+# decoded (a --train-only cell)
+INIT_OPTS=(--profile "$PROFILE" --max-update 1 --lr 0 --train-only)
 INIT_EXTRA=(-- --warmup-init-lr 0 --no-save-optimizer-state)
 
 # run directories: qk_run_dir is the one place that names them (the profile's own lr: seedN)
@@ -134,23 +144,45 @@ for lr in "${LRS[@]}"; do
     LR_DIR[$lr]="$(qk_set_lr "$lr" && printf '%s' "$QK_LR_OVERRIDE")"
 done
 RUN_NAMES=() INIT_NAMES=()
-declare -A RUN_OF=() INIT_CMD=() CELL_ARGS=()
+declare -A RUN_OF=()
 for seed in "${SEEDS[@]}"; do
     for s in "${SYSTEMS[@]}"; do
         name="$PAIR/$s/seed$seed-init"
         INIT_NAMES+=("$name")
         RUN_OF[$name]="$(qk_run_dir "$PAIR" "$INIT_LABEL" "$s" "$seed" 0)"
-        INIT_CMD[$name]="$s $seed"
     done
     for lr in "${LRS[@]}"; do
         for s in "${SYSTEMS[@]}"; do
             name="$PAIR/$s/seed$seed-lr$lr"
             RUN_NAMES+=("$name")
             RUN_OF[$name]="$(qk_run_dir "$PAIR" "$LABEL" "$s" "$seed" "${LR_DIR[$lr]}")"
-            CELL_ARGS[$name]="$s $seed $lr"
         done
     done
 done
+
+# add_cells: the initial models (train only), then the sweep's cells, each in seed-major order
+add_cells() {
+    local seed s lr
+    for seed in "${SEEDS[@]}"; do
+        for s in "${SYSTEMS[@]}"; do
+            qk_cell_add "$PAIR/$s/seed$seed-init" "${RUN_OF[$PAIR/$s/seed$seed-init]}" \
+                "$PAIR" "$s" --seed "$seed" "${INIT_OPTS[@]}" "${INIT_EXTRA[@]}"
+        done
+    done
+    for seed in "${SEEDS[@]}"; do
+        for lr in "${LRS[@]}"; do
+            for s in "${SYSTEMS[@]}"; do
+                qk_cell_add "$PAIR/$s/seed$seed-lr$lr" "${RUN_OF[$PAIR/$s/seed$seed-lr$lr]}" \
+                    "$PAIR" "$s" --seed "$seed" --lr "$lr" "${CELL_OPTS[@]}"
+            done
+        done
+    done
+}
+
+# the report as a Slurm job after the cells: this script again, reporting only
+REPORT_JOB=(bash "$SCRIPT_DIR/lr_sweep.sh" "$PAIR" --systems "$(IFS=,; echo "${SYSTEMS[*]}")"
+    --lrs "$(IFS=,; echo "${LRS[*]}")" --seeds "$(IFS=,; echo "${SEEDS[*]}")" --profile "$PROFILE"
+    --max-update "$MAX_UPDATE" --results-dir "$OUT" --report-only)
 
 COLLECT=("$QK_PY" -m qknorm_tools.collect runs --keep-unscored --work-dir "$QK_WORK_DIR"
     --out-dir "$OUT" --ref "$PAIR=$REF")
@@ -175,39 +207,33 @@ figure_cmd() {
 }
 
 N_RUNS=${#RUN_NAMES[@]}
-qk_log "profile $LABEL on $PAIR: systems ${SYSTEMS[*]}; lrs ${LRS[*]}; seeds ${SEEDS[*]}; $N_RUNS runs + ${#INIT_NAMES[@]} initial-model runs, $JOBS at a time"
+if ((QK_STATUS)); then
+    add_cells
+    qk_launch_status
+    exit 0
+fi
+qk_log "profile $LABEL on $PAIR: systems ${SYSTEMS[*]}; lrs ${LRS[*]}; seeds ${SEEDS[*]}; $N_RUNS runs + ${#INIT_NAMES[@]} initial-model runs, launcher $QK_LAUNCHER${QK_JOBS:+, $JOBS at a time}"
 
 # ---------------------------------------------------------------------------------------------
 # --dry-run: print every step
 
 if ((DRY_RUN)); then
-    echo "# lr_sweep.sh dry run: $PAIR, profile $LABEL, $N_RUNS runs (systems ${SYSTEMS[*]}; lrs ${LRS[*]}; seeds ${SEEDS[*]}), $JOBS at a time"
+    echo "# lr_sweep.sh dry run: $PAIR, profile $LABEL, $N_RUNS runs (systems ${SYSTEMS[*]}; lrs ${LRS[*]}; seeds ${SEEDS[*]}), launcher $QK_LAUNCHER, $JOBS at a time"
     if ((REPORT_ONLY == 0)); then
         echo "# data (each step skips finished outputs)"
-        qk_print_cmd bash "$SCRIPT_DIR/prepare_data.sh" "$PAIR" "${DATA_OPT[@]+"${DATA_OPT[@]}"}"
-        qk_print_cmd bash "$SCRIPT_DIR/bpe.sh" "$PAIR"
-        qk_print_cmd bash "$SCRIPT_DIR/binarize.sh" "$PAIR"
-        for name in "${INIT_NAMES[@]}"; do
-            read -r s seed <<<"${INIT_CMD[$name]}"
-            echo "# loss at initialization: $PAIR $s seed $seed -> ${RUN_OF[$name]}"
-            bash "$SCRIPT_DIR/train.sh" "$PAIR" "$s" --seed "$seed" "${INIT_OPTS[@]}" --dry-run \
-                "${INIT_EXTRA[@]}" || die "train.sh --dry-run failed for $name"
-        done
-        for name in "${RUN_NAMES[@]}"; do
-            read -r s seed lr <<<"${CELL_ARGS[$name]}"
-            echo "# cell $PAIR $s seed $seed lr $lr -> ${RUN_OF[$name]}"
-            bash "$SCRIPT_DIR/train.sh" "$PAIR" "$s" --seed "$seed" --lr "$lr" "${CELL_OPTS[@]}" \
-                --dry-run || die "train.sh --dry-run failed for $name"
-            qk_print_cmd bash "$SCRIPT_DIR/evaluate.sh" "$PAIR" "$s" --seed "$seed" --lr "$lr" "${CELL_OPTS[@]}"
+        qk_prepare_data 1 "$PAIR" "${DATA_OPT[@]+"${DATA_OPT[@]}"}"
+        add_cells
+        qk_launch --dry-run "$PROFILE" "${REPORT_JOB[@]}"
+    fi
+    if [[ "$QK_LAUNCHER" == local || "$REPORT_ONLY" == 1 ]]; then
+        echo "# report -> $OUT/{runs.json,lr_sweep.md,lr_sweep.json,lr_sweep_*.png}"
+        qk_print_cmd "${COLLECT[@]}"
+        qk_print_cmd "${REPORT[@]}"
+        for fig in "${FIGURES[@]}"; do
+            figure_cmd "$fig"
+            qk_print_cmd "${FIG_CMD[@]}"
         done
     fi
-    echo "# report -> $OUT/{runs.json,lr_sweep.md,lr_sweep.json,lr_sweep_*.png}"
-    qk_print_cmd "${COLLECT[@]}"
-    qk_print_cmd "${REPORT[@]}"
-    for fig in "${FIGURES[@]}"; do
-        figure_cmd "$fig"
-        qk_print_cmd "${FIG_CMD[@]}"
-    done
     exit 0
 fi
 
@@ -217,34 +243,17 @@ fi
 FAILED=() DIVERGED=()
 if ((REPORT_ONLY == 0)); then
     qk_log "pair $PAIR: data preparation (finished steps are skipped)"
-    qk_run bash "$SCRIPT_DIR/prepare_data.sh" "$PAIR" "${DATA_OPT[@]+"${DATA_OPT[@]}"}" \
-        && qk_run bash "$SCRIPT_DIR/bpe.sh" "$PAIR" && qk_run bash "$SCRIPT_DIR/binarize.sh" "$PAIR" \
-        || die "data preparation of $PAIR failed"
-
-    qk_pool_init "$JOBS"
-    for name in "${INIT_NAMES[@]}"; do
-        read -r s seed <<<"${INIT_CMD[$name]}"
-        qk_pool_submit "$name" "" bash "$SCRIPT_DIR/train.sh" "$PAIR" "$s" --seed "$seed" \
-            "${INIT_OPTS[@]}" "${INIT_EXTRA[@]}"
-    done
-    for name in "${RUN_NAMES[@]}"; do
-        read -r s seed lr <<<"${CELL_ARGS[$name]}"
-        LOG=""
-        if ((JOBS > 1)); then
-            LOG="${RUN_OF[$name]}/lr_sweep.log"
-            mkdir -p -- "${RUN_OF[$name]}"
-        fi
-        qk_log "cell $name${LOG:+ (output also in $LOG)}"
-        qk_pool_submit "$name" "$LOG" qk_cell "$PAIR" "$s" --seed "$seed" --lr "$lr" "${CELL_OPTS[@]}"
-    done
-    qk_pool_wait
+    qk_prepare_data 0 "$PAIR" "${DATA_OPT[@]+"${DATA_OPT[@]}"}" || die "data preparation of $PAIR failed"
+    add_cells
+    qk_launch "$PROFILE" "${REPORT_JOB[@]}"
+    FAILED+=("${QK_LAUNCH_FAILED[@]+"${QK_LAUNCH_FAILED[@]}"}")
+    if [[ "$QK_LAUNCHER" == slurm ]]; then  # the report is a job
+        ((${#FAILED[@]} == 0)) || die "failed: ${FAILED[*]} (the other cells are submitted)"
+        exit 0
+    fi
     # a diverged run is a result (RUN/diverged, train.sh exit 3), not a failure
-    for name in "${QK_POOL_FAILED[@]+"${QK_POOL_FAILED[@]}"}"; do
-        if [[ -f "${RUN_OF[$name]}/diverged" && -f "${RUN_OF[$name]}/train.json" ]]; then
-            DIVERGED+=("$name")
-        else
-            FAILED+=("$name")
-        fi
+    for name in "${RUN_NAMES[@]}"; do
+        [[ ! -f "${RUN_OF[$name]}/diverged" ]] || DIVERGED+=("$name")
     done
     ((${#DIVERGED[@]} == 0)) || qk_log "diverged (finished results): ${DIVERGED[*]}"
 fi

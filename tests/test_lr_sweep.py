@@ -278,6 +278,62 @@ def test_lr_sweep_profile_lr_is_the_profiles_run(tmp_path):
     ]
 
 
+@pytest.mark.slow
+def test_lr_sweep_slurm_dry_run_prints_every_cell_and_the_report_job(tmp_path):
+    """--launcher slurm: one array job over the initial models (train only) and every (system,
+    seed, lr) cell, then this script with --report-only as a job after it."""
+    p = run_script(
+        "lr_sweep.sh", "gl-en", "--launcher", "slurm", "--partition", "gpu", "--dry-run",
+        env=make_env(tmp_path),
+    )  # fmt: skip
+    assert p.returncode == 0, out(p)
+    rows = [line.split("\t") for line in p.stdout.splitlines() if line.count("\t") >= 3]
+    assert len(rows) == 4 * 2 + 4 * 6 * 2
+    init, cells = rows[:8], rows[8:]
+    for name, run, pair, system, *opts in init:
+        seed = flag(opts, "--seed")
+        assert name == f"gl-en/{system}/seed{seed}-init" and pair == "gl-en"
+        assert run == str(
+            tmp_path / f"runs/gl-en/cpu-proxy-fast-max-update-1/{system}/seed{seed}-lr0"
+        )
+        assert (flag(opts, "--lr"), flag(opts, "--max-update")) == ("0", "1")
+        assert "--train-only" in opts and opts[opts.index("--") :] == [
+            "--", "--warmup-init-lr", "0", "--no-save-optimizer-state",
+        ]  # fmt: skip
+    assert {(r[3], flag(r, "--seed")) for r in init} == {
+        (s, n) for s in DEFAULT_SYSTEMS for n in "12"
+    }
+    seen = set()
+    for name, run, pair, system, *opts in cells:
+        seed, lr = flag(opts, "--seed"), flag(opts, "--lr")
+        assert name == f"gl-en/{system}/seed{seed}-lr{lr}" and pair == "gl-en"
+        assert "--train-only" not in opts
+        assert flag(opts, "--max-update") == "250" and "--" not in opts
+        run_name = f"seed{seed}" if lr == "1e-3" else f"seed{seed}-lr{lr}"  # the profile's lr
+        assert run == str(
+            tmp_path / f"runs/gl-en/cpu-proxy-fast-max-update-250/{system}/{run_name}"
+        )
+        seen.add((system, seed, lr))
+    assert seen == {(s, n, lr) for s in DEFAULT_SYSTEMS for n in "12" for lr in DEFAULT_LRS}
+    assert "#SBATCH --array=0-55\n" in p.stdout and "#SBATCH --partition=gpu" in p.stdout
+    assert "#SBATCH --dependency=afterany:CELLS_JOB_ID" in p.stdout
+    (report,) = [shlex.split(x[5:]) for x in p.stdout.splitlines() if x.startswith("exec bash ")
+                 and "lr_sweep.sh" in x]  # fmt: skip
+    out_dir = tmp_path / "results/cpu-proxy-fast-max-update-250/gl-en/lr-sweep"
+    assert report[2:] == [
+        "gl-en", "--systems", ",".join(DEFAULT_SYSTEMS), "--lrs", ",".join(DEFAULT_LRS),
+        "--seeds", "1,2", "--profile", "cpu-proxy-fast", "--max-update", "250",
+        "--results-dir", str(out_dir), "--report-only",
+    ]  # fmt: skip
+    # the report job's own dry run: the report commands only
+    q = run_script("lr_sweep.sh", *report[2:], "--dry-run", env=make_env(tmp_path))
+    assert q.returncode == 0 and not train_commands(q.stdout), out(q)
+    assert "qknorm_tools.evaluate lr-sensitivity" in q.stdout and "sbatch" not in q.stdout
+    # the train-only cells print no evaluate.sh command
+    assert len(re.findall(r"^bash \S+/evaluate\.sh ", p.stdout, flags=re.M)) == 48
+    assert not any(tmp_path.iterdir()), "a dry run must not write anything"
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

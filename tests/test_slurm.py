@@ -1,9 +1,11 @@
-"""The grid on a real Slurm cluster: scripts/reproduce.sh --launcher slurm against a private
-single-node cluster (munged, slurmctld, slurmd started by the ``slurm_cluster`` fixture of
-tests/conftest.py; skipped where Slurm is not installed or this is not root).
+"""The grid on a real Slurm cluster: scripts/reproduce.sh and scripts/lr_sweep.sh --launcher
+slurm against a private single-node cluster (munged, slurmctld, slurmd started by the
+``slurm_cluster`` fixture of tests/conftest.py; skipped where Slurm is not installed or this is
+not root).
 
-Cells train a tiny model (1+1 layers, d 16, through fairseq flags after ``--``) for a few
-updates on the tiny TED pair, one CPU each, so that the two cores of CI are enough.
+Grid cells train a tiny model (1+1 layers, d 16, through fairseq flags after ``--``) for a few
+updates on the tiny TED pair, one CPU each, so that the two cores of CI are enough; the LR
+sweep's cells (no fairseq flags) train the profile's model for 5 updates.
 """
 
 import json
@@ -11,6 +13,7 @@ import re
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -73,6 +76,35 @@ def submitted(stdout):
 
 def strip_wall(record):
     return {k: v for k, v in record.items() if "wall" not in k}
+
+
+SAVED = re.compile(r"Saved checkpoint \S+checkpoint_last\.pt \(epoch \d+ @ (\d+) updates")
+
+
+def wait_for_checkpoint(run, timeout=300):
+    """Wait until the run's train.log reports a saved checkpoint_last.pt."""
+    log = run / "train.log"
+    wait_for("a first checkpoint", lambda: log.exists() and SAVED.search(log.read_text()), timeout)
+
+
+def resumed_once(run, total, interval):
+    """Assert from RUN/train.log that the run stopped mid-training and resumed once from its
+    checkpoint_last.pt (saved every ``interval`` updates) and that every update up to ``total``
+    was trained, none up to the checkpoint twice; return the checkpoint's update count."""
+    log = (run / "train.log").read_text()
+    loaded = re.findall(
+        r"Loaded checkpoint \S+checkpoint_last\.pt \(epoch \d+ @ (\d+) updates", log
+    )
+    assert len(loaded) == 1, loaded
+    k = int(loaded[0])
+    assert k >= interval and k % interval == 0 and k < total  # stopped mid-training
+    first, second = log.split("Loaded checkpoint", 1)
+    done_before = [int(n) for n in re.findall(r"train_inner\W.*num_updates=(\d+)", first)]
+    done_after = [int(n) for n in re.findall(r"train_inner\W.*num_updates=(\d+)", second)]
+    assert done_before[:k] == list(range(1, k + 1)) and len(done_before) < total
+    assert done_after == list(range(k + 1, total + 1))  # from the checkpoint on, each update once
+    assert json.loads((run / "train.json").read_text())["updates"] == total
+    return k
 
 
 @pytest.fixture(scope="module")
@@ -245,12 +277,7 @@ def test_requeued_cell_resumes_from_its_checkpoint(slurm_cluster, data_template,
     cells, agg = submitted(p.stdout)
     task = f"{cells}_0"
     run = work / "runs" / "gl-en" / "cpu-proxy-max-update-300" / "twt" / "seed1"
-    saved = re.compile(r"Saved checkpoint \S+checkpoint_last\.pt \(epoch \d+ @ (\d+) updates")
-    wait_for(
-        "a first checkpoint",
-        lambda: (run / "train.log").exists() and saved.search((run / "train.log").read_text()),
-        300,
-    )
+    wait_for_checkpoint(run)
     slurm(slurm_cluster, "scancel", "--batch", "--signal=USR1", task)
     wait_for("the requeue", lambda: job(slurm_cluster, task)["Restarts"] == "1", 120)
     # Slurm holds a requeued job for about two minutes before it may start again: release it
@@ -260,19 +287,7 @@ def test_requeued_cell_resumes_from_its_checkpoint(slurm_cluster, data_template,
     a = wait_job(slurm_cluster, agg)
     assert a["JobState"] == "COMPLETED" and a["StartTime"] >= job(slurm_cluster, task)["EndTime"]
 
-    log = (run / "train.log").read_text()
-    loaded = re.findall(
-        r"Loaded checkpoint \S+checkpoint_last\.pt \(epoch \d+ @ (\d+) updates", log
-    )
-    assert len(loaded) == 1, loaded
-    k = int(loaded[0])
-    assert k >= 10 and k % 10 == 0 and k < 300  # stopped mid-training
-    first, second = log.split("Loaded checkpoint", 1)
-    done_before = [int(n) for n in re.findall(r"train_inner\W.*num_updates=(\d+)", first)]
-    done_after = [int(n) for n in re.findall(r"train_inner\W.*num_updates=(\d+)", second)]
-    assert done_before[:k] == list(range(1, k + 1)) and len(done_before) < 300
-    assert done_after == list(range(k + 1, 301))  # from the checkpoint on, each update once
-    assert json.loads((run / "train.json").read_text())["updates"] == 300
+    resumed_once(run, 300, 10)
     slurm_log = (run / "slurm.job").read_text().split("\t")[1].strip()
     text = open(slurm_log).read()
     assert (
@@ -284,6 +299,107 @@ def test_requeued_cell_resumes_from_its_checkpoint(slurm_cluster, data_template,
         (work / "results" / "cpu-proxy-max-update-300" / "gl-en" / "runs.json").read_text()
     )
     assert [r["updates"] for r in runs["runs"]] == [300]
+
+
+def test_cancelled_cell_resumes_when_resubmitted(slurm_cluster, data_template, tmp_path):
+    """A cell cancelled mid-training (scancel, after it saved checkpoint_last.pt) is shown as
+    failed by --status; the same command submits it again, and the new job resumes from the
+    checkpoint: no update up to it is trained twice."""
+    work = work_copy(data_template, tmp_path / "work")
+    env = make_env(work, SLURM_CONF=slurm_cluster)
+    grid = ["--pairs", "gl-en", "--systems", "twt", "--max-update", "300", "--no-aggregate",
+            "--launcher", "slurm", ONE_CPU]  # fmt: skip
+    args = [*grid, "--", *TINY, "--save-interval-updates", "10", "--log-interval", "1"]
+    p = run_script("reproduce.sh", *args, env=env, timeout=300)
+    assert p.returncode == 0, out(p)
+    first = f"{submitted(p.stdout)[0]}_0"
+    run = work / "runs" / "gl-en" / "cpu-proxy-max-update-300" / "twt" / "seed1"
+    wait_for_checkpoint(run)
+    slurm(slurm_cluster, "scancel", first)
+    assert wait_job(slurm_cluster, first)["JobState"] == "CANCELLED"
+    assert not (run / "train.json").exists()  # stopped before its end
+    status = run_script("reproduce.sh", *grid, "--status", env=env)
+    (row,) = status.stdout.splitlines()[1:-1]
+    assert row.split()[:3] == ["failed", "gl-en/twt/seed1", first] and "Slurm CANCELLED" in row
+
+    again = run_script("reproduce.sh", *args, env=env, timeout=300)
+    assert again.returncode == 0, out(again)
+    cells, agg = submitted(again.stdout)
+    assert f"job {cells} (1 cells" in again.stdout and agg is None and f"{cells}_0" != first
+    assert wait_job(slurm_cluster, f"{cells}_0")["JobState"] == "COMPLETED"
+    resumed_once(run, 300, 10)
+    slurm_log = (run / "slurm.job").read_text().split("\t")[1].strip()
+    assert (
+        f"/logs/{cells}_0.out" in slurm_log
+        and "cell gl-en/twt/seed1 done" in open(slurm_log).read()
+    )
+    assert (run / "test.score.json").exists() and not (run / "cell.failed").exists()
+
+
+# ------------------------------------------------------------------ the LR sweep on Slurm
+SWEEP_SYSTEMS, SWEEP_LRS = ("twt", "qk_layernorm"), ("1e-3", "1e6")  # 1e6 diverges for twt
+SWEEP = ["gl-en", "--systems", ",".join(SWEEP_SYSTEMS), "--lrs", ",".join(SWEEP_LRS),
+         "--seeds", "1", "--max-update", "5"]  # fmt: skip
+SWEEP_OUT = "results/cpu-proxy-fast-max-update-5/gl-en/lr-sweep"
+
+
+@pytest.fixture(scope="module")
+def sweep(slurm_cluster, data_template, tmp_path_factory):
+    """scripts/lr_sweep.sh --launcher slurm: 2 systems x 2 lrs x 1 seed (5 updates each, the
+    profile's model) plus the 2 initial models, one CPU each; waits for the report job."""
+    work = work_copy(data_template, tmp_path_factory.mktemp("sweep"))
+    env = make_env(work, SLURM_CONF=slurm_cluster)
+    p = run_script("lr_sweep.sh", *SWEEP, "--launcher", "slurm", ONE_CPU, env=env, timeout=300)
+    assert p.returncode == 0, out(p)
+    cells, agg = submitted(p.stdout)
+    assert cells and agg, p.stdout
+    wait_job(slurm_cluster, agg, timeout=900)
+    return dict(work=work, env=env, proc=p, cells=cells, agg=agg)
+
+
+def test_lr_sweep_on_slurm_reports_after_its_cells(sweep, slurm_cluster):
+    """Six tasks (the diverged run too) complete, the report job starts after all of them and
+    writes the sweep's report; --status shows every cell done, the diverged one as such."""
+    work, cells, agg = sweep["work"], sweep["cells"], sweep["agg"]
+    assert f"job {cells} (6 cells" in sweep["proc"].stdout
+    a = job(slurm_cluster, agg)
+    assert a["JobState"] == "COMPLETED"
+    for task in range(6):
+        t = job(slurm_cluster, f"{cells}_{task}")
+        assert t["JobState"] == "COMPLETED" and a["StartTime"] >= t["EndTime"]
+    assert "--report-only" in next((work / "slurm").glob("*/aggregate.sbatch")).read_text()
+    for f in ("runs.json", "lr_sweep.md", "lr_sweep.json", "lr_sweep_loss.png"):
+        assert (work / SWEEP_OUT / f).exists(), f
+    status = run_script("lr_sweep.sh", *SWEEP, "--status", env=sweep["env"])
+    assert status.returncode == 0, out(status)
+    assert status.stdout.splitlines()[-1] == (
+        "6 cells: 6 done, 0 running, 0 pending, 0 failed, 0 todo"
+    )
+    (div,) = [row for row in status.stdout.splitlines() if "diverged:" in row]
+    assert div.split()[:2] == ["done", "gl-en/twt/seed1-lr1e6"] and "FloatingPointError" in div
+    diverged = work / "runs/gl-en/cpu-proxy-fast-max-update-5/twt/seed1-lr1e6"
+    assert (diverged / "diverged").exists() and not (diverged / "cell.failed").exists()
+    init = work / "runs/gl-en/cpu-proxy-fast-max-update-1/twt/seed1-lr0"
+    assert (init / "train.json").exists() and not (init / "test.hyp").exists()  # not decoded
+
+
+def test_lr_sweep_on_slurm_equals_the_local_launcher(sweep, data_template, tmp_path):
+    """The same sweep with the local job pool (two at a time, one thread each, as the Slurm
+    cells' one CPU): the same runs, losses, scores and LR sensitivities in lr_sweep.json."""
+    local = work_copy(data_template, tmp_path / "local")
+    p = run_script("lr_sweep.sh", *SWEEP, "--jobs", "2", env=make_env(local), timeout=900)
+    assert p.returncode == 0, out(p)
+    assert "diverged (finished results): gl-en/twt/seed1-lr1e6" in p.stderr
+    a, b = (
+        json.loads((w / SWEEP_OUT / "lr_sweep.json").read_text()) for w in (sweep["work"], local)
+    )
+    for doc, w in ((a, sweep["work"]), (b, local)):  # the run directories, below each work dir
+        for r in doc["runs"]:
+            r["run_dir"] = str(Path(r["run_dir"]).relative_to(w))
+    assert len(a["runs"]) == 4 and a == b
+    for run in (sweep["work"] / "runs").rglob("train.json"):
+        twin = local / run.relative_to(sweep["work"])
+        assert strip_wall(json.loads(run.read_text())) == strip_wall(json.loads(twin.read_text()))
 
 
 # ---------------------------------------------------------------------- a multi-process cell

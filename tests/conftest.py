@@ -361,27 +361,38 @@ def build_model(task, arch, extra=()):
 
 
 # ------------------------------------------------------------------------------ tiny models
-#: fairseq model flags of a tiny Transformer: 2+2 layers, d 16, FFN 32, 2 heads, dropout 0
-TINY = [
-    "--encoder-embed-dim",
-    "16",
-    "--decoder-embed-dim",
-    "16",
-    "--encoder-ffn-embed-dim",
-    "32",
-    "--decoder-ffn-embed-dim",
-    "32",
-    "--encoder-layers",
-    "2",
-    "--decoder-layers",
-    "2",
-    "--encoder-attention-heads",
-    "2",
-    "--decoder-attention-heads",
-    "2",
-    "--dropout",
-    "0",
-]
+def tiny_model(
+    layers: int = 1, dim: int = 16, heads: int | None = 2, dropout: float | None = 0
+) -> list:
+    """fairseq-train size flags of a tiny Transformer (seconds on CPU).
+
+    ``layers`` encoder and decoder layers of width ``dim`` with FFN width ``2 * dim``,
+    ``heads`` attention heads and ``dropout``; ``None`` leaves that flag to the arch.
+    Returns a list of strings for a fairseq-train or ``train.sh -- ...`` command line.
+    """
+    f = ["--encoder-layers", layers, "--decoder-layers", layers,
+         "--encoder-embed-dim", dim, "--decoder-embed-dim", dim,
+         "--encoder-ffn-embed-dim", 2 * dim, "--decoder-ffn-embed-dim", 2 * dim]  # fmt: skip
+    if heads is not None:
+        f += ["--encoder-attention-heads", heads, "--decoder-attention-heads", heads]
+    if dropout is not None:
+        f += ["--dropout", dropout]
+    return [str(x) for x in f]
+
+
+def tiny_training(lr: str, max_tokens: str, seed: str = "1") -> list:
+    """fairseq-train training flags shared by the tests' tiny runs (strings).
+
+    Adam at ``lr``, label-smoothed cross-entropy (smoothing 0.1, as the profiles),
+    ``--max-tokens`` per batch, ``--seed`` and no data-loader workers.
+    """
+    return ["--optimizer", "adam", "--lr", lr, "--criterion", "label_smoothed_cross_entropy",
+            "--label-smoothing", "0.1", "--max-tokens", max_tokens, "--seed", seed,
+            "--num-workers", "0"]  # fmt: skip
+
+
+#: 2+2 layers, d 16, FFN 32, 2 heads, dropout 0
+TINY = tiny_model(layers=2)
 
 
 # ------------------------------------------------------------------------------ attention reference

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from conftest import PLUGIN_DIR, run_cli
+from conftest import PLUGIN_DIR, run_cli, tiny_model, tiny_training
 
 # QKNorm g and ScaleNorm scales in one model: the QKNorm paper model with ScaleNorm
 TRAIN = [
@@ -20,42 +20,12 @@ TRAIN = [
     "scalenorm",
     "--qk-norm-length",
     "12",
-    "--encoder-layers",
-    "1",
-    "--decoder-layers",
-    "1",
-    "--encoder-embed-dim",
-    "16",
-    "--decoder-embed-dim",
-    "16",
-    "--encoder-ffn-embed-dim",
-    "32",
-    "--decoder-ffn-embed-dim",
-    "32",
-    "--encoder-attention-heads",
-    "2",
-    "--decoder-attention-heads",
-    "2",
-    "--dropout",
-    "0",
-    "--optimizer",
-    "adam",
-    "--lr",
-    "3e-3",
-    "--criterion",
-    "label_smoothed_cross_entropy",
-    "--label-smoothing",
-    "0.1",
-    "--max-tokens",
-    "400",
-    "--seed",
-    "1",
+    *tiny_model(),
+    *tiny_training(lr="3e-3", max_tokens="400"),
     "--max-epoch",
     "3",
     "--save-interval-updates",
     "5",
-    "--num-workers",
-    "0",
 ]
 
 

@@ -19,7 +19,7 @@ from fairseq_qknorm.tasks import (
     translation_word_dropout,  # noqa: F401  (registers the task)
 )
 
-from conftest import PLUGIN_DIR, REPO, TINY, run_cli  # TINY: 2+2 layers, d 16, dropout 0
+from conftest import PLUGIN_DIR, REPO, TINY, run_cli, tiny_training  # TINY: 2+2 layers, d 16
 
 NATIVE, NATIVE_REASON = cpu_bf16.native_bf16_support()
 #: what a test needs on a CPU without native bf16 to run the autocast path at all (slowly)
@@ -387,22 +387,11 @@ def test_fairseq_train_bf16_then_generate_in_fp32(toy_data, tmp_path):
             *EMULATED_OK,
             *SYSTEMS["qknorm_paper"],
             *TINY,
-            "--optimizer",
-            "adam",
-            "--lr",
-            "3e-3",
-            "--criterion",
-            "label_smoothed_cross_entropy",
-            "--label-smoothing",
-            "0.1",
-            "--max-tokens",
-            "500",
+            *tiny_training(lr="3e-3", max_tokens="500"),
             "--max-update",
             "12",
             "--validate-interval-updates",
             "6",
-            "--seed",
-            "1",
             "--required-batch-size-multiple",
             "1",
             "--no-epoch-checkpoints",
@@ -410,8 +399,6 @@ def test_fairseq_train_bf16_then_generate_in_fp32(toy_data, tmp_path):
             "simple",
             "--log-interval",
             "1",
-            "--num-workers",
-            "0",
             "--attn-stats-interval",
             "4",
             "--save-dir",
@@ -631,7 +618,8 @@ def test_train_sh_recipe_with_bf16_autocast(tmp_path):
         timeout=300,
     )
     assert p.returncode == 0, out(p)
-    run = tmp_path / "work/runs/gl-en/cpu-proxy-max-update-2/twt/seed1"
+    # next to its fp32 twin (seed1), never in its directory
+    run = tmp_path / "work/runs/gl-en/cpu-proxy-max-update-2/twt/seed1-bf16"
     assert "task: TranslationWordDropoutTask" in (run / "train.log").read_text()
     assert "bf16 autocast: train_step" in (run / "train.log").read_text()
     assert (
@@ -639,8 +627,11 @@ def test_train_sh_recipe_with_bf16_autocast(tmp_path):
         in (run / "command.txt").read_text()
     )
     assert json.loads((run / "train.json").read_text())["updates"] == 2
+    p = run_script("evaluate.sh", "gl-en", "twt", "--max-update", 2, env=env, timeout=300)
+    assert p.returncode == 1 and "twt/seed1 is not a finished run" in p.stderr, out(p)
     p = run_script(
-        "evaluate.sh", "gl-en", "twt", "--max-update", 2, "--threads", 1, env=env, timeout=300
-    )
+        "evaluate.sh", "gl-en", "twt", "--max-update", 2, "--threads", 1, "--bf16-autocast",
+        env=env, timeout=300,
+    )  # fmt: skip
     assert p.returncode == 0, out(p)
     assert count_lines(run / "test.hyp") == sizes["test"]

@@ -8,7 +8,7 @@ import re
 import pytest
 import torch
 
-from conftest import PLUGIN_DIR, run_cli
+from conftest import PLUGIN_DIR, run_cli, tiny_model, tiny_training
 
 pytestmark = pytest.mark.slow
 
@@ -19,34 +19,12 @@ TRAIN_ARGS = [
     "transformer_qknorm_paper_proxy",
     "--qk-norm-length",
     "12",
-    "--encoder-layers",
-    "2",
-    "--decoder-layers",
-    "2",
-    "--encoder-embed-dim",
-    "32",
-    "--decoder-embed-dim",
-    "32",
-    "--encoder-ffn-embed-dim",
-    "64",
-    "--decoder-ffn-embed-dim",
-    "64",
-    "--optimizer",
-    "adam",
-    "--lr",
-    "3e-3",
+    *tiny_model(layers=2, dim=32, heads=None, dropout=None),
+    *tiny_training(lr="3e-3", max_tokens="800"),
     "--lr-scheduler",
     "inverse_sqrt",
     "--warmup-updates",
     "5",
-    "--criterion",
-    "label_smoothed_cross_entropy",
-    "--label-smoothing",
-    "0.1",
-    "--max-tokens",
-    "800",
-    "--seed",
-    "1",
     "--required-batch-size-multiple",
     "1",
     "--no-epoch-checkpoints",
@@ -56,8 +34,6 @@ TRAIN_ARGS = [
     "5",
     "--attn-stats-interval",
     "5",
-    "--num-workers",
-    "0",
 ]
 
 

@@ -14,30 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import PLUGIN_DIR, VENV_BIN, run_cli
+from conftest import PLUGIN_DIR, VENV_BIN, run_cli, tiny_model, tiny_training
 
 HELPER = Path(__file__).with_name("fairseq_train_rank_params.py")
 
-TINY = [
-    "--encoder-layers",
-    "1",
-    "--decoder-layers",
-    "1",
-    "--encoder-embed-dim",
-    "16",
-    "--decoder-embed-dim",
-    "16",
-    "--encoder-ffn-embed-dim",
-    "32",
-    "--decoder-ffn-embed-dim",
-    "32",
-    "--encoder-attention-heads",
-    "2",
-    "--decoder-attention-heads",
-    "2",
-    "--dropout",
-    "0",
-]
+TINY = tiny_model()
 # 300 toy sentences at --max-tokens 400: 7 batches = 4 updates of 2 batches per epoch, the last
 # one a single batch (rank 1 gets fairseq's empty batch): 6 updates cross an epoch boundary and
 # a reshuffle.
@@ -45,21 +26,8 @@ TRAIN = [
     "--user-dir",
     PLUGIN_DIR,
     "--cpu",
-    "--optimizer",
-    "adam",
-    "--lr",
-    "1e-3",
-    "--criterion",
-    "label_smoothed_cross_entropy",
-    "--label-smoothing",
-    "0.1",
-    "--max-tokens",
-    "400",
-    "--seed",
-    "3",
+    *tiny_training(lr="1e-3", max_tokens="400", seed="3"),
     "--no-epoch-checkpoints",
-    "--num-workers",
-    "0",
     "--log-format",
     "simple",
     "--log-interval",

@@ -13,7 +13,7 @@ import torch
 
 from fairseq_qknorm.modules import QKNormMultiheadAttention
 
-from conftest import VARIANTS, E, build_model, make, reference_attention
+from conftest import VARIANTS, E, build_model, make, reference_attention, tiny_model
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 ALL = list(VARIANTS)
@@ -167,27 +167,7 @@ def test_incremental_encoder_attention_paths_agree(variant, beam_shared):
 )
 def test_model_training_step_paths_agree(toy_task, arch, qk_flags):
     """A whole model (padded toy batch, dropout 0): loss and every gradient agree."""
-    flags = [
-        "--encoder-layers",
-        "2",
-        "--decoder-layers",
-        "2",
-        "--encoder-embed-dim",
-        "32",
-        "--decoder-embed-dim",
-        "32",
-        "--encoder-ffn-embed-dim",
-        "64",
-        "--decoder-ffn-embed-dim",
-        "64",
-        "--encoder-attention-heads",
-        "4",
-        "--decoder-attention-heads",
-        "4",
-        "--dropout",
-        "0",
-        *qk_flags,
-    ]
+    flags = [*tiny_model(layers=2, dim=32, heads=4), *qk_flags]
     torch.manual_seed(0)
     ma, _ = build_model(toy_task, arch, flags)
     mb, _ = build_model(toy_task, arch, flags)

@@ -26,6 +26,7 @@ from conftest import (
     out,
     run_cli,
     run_script,
+    tiny_model,
     write_sums,
 )
 
@@ -40,24 +41,7 @@ BPE_ARGS = {
 # train.sh passes these after the profile's flags (fairseq keeps the last value): a tiny
 # model that learns the word mapping in 200 updates (dropout 0, train.sh's fixed seed 1)
 TINY_MODEL = [
-    "--encoder-layers",
-    1,
-    "--decoder-layers",
-    1,
-    "--encoder-embed-dim",
-    32,
-    "--decoder-embed-dim",
-    32,
-    "--encoder-ffn-embed-dim",
-    64,
-    "--decoder-ffn-embed-dim",
-    64,
-    "--encoder-attention-heads",
-    2,
-    "--decoder-attention-heads",
-    2,
-    "--dropout",
-    0,
+    *tiny_model(dim=32),
     "--lr",
     5e-3,
     "--warmup-updates",

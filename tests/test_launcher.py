@@ -28,15 +28,12 @@ from conftest import (
     make_tiny_ted,
     out,
     run_script,
+    tiny_model,
     train_commands,
 )
 
 PAPER_GRID = ["--pairs", "all", "--systems", "all", "--seeds", "1,2,3", "--profile", "paper"]
-TINY = [
-    "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",
-    "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
-    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2", "--dropout", "0",
-]  # fmt: skip
+TINY = tiny_model()
 
 
 def bash(code: str, env) -> subprocess.CompletedProcess:

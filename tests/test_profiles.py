@@ -22,18 +22,13 @@ import torch
 from qknorm_tools import trainlog
 from qknorm_tools.train_check import check_train_args
 
-from conftest import REPO, make_env, make_tiny_ted, out, run_script
+from conftest import REPO, make_env, make_tiny_ted, out, run_script, tiny_model
 
 PROFILES = sorted(p.stem for p in (REPO / "configs" / "profiles").glob("*.sh"))
 PAIRS = sorted(p.stem for p in (REPO / "configs" / "pairs").glob("*.sh"))
 
 #: test-made size override: the profile's arch family, 1+1 layers of width 16 (seconds on CPU)
-TINY_MODEL = [
-    "--encoder-layers", "1", "--decoder-layers", "1",
-    "--encoder-embed-dim", "16", "--decoder-embed-dim", "16",
-    "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
-    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-]  # fmt: skip
+TINY_MODEL = tiny_model(dropout=None)
 
 #: the CPU profiles: update-based, best by dev loss; 4 updates per tiny epoch, so validation and
 #: checkpoint_E_U.pt every 3 updates (checkpoint_E_U.pt at 3, 6, 9, 15: 12 ends epoch 3)

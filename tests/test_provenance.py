@@ -13,12 +13,9 @@ from qknorm_tools import aggregate, provenance, records, tables
 from qknorm_tools.provenance import DataMismatchError, ProvenanceError
 from qknorm_tools.records import RunRecord
 
-from conftest import make_data_chain, make_env, make_tiny_ted, out, run_script, sha256
+from conftest import make_data_chain, make_env, make_tiny_ted, out, run_script, sha256, tiny_model
 
-TINY_MODEL = ["--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",
-              "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
-              "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2",
-              "--decoder-attention-heads", "2"]  # fmt: skip
+TINY_MODEL = tiny_model(dropout=None)
 
 
 # ----------------------------------------------------------------------------- the chain

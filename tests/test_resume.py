@@ -6,7 +6,7 @@ import re
 import pytest
 import torch
 
-from conftest import PLUGIN_DIR, run_cli
+from conftest import PLUGIN_DIR, run_cli, tiny_model, tiny_training
 
 
 def _plateau(patience=3, shrink=0.8, lr=1e-3):
@@ -135,28 +135,9 @@ RESUME_ARGS = [
     "transformer_qknorm_paper",
     "--qk-norm-length",
     "12",
-    "--encoder-layers",
-    "1",
-    "--decoder-layers",
-    "1",
-    "--encoder-embed-dim",
-    "16",
-    "--decoder-embed-dim",
-    "16",
-    "--encoder-ffn-embed-dim",
-    "32",
-    "--decoder-ffn-embed-dim",
-    "32",
-    "--encoder-attention-heads",
-    "2",
-    "--decoder-attention-heads",
-    "2",
-    "--dropout",
-    "0.1",  # fairseq reseeds every update: a resume must not change the masks
-    "--optimizer",
-    "adam",
-    "--lr",
-    "1e-3",
+    # dropout 0.1: fairseq reseeds every update: a resume must not change the masks
+    *tiny_model(dropout=0.1),
+    *tiny_training(lr="1e-3", max_tokens="400", seed="5"),
     "--lr-scheduler",
     "reduce_lr_on_plateau",
     "--lr-patience",
@@ -167,14 +148,6 @@ RESUME_ARGS = [
     "6",
     "--warmup-init-lr",
     "1e-7",
-    "--criterion",
-    "label_smoothed_cross_entropy",
-    "--label-smoothing",
-    "0.1",
-    "--max-tokens",
-    "400",
-    "--seed",
-    "5",
     "--best-checkpoint-metric",
     "bsz",
     "--patience",
@@ -182,8 +155,6 @@ RESUME_ARGS = [
     "--save-interval-updates",
     "10",
     "--no-epoch-checkpoints",
-    "--num-workers",
-    "0",
     "--log-format",
     "simple",
     "--log-interval",

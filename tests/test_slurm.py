@@ -17,16 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_env, make_tiny_ted, out, run_script
+from conftest import make_env, make_tiny_ted, out, run_script, tiny_model
 
 pytestmark = pytest.mark.slow
 
 # a tiny model: the cells' cost is Slurm's and the scripts', not training's
-TINY = [
-    "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",
-    "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
-    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2", "--dropout", "0",
-]  # fmt: skip
+TINY = tiny_model()
 ONE_CPU = "--sbatch-args=--cpus-per-task=1 --mem=1G"
 GRID = ["--pairs", "gl-en", "--seeds", "1", "--max-update", "6", "--no-significance"]
 GOOD, BAD = ("twt", "qknorm_paper"), "prenorm_layernorm"

@@ -11,12 +11,10 @@ import pytest
 
 from qknorm_tools import progress
 
-from conftest import PLUGIN_DIR, build_model, run_cli
+from conftest import PLUGIN_DIR, build_model, run_cli, tiny_model
 
 TINY = [
-    "--encoder-layers", "2", "--decoder-layers", "2",
-    "--encoder-embed-dim", "16", "--decoder-embed-dim", "16",
-    "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
+    *tiny_model(layers=2, heads=None, dropout=None),
     "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "800", "--max-update", "12",
     "--criterion", "label_smoothed_cross_entropy", "--seed", "1",
     "--required-batch-size-multiple", "1", "--num-workers", "0", "--no-save",

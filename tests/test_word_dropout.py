@@ -8,7 +8,7 @@ import torch
 
 from fairseq_qknorm.tasks import translation_word_dropout as wd  # registers the task
 
-from conftest import PLUGIN_DIR, run_cli
+from conftest import PLUGIN_DIR, run_cli, tiny_model, tiny_training
 
 
 def make_task(bin_dir, p, seed=1):
@@ -188,36 +188,10 @@ def test_fairseq_train_with_word_dropout_end_to_end(toy_data, tmp_path):
             "0.1",
             "--arch",
             "transformer_twt",
-            "--encoder-layers",
-            "1",
-            "--decoder-layers",
-            "1",
-            "--encoder-embed-dim",
-            "16",
-            "--decoder-embed-dim",
-            "16",
-            "--encoder-ffn-embed-dim",
-            "32",
-            "--decoder-ffn-embed-dim",
-            "32",
-            "--encoder-attention-heads",
-            "2",
-            "--decoder-attention-heads",
-            "2",
-            "--optimizer",
-            "adam",
-            "--lr",
-            "1e-3",
-            "--criterion",
-            "label_smoothed_cross_entropy",
-            "--label-smoothing",
-            "0.1",
-            "--max-tokens",
-            "500",
+            *tiny_model(dropout=None),
+            *tiny_training(lr="1e-3", max_tokens="500"),
             "--max-update",
             "3",
-            "--seed",
-            "1",
             "--required-batch-size-multiple",
             "1",
             "--no-epoch-checkpoints",
@@ -225,8 +199,6 @@ def test_fairseq_train_with_word_dropout_end_to_end(toy_data, tmp_path):
             "simple",
             "--log-interval",
             "1",
-            "--num-workers",
-            "0",
             "--save-dir",
             tmp_path / "ckpt",
         ]

@@ -16,10 +16,10 @@
 #   load_pair_config / load_system_config / load_profile_config NAME  source a config
 #   qk_run_label PROFILE          the profile as runs and results are filed: PROFILE, or
 #                                 PROFILE-max-update-N for a budget other than the profile's
-#   qk_run_dir PAIR LABEL SYSTEM SEED [LR]   where a run lives (LR: an lr override, qk_set_lr)
+#   qk_run_dir PAIR LABEL SYSTEM SEED [LR [bf16]]   where a run lives (LR: an lr override, qk_set_lr)
 #   qk_canonical_lr LR / qk_set_lr LR   one spelling of a learning rate / --lr over the profile's
 #   qk_lock_run RUN               hold RUN/.lock (flock) while this script runs, or die naming the holder
-#   qk_run CMD... / qk_run_tee LOG CMD...   run a child (own process group) and wait for it
+#   qk_run CMD...                 run a child (own process group) and wait for it
 #   qk_pool_init N, qk_pool_submit NAME LOG CMD..., qk_pool_wait   run up to N children at once
 #   qk_on_exit FUNCTION           run FUNCTION when the script exits (also on Ctrl-C / TERM)
 #   qk_tool NAME                  path of a command-line tool (PATH, then the repo venv), or die
@@ -329,17 +329,6 @@ _qk_wait_child() {
 qk_run() {
     local rc=0 pid
     _qk_spawn plain "" "$@"
-    pid="$QK_SPAWNED"
-    _qk_wait_child "$pid" || rc=$?
-    _qk_forget_child "$pid"
-    return "$rc"
-}
-
-# qk_run_tee LOG CMD...: qk_run, with stdout and stderr also appended to LOG.
-qk_run_tee() {
-    local rc=0 pid log="$1"
-    shift
-    _qk_spawn tee "$log" "$@"
     pid="$QK_SPAWNED"
     _qk_wait_child "$pid" || rc=$?
     _qk_forget_child "$pid"
@@ -855,11 +844,12 @@ qk_run_label() {
     fi
 }
 
-# qk_run_dir PAIR LABEL SYSTEM SEED [LR]: where a training run keeps checkpoints, logs and scores
-# (LABEL from qk_run_label; LR: a peak learning rate other than the profile's, from qk_set_lr,
-# filed as seedN-lrLR; empty or absent: the profile's own lr, seedN).
+# qk_run_dir PAIR LABEL SYSTEM SEED [LR [bf16]]: where a training run keeps checkpoints, logs and
+# scores (LABEL from qk_run_label; LR: a peak learning rate other than the profile's, from
+# qk_set_lr, filed as seedN-lrLR; empty or absent: the profile's own lr, seedN; bf16: trained
+# with train.sh --bf16-autocast, filed as seedN[-lrLR]-bf16, next to its fp32 twin).
 qk_run_dir() {
-    printf '%s\n' "$QK_WORK_DIR/runs/$1/$2/$3/seed$4${5:+-lr$5}"
+    printf '%s\n' "$QK_WORK_DIR/runs/$1/$2/$3/seed$4${5:+-lr$5}${6:+-$6}"
 }
 
 # qk_canonical_lr VALUE: VALUE (a non-negative decimal number such as 3e-3, 0.003, 3E-03) in one

@@ -25,13 +25,16 @@ source "$SCRIPT_DIR/lib.sh"
 usage() {
     cat <<EOF
 usage: scripts/evaluate.sh PAIR SYSTEM [--profile P] [--seed N] [--max-update N] [--lr LR]
-                           [--split test|dev] [--checkpoint best|last|avgN] [--threads N] [--force]
+                           [--bf16-autocast] [--split test|dev] [--checkpoint best|last|avgN]
+                           [--threads N] [--force]
   PAIR         one of: $(qk_known_pairs)
   SYSTEM       one of: $(qk_known_systems)
   --profile P  one of: $(qk_known_profiles) (default: cpu-proxy)
   --seed N     seed of the run (default 1)
   --max-update N  the run's budget, if not the profile's (as given to scripts/train.sh)
   --lr LR      the run's peak learning rate, if not the profile's (as given to scripts/train.sh)
+  --bf16-autocast  the run trained with scripts/train.sh --bf16-autocast (seedN-bf16);
+               decoding stays fp32
   --split S    test (default) or dev
   --checkpoint C  best (default: checkpoint_best.pt, the profile's best on dev), last, or
                avgN: the average of the last N checkpoints the profile keeps (outputs SPLIT.avgN.*)
@@ -43,8 +46,9 @@ EOF
 }
 
 PROFILE_ARG=cpu-proxy SEED=1 MAX_UPDATE_ARG="" LR_ARG="" SPLIT=test CKPT=best THREADS_ARG="" FORCE=0
+BF16_RUN=""
 qk_parse_args "@PAIR_ARG SYSTEM_ARG" "--profile PROFILE_ARG" "--seed SEED" \
-    "--max-update MAX_UPDATE_ARG" "--lr LR_ARG" "--split SPLIT" "--checkpoint CKPT" "--threads THREADS_ARG" \
+    "--max-update MAX_UPDATE_ARG" "--lr LR_ARG" "--bf16-autocast BF16_RUN=bf16" "--split SPLIT" "--checkpoint CKPT" "--threads THREADS_ARG" \
     "--force FORCE=1" -- "$@"
 qk_check_uint --seed "$SEED"
 [[ -z "$MAX_UPDATE_ARG" ]] || qk_check_uint --max-update "$MAX_UPDATE_ARG"
@@ -66,12 +70,12 @@ QK_LR_OVERRIDE=""
 [[ -z "$MAX_UPDATE_ARG" ]] || MAX_UPDATE="$MAX_UPDATE_ARG"
 
 LABEL="$(qk_run_label)"
-RUN="$(qk_run_dir "$PAIR" "$LABEL" "$SYSTEM" "$SEED" "$QK_LR_OVERRIDE")"
+RUN="$(qk_run_dir "$PAIR" "$LABEL" "$SYSTEM" "$SEED" "$QK_LR_OVERRIDE" "$BF16_RUN")"
 CHECKPOINT="$RUN/checkpoints/checkpoint_$CKPT.pt"
 BIN="$QK_DATA/bin/$PAIR"
 REF="$QK_DATA/raw/$PAIR/$SPLIT.$TGT"
 [[ ! -d "$RUN" ]] || qk_lock_run "$RUN"  # before anything else: a run in training is busy
-TRAIN_CMD="scripts/train.sh $PAIR $SYSTEM --profile $PROFILE --seed $SEED${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG}${QK_LR_OVERRIDE:+ --lr $QK_LR_OVERRIDE}"
+TRAIN_CMD="scripts/train.sh $PAIR $SYSTEM --profile $PROFILE --seed $SEED${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG}${QK_LR_OVERRIDE:+ --lr $QK_LR_OVERRIDE}${BF16_RUN:+ --bf16-autocast}"
 [[ -f "$RUN/train.json" ]] || die "$RUN is not a finished run: run $TRAIN_CMD first"
 if [[ -f "$RUN/diverged" ]]; then
     qk_warn "$RUN diverged ($(head -n 1 "$RUN/diverged")): no model to decode"

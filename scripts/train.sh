@@ -48,8 +48,9 @@ usage: scripts/train.sh PAIR SYSTEM [--profile P] [--seed N] [--max-update N] [-
                (one Slurm task per GPU, several nodes possible: fairseq's Slurm support)
   --bf16-autocast  forward pass and loss in bf16 on CPU (the plugin task
                translation_word_dropout's --bf16-autocast; a profile without word dropout
-               gets --word-dropout 0); refused on a CPU without native bf16 unless
-               -- --bf16-autocast-allow-emulated
+               gets --word-dropout 0); the run is seedN-bf16, next to its fp32 twin
+               (scripts/evaluate.sh --bf16-autocast decodes it in fp32); refused on a CPU
+               without native bf16 unless -- --bf16-autocast-allow-emulated
   --dry-run    print the resolved fairseq-train command and exit
   --force      retrain even if the run is finished (its directory is emptied)
   -- ARGS      passed on to fairseq-train (a run made with other ARGS is never reused)
@@ -108,9 +109,9 @@ fi
 BIN="$QK_DATA/bin/$PAIR"
 BPE_DIR="$QK_DATA/bpe/$PAIR"
 LABEL="$(qk_run_label)"
-RUN="$(qk_run_dir "$PAIR" "$LABEL" "$SYSTEM" "$SEED" "$QK_LR_OVERRIDE")"
-BF16_ARG=""
-((BF16 == 0)) || BF16_ARG=" --bf16-autocast"
+BF16_ARG="" BF16_RUN=""
+((BF16 == 0)) || BF16_ARG=" --bf16-autocast" BF16_RUN=bf16
+RUN="$(qk_run_dir "$PAIR" "$LABEL" "$SYSTEM" "$SEED" "$QK_LR_OVERRIDE" "$BF16_RUN")"
 RETRAIN="scripts/train.sh $PAIR $SYSTEM --profile $PROFILE --seed $SEED${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG}${QK_LR_OVERRIDE:+ --lr $QK_LR_OVERRIDE}$BF16_ARG --force"
 ARCH="$(qk_arch)"
 

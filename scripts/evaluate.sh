@@ -95,7 +95,10 @@ if [[ -n "$N_AVERAGE" ]]; then
     # (checkpointE.pt, --keep-last-epochs)
     if ((FORCE)) || [[ ! "$CHECKPOINT" -nt "$RUN/checkpoints/checkpoint_last.pt" ]]; then
         WHICH=--num-epoch-checkpoints
-        if compgen -G "$RUN/checkpoints/checkpoint_*_*.pt" >/dev/null; then WHICH=--num-update-checkpoints; fi
+        if [[ " ${VALID_FLAGS[*]-} " == *" --keep-interval-updates "* ]] \
+            || compgen -G "$RUN/checkpoints/checkpoint_*_*.pt" >/dev/null; then
+            WHICH=--num-update-checkpoints  # the profile's kind, also when none was written yet
+        fi
         qk_log "averaging the last $N_AVERAGE checkpoints of $RUN/checkpoints ($WHICH) -> $CHECKPOINT"
         qk_run "$QK_PY" -m fairseq_qknorm.average_checkpoints --inputs "$RUN/checkpoints" \
             "$WHICH" "$N_AVERAGE" --output "$CHECKPOINT" \

@@ -51,6 +51,10 @@ QK_SCRIPT_NAME="$(basename "${BASH_SOURCE[1]:-$0}" .sh)"
 printf -v QK_COMMAND_LINE '%q ' "scripts/$QK_SCRIPT_NAME.sh" "$@"
 QK_COMMAND_LINE="${QK_COMMAND_LINE% }"
 QK_WORK_DIR="${QKNORM_WORK_DIR:-$QK_REPO_ROOT}"
+# a relative QKNORM_WORK_DIR is taken from where the script started, and made absolute for the
+# steps that run from inside the work dir and for the scripts this one starts
+[[ "$QK_WORK_DIR" == /* ]] || QK_WORK_DIR="$PWD/$QK_WORK_DIR"
+[[ -z "${QKNORM_WORK_DIR:-}" ]] || export QKNORM_WORK_DIR="$QK_WORK_DIR"
 QK_DATA="$QK_WORK_DIR/data"
 # `python -m qknorm_tools.*` works from any directory, installed or not
 export PYTHONPATH="$QK_REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
@@ -868,6 +872,7 @@ qk_canonical_lr() {
     x="${x#+}"
     [[ "$x" != -* ]] || x="-$(printf '%d' "$((10#${x#-}))")"
     [[ "$x" == -* ]] || x="$((10#$x))"
+    ((${x#-} <= 307)) || return 1  # 1e400: infinite as a double (fairseq's float), not a rate
     printf '%se%s\n' "$m" "$x"
 }
 

@@ -128,7 +128,7 @@ elif [[ -n "$DATA_DIR" ]]; then
 elif ((DOWNLOAD)); then
     qk_log "$PAIR ($PAIR_DESC): --download: data/download/ or the canonical files"
 else
-    qk_log "$PAIR ($PAIR_DESC): no local data dir (no --data-dir, QKNORM_DATA_DIR or ../shared/data)"
+    qk_log "$PAIR ($PAIR_DESC): no local data dir (no --data-dir, no QKNORM_DATA_DIR, no $(cd "$QK_REPO_ROOT/.." && pwd)/shared/data next to this clone)"
 fi
 if [[ -n "$DATA_DIR" ]]; then
     WHERE_TO_PUT="$DATA_DIR"

@@ -35,7 +35,8 @@ REPO = Path(__file__).resolve().parents[1]
 PLUGIN_DIR = REPO / "fairseq_qknorm"
 SCRIPTS = REPO / "scripts"
 FIXTURES = Path(__file__).parent / "fixtures"
-SHARED = (REPO.parent / "shared" / "data").resolve()
+#: the real corpora: $QKNORM_DATA_DIR, else ../shared/data next to this clone (else tests skip)
+SHARED = Path(os.environ.get("QKNORM_DATA_DIR") or REPO.parent / "shared" / "data").resolve()
 VENV_BIN = Path(sys.executable).parent
 SPLITS = ("train", "dev", "test")
 

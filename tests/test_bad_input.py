@@ -316,6 +316,22 @@ def test_extra_fairseq_args_that_add_settings_pass(tmp_path):
     assert p.returncode == 2 and "unexpected argument 'data/bin/x' after --" in p.stderr
 
 
+@pytest.mark.parametrize(
+    "args, env_extra, message",
+    [
+        ([], {"QKNORM_MAX_UPDATE": "-5"}, "QKNORM_MAX_UPDATE must be a non-negative integer"),
+        (["--max-update", "-5"], {}, "--max-update must be a non-negative integer"),
+        (["--max-update", "-5"], {"QKNORM_MAX_UPDATE": "7"}, "--max-update must be"),
+    ],
+)
+def test_train_sh_names_the_budget_the_user_gave(tmp_path, args, env_extra, message):
+    """A bad budget from QKNORM_MAX_UPDATE is called that, not --max-update (not given)."""
+    p = run_script(
+        "train.sh", "gl-en", "twt", "--dry-run", *args, env=make_env(tmp_path, **env_extra)
+    )
+    assert p.returncode == 2 and f"error: {message}" in p.stderr, out(p)
+
+
 # ------------------------------------------------------------------------------ unknown names
 @pytest.mark.parametrize(
     "script, args, message",

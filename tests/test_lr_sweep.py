@@ -68,7 +68,7 @@ def test_one_learning_rate_is_one_spelling(value, canonical):
     assert p.returncode == 0 and p.stdout.strip() == canonical
 
 
-@pytest.mark.parametrize("value", ["abc", "-1e-3", "1e", "3e-3x", "", "1,2"])
+@pytest.mark.parametrize("value", ["abc", "-1e-3", "1e", "3e-3x", "", "1,2", "1e400", "1e-400"])
 def test_a_bad_learning_rate_is_refused(value):
     assert lib(f"qk_canonical_lr '{value}'").returncode == 1
 

@@ -125,6 +125,17 @@ def test_parse_args():
         assert p.returncode == 2 and f"error: {msg}" in p.stderr, (args, out(p))
 
 
+def test_relative_work_dir_is_made_absolute(tmp_path):
+    """QKNORM_WORK_DIR=w from the directory D is D/w for every step, also for the steps that
+    cd into the work dir (demo.sh's comparison wrote to w/w/results and then failed)."""
+    env = make_env(tmp_path / "unused", QKNORM_WORK_DIR="w")
+    p = bash(
+        'printf "%s|%s|%s\\n" "$QK_WORK_DIR" "$QK_DATA" "$QKNORM_WORK_DIR"', env=env, cwd=tmp_path
+    )
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == f"{tmp_path}/w|{tmp_path}/w/data|{tmp_path}/w"
+
+
 def test_other_budget_gets_its_own_runs(tmp_path):
     """QKNORM_MAX_UPDATE / --max-update other than the profile's: runs/PAIR/PROFILE-max-update-N."""
     for env_budget, args, label in (

@@ -106,9 +106,7 @@ def parse_args(argv=None):
     p.add_argument(
         "--threads",
         type=int,
-        default=len(os.sched_getaffinity(0))
-        if hasattr(os, "sched_getaffinity")
-        else os.cpu_count(),
+        default=c.usable_cpus(),
     )
     p.add_argument("--batch", type=int, default=146, help="sentences per synthetic batch")
     p.add_argument("--len", type=int, default=28, help="tokens per sentence and side, EOS incl.")

@@ -435,6 +435,11 @@ def cpu_flags() -> list[str]:
     return []
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask; ``os.cpu_count()`` where there is none)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
 def machine_info() -> dict:
     """Date, CPU, thread settings and library versions of this run."""
     import fairseq
@@ -445,7 +450,7 @@ def machine_info() -> dict:
         "cpu_family_model": cpu_family_model(),
         "cpu_flags": cpu_flags(),
         "cpu_count": os.cpu_count(),
-        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "cpu_affinity": usable_cpus() if hasattr(os, "sched_getaffinity") else None,
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
         "torch_interop_threads": torch.get_num_interop_threads(),

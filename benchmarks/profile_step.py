@@ -20,7 +20,6 @@ thread's), and other processes then cost cache and memory bandwidth, not time sl
 
 import argparse
 import json
-import os
 import re
 import sys
 import tempfile
@@ -251,7 +250,7 @@ def main(argv=None) -> int:
     p.add_argument("--vocab", type=int, default=2048)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--rows", type=int, default=15)
-    p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    p.add_argument("--threads", type=int, default=c.usable_cpus())
     p.add_argument("--qk-length", type=float, default=c.DEFAULT_QK_LENGTH)
     p.add_argument("--smoke", action="store_true", help="tiny model and batch (tests)")
     p.add_argument("--json", type=Path, help="also write the figures as JSON")

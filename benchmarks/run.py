@@ -112,9 +112,7 @@ def parse_args(argv=None):
     p.add_argument(
         "--threads",
         type=int,
-        default=len(os.sched_getaffinity(0))
-        if hasattr(os, "sched_getaffinity")
-        else os.cpu_count(),
+        default=c.usable_cpus(),
     )
     p.add_argument("--sizes", type=csv(), help="model-only sizes (default small,proxy)")
     p.add_argument("--batch", type=int, help="sentences per synthetic batch (default 80)")

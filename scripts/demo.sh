@@ -36,7 +36,6 @@ qk_parse_args "@PAIR_ARG?" "--seed SEED" "--max-update MAX_UPDATE_ARG" "--data-d
 # data preparation first)
 qk_check_uint --seed "$SEED"
 [[ -z "$MAX_UPDATE_ARG" ]] || qk_check_uint --max-update "$MAX_UPDATE_ARG"
-[[ -z "${QKNORM_MAX_UPDATE:-}" ]] || qk_check_uint QKNORM_MAX_UPDATE "$QKNORM_MAX_UPDATE"
 [[ -z "${QKNORM_THREADS:-}" ]] || qk_check_posint QKNORM_THREADS "$QKNORM_THREADS"
 if [[ -n "$DATA_DIR_ARG" ]]; then
     [[ -d "$DATA_DIR_ARG" ]] || qk_usage_error "--data-dir '$DATA_DIR_ARG' is not a directory"

@@ -794,7 +794,8 @@ load_system_config() {
 }
 
 # load_profile_config PROFILE: source configs/profiles/PROFILE.sh (after load_pair_config) and
-# set MAX_UPDATE to $QKNORM_MAX_UPDATE or the profile's PROFILE_MAX_UPDATE.
+# set MAX_UPDATE to $QKNORM_MAX_UPDATE or the profile's PROFILE_MAX_UPDATE (both checked here,
+# each under its own name).
 load_profile_config() {
     local profile="${1-}"
     qk_require_name profiles "$profile"
@@ -809,6 +810,9 @@ load_profile_config() {
         *) die "configs/profiles/$profile.sh sets PROFILE_ARCH='${PROFILE_ARCH:-}', expected proxy or paper" ;;
     esac
     [[ -n "${PROFILE_MAX_UPDATE:-}" ]] || die "configs/profiles/$profile.sh does not set PROFILE_MAX_UPDATE"
+    qk_is_uint "$PROFILE_MAX_UPDATE" \
+        || die "configs/profiles/$profile.sh sets PROFILE_MAX_UPDATE='$PROFILE_MAX_UPDATE', expected a non-negative integer"
+    [[ -z "${QKNORM_MAX_UPDATE:-}" ]] || qk_check_uint QKNORM_MAX_UPDATE "$QKNORM_MAX_UPDATE"
     MAX_UPDATE="${QKNORM_MAX_UPDATE:-$PROFILE_MAX_UPDATE}"
 }
 

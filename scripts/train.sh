@@ -100,7 +100,7 @@ QK_LR_OVERRIDE=""
 [[ -z "$LR_ARG" ]] || qk_set_lr "$LR_ARG"
 [[ -z "$MAX_UPDATE_ARG" ]] || MAX_UPDATE="$MAX_UPDATE_ARG"
 [[ -z "$THREADS_ARG" ]] || THREADS="$THREADS_ARG"
-qk_check_uint "$([[ -n "$MAX_UPDATE_ARG" || -z "${QKNORM_MAX_UPDATE:-}" ]] && echo --max-update || echo QKNORM_MAX_UPDATE)" "$MAX_UPDATE"
+[[ -z "$MAX_UPDATE_ARG" ]] || qk_check_uint --max-update "$MAX_UPDATE_ARG"
 qk_check_posint --threads "$THREADS"
 if [[ "$MAX_UPDATE" == 0 && "${MAX_EPOCH:-0}" == 0 ]]; then
     qk_usage_error "--max-update 0 with profile $PROFILE (max-epoch 0) would never stop training"

@@ -47,6 +47,7 @@ load_pair_config "$2"
 load_system_config "$3"
 load_profile_config "$4"
 [[ -z "$6" ]] || MAX_UPDATE="$6"
+qk_resolve_bf16 --cached-only  # the run train.sh made: seedN or seedN-bf16
 printf '%s\0' "$QK_DATA" "$(qk_run_dir "$PAIR" "$(qk_run_label)" "$SYSTEM" "$5")" \
     "$BEAM" "$LENPEN" "$GEN_MAX_TOKENS" ${GEN_FLAGS[@]+"${GEN_FLAGS[@]}"}
 """

@@ -42,6 +42,19 @@ def _log(msg: str) -> None:
     print(f"[collect] {msg}", file=sys.stderr)
 
 
+def _check_one_precision(records) -> None:
+    """Refuse fp32 and bf16 runs in one collection: a table would average them as seeds."""
+    by = {}
+    for r in records:
+        by.setdefault(r.precision or "fp32", []).append(r.run_dir or f"{r.system} seed {r.seed}")
+    if len(by) > 1:
+        detail = "; ".join(f"{p}: {', '.join(runs)}" for p, runs in sorted(by.items()))
+        raise EvaluationError(
+            f"runs trained in different precisions ({detail}): a table never mixes fp32 and "
+            f"bf16 runs; collect each precision separately"
+        )
+
+
 def _cmd_runs(a) -> int:
     refs = parse_kv(a.ref, "--ref")
     records, unfinished = [], []
@@ -57,6 +70,7 @@ def _cmd_runs(a) -> int:
     if unfinished and a.require_all:
         raise EvaluationError("unfinished runs: " + "; ".join(unfinished))
     check_one_data_version(records)  # results never mix data versions of a pair
+    _check_one_precision(records)
     for u in unfinished:
         _log(f"not finished, left out: {u}")
     out = Path(a.out_dir)
@@ -92,6 +106,7 @@ def _cmd_train_json(a) -> int:
         "system": a.system,
         "seed": a.seed,
         "arch": a.arch,
+        "precision": a.precision,
         "qk_norm_length": a.qk_norm_length,
         "paper_qk_norm_length": a.paper_qk_norm_length,
         "variant": parse_kv(a.variant, "--variant"),
@@ -154,6 +169,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--system", required=True)
     t.add_argument("--seed", type=int, required=True)
     t.add_argument("--arch", required=True)
+    t.add_argument(
+        "--precision",
+        choices=("fp32", "bf16"),
+        default="fp32",
+        help="training precision (bf16: bf16 autocast on CPU)",
+    )
     t.add_argument("--qk-norm-length", type=_number, help="the data's L passed to the model")
     t.add_argument("--paper-qk-norm-length", type=_number, help="the QKNorm authors' L")
     t.add_argument(

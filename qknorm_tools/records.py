@@ -71,6 +71,9 @@ class RunRecord:
     #: run-defining overrides beyond (pair, profile, system, seed), e.g. ``{"lr": "1e-3"}``
     variant: dict[str, str] = field(default_factory=dict)
     arch: str | None = None
+    #: training precision: ``fp32`` or ``bf16`` (bf16 autocast on CPU, ``--bf16-autocast``;
+    #: run directory ``seedN-bf16``); ``None`` for runs made before it was recorded (fp32)
+    precision: str | None = None
     updates: int | None = None
     wall_seconds: int | None = None
     qk_norm_length: float | None = None
@@ -210,6 +213,7 @@ def _read_train_json(run: Path, rec: RunRecord, split: str) -> None:
     for k in (
         "profile",
         "arch",
+        "precision",
         "updates",
         "wall_seconds",
         "qk_norm_length",
@@ -372,6 +376,7 @@ def write_train_json(run_dir, identity: Mapping[str, object]) -> RunRecord:
         "seed",
         "variant",
         "arch",
+        "precision",
         "updates",
         "wall_seconds",
         "qk_norm_length",

@@ -257,16 +257,16 @@ def _fmt(value, spec: str = ".2f", none: str = "–") -> str:
 def runs_table(records: Sequence[RunRecord], baseline: str | None = None) -> str:
     """Markdown table with one row per run (BLEU in points, training wall time in minutes).
 
-    Columns: system, arch, seed, tokenized BLEU and its delta to the ``baseline`` system's
-    run, detokenized sacreBLEU, chrF, QKNorm ``g0`` with the data's ``L``, the mean final
-    ``g`` over attention modules, updates, training wall time and the data identity (first
-    12 hex digits); then the signatures.
+    Columns: system, arch, training precision (``fp32`` where not recorded), seed, tokenized
+    BLEU and its delta to the ``baseline`` system's run, detokenized sacreBLEU, chrF, QKNorm
+    ``g0`` with the data's ``L``, the mean final ``g`` over attention modules, updates,
+    training wall time and the data identity (first 12 hex digits); then the signatures.
     """
     base = next((r for r in records if r.name == baseline), None)
     lines = [
-        "| system | arch | seed | BLEU tok | Δ vs base | sacreBLEU detok | chrF | g0 (L) "
-        "| final mean g | updates | train wall (min) | data |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| system | arch | precision | seed | BLEU tok | Δ vs base | sacreBLEU detok | chrF "
+        "| g0 (L) | final mean g | updates | train wall (min) | data |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in records:
         delta = None if base is None or r is base else r.bleu_tok - base.bleu_tok
@@ -275,7 +275,8 @@ def runs_table(records: Sequence[RunRecord], baseline: str | None = None) -> str
             g0 = f"{r.qk_norm_g0:.2f}" + (f" ({r.qk_norm_length:g})" if r.qk_norm_length else "")
         wall = r.wall_seconds / 60 if r.wall_seconds is not None else None
         lines.append(
-            f"| {r.name} | {r.arch} | {r.seed} | {_fmt(r.bleu_tok)} | {_fmt(delta, '+.2f')} | "
+            f"| {r.name} | {r.arch} | {r.precision or 'fp32'} | {r.seed} | {_fmt(r.bleu_tok)} | "
+            f"{_fmt(delta, '+.2f')} | "
             f"{_fmt(r.bleu)} | {_fmt(r.chrf)} | {g0} | {_fmt(r.qk_norm_g_final_mean)} | "
             f"{r.updates} | {_fmt(wall, '.1f')} | {short_id(r.data_id)} |"
         )
@@ -285,7 +286,8 @@ def runs_table(records: Sequence[RunRecord], baseline: str | None = None) -> str
         "and the papers). sacreBLEU detok: detokenized, 13a. g0: the QKNorm model's logged "
         "initial scale, L: the data's 97.5th-percentile BPE length. data: the identity of the "
         "data the run trained on and was scored with (raw corpus, BPE, binarized data; "
-        "python -m qknorm_tools.provenance). Signatures:",
+        "python -m qknorm_tools.provenance). precision: training precision (bf16: bf16 "
+        "autocast on CPU, decoded in fp32). Signatures:",
     ]
     sigs = records[0].signatures if records else {}
     lines += [f"- `{sigs[k]}`" for k in SCORE_FIELDS if k in sigs]

@@ -48,6 +48,7 @@ load_profile_config cpu-proxy
 [[ "$MAX_UPDATE" != 0 ]] \
     || qk_usage_error "a budget of 0 updates (--max-update / QKNORM_MAX_UPDATE) would never stop training (cpu-proxy has no epoch limit)"
 LABEL="$(qk_run_label)"
+qk_resolve_bf16  # bf16 autocast where measured faster on this CPU (cpu-proxy: PROFILE_BF16=auto)
 BASELINE=twt
 SYSTEMS=(twt qknorm_paper)
 OUT="$QK_WORK_DIR/results/$LABEL/$PAIR"

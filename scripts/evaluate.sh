@@ -34,21 +34,22 @@ usage: scripts/evaluate.sh PAIR SYSTEM [--profile P] [--seed N] [--max-update N]
   --max-update N  the run's budget, if not the profile's (as given to scripts/train.sh)
   --lr LR      the run's peak learning rate, if not the profile's (as given to scripts/train.sh)
   --bf16-autocast  the run trained with scripts/train.sh --bf16-autocast (seedN-bf16);
-               decoding stays fp32
+               without it the profile decides as train.sh did (the CPU profiles: bf16 where
+               measured faster on this CPU, cached in the work dir); decoding stays fp32
   --split S    test (default) or dev
   --checkpoint C  best (default: checkpoint_best.pt, the profile's best on dev), last, or
                avgN: the average of the last N checkpoints the profile keeps (outputs SPLIT.avgN.*)
   --threads N  intra-op CPU threads of fairseq-generate (default: the profile's THREADS)
   --force      decode and score again even if the outputs are up to date (never with other
                data than the run was trained on)
-environment: QKNORM_WORK_DIR, QKNORM_MAX_UPDATE, QKNORM_THREADS
+environment: QKNORM_WORK_DIR, QKNORM_MAX_UPDATE, QKNORM_THREADS, QKNORM_BF16 (as train.sh)
 EOF
 }
 
 PROFILE_ARG=cpu-proxy SEED=1 MAX_UPDATE_ARG="" LR_ARG="" SPLIT=test CKPT=best THREADS_ARG="" FORCE=0
-BF16_RUN=""
+BF16=0
 qk_parse_args "@PAIR_ARG SYSTEM_ARG" "--profile PROFILE_ARG" "--seed SEED" \
-    "--max-update MAX_UPDATE_ARG" "--lr LR_ARG" "--bf16-autocast BF16_RUN=bf16" "--split SPLIT" "--checkpoint CKPT" "--threads THREADS_ARG" \
+    "--max-update MAX_UPDATE_ARG" "--lr LR_ARG" "--bf16-autocast BF16=1" "--split SPLIT" "--checkpoint CKPT" "--threads THREADS_ARG" \
     "--force FORCE=1" -- "$@"
 qk_check_uint --seed "$SEED"
 [[ -z "$MAX_UPDATE_ARG" ]] || qk_check_uint --max-update "$MAX_UPDATE_ARG"
@@ -68,14 +69,16 @@ QK_LR_OVERRIDE=""
 [[ -z "$LR_ARG" ]] || qk_set_lr "$LR_ARG"
 [[ -z "$THREADS_ARG" ]] || THREADS="$THREADS_ARG"
 [[ -z "$MAX_UPDATE_ARG" ]] || MAX_UPDATE="$MAX_UPDATE_ARG"
+((BF16 == 0)) || QKNORM_BF16=1
+qk_resolve_bf16 --cached-only  # finds the run train.sh made; never measures
 
 LABEL="$(qk_run_label)"
-RUN="$(qk_run_dir "$PAIR" "$LABEL" "$SYSTEM" "$SEED" "$QK_LR_OVERRIDE" "$BF16_RUN")"
+RUN="$(qk_run_dir "$PAIR" "$LABEL" "$SYSTEM" "$SEED" "$QK_LR_OVERRIDE")"
 CHECKPOINT="$RUN/checkpoints/checkpoint_$CKPT.pt"
 BIN="$QK_DATA/bin/$PAIR"
 REF="$QK_DATA/raw/$PAIR/$SPLIT.$TGT"
 [[ ! -d "$RUN" ]] || qk_lock_run "$RUN"  # before anything else: a run in training is busy
-TRAIN_CMD="scripts/train.sh $PAIR $SYSTEM --profile $PROFILE --seed $SEED${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG}${QK_LR_OVERRIDE:+ --lr $QK_LR_OVERRIDE}${BF16_RUN:+ --bf16-autocast}"
+TRAIN_CMD="scripts/train.sh $PAIR $SYSTEM --profile $PROFILE --seed $SEED${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG}${QK_LR_OVERRIDE:+ --lr $QK_LR_OVERRIDE}${QK_BF16_RUN:+ --bf16-autocast}"
 [[ -f "$RUN/train.json" ]] || die "$RUN is not a finished run: run $TRAIN_CMD first"
 if [[ -f "$RUN/diverged" ]]; then
     qk_warn "$RUN diverged ($(head -n 1 "$RUN/diverged")): no model to decode"

@@ -800,7 +800,7 @@ load_profile_config() {
     local profile="${1-}"
     qk_require_name profiles "$profile"
     # set by the profile only, never inherited from the environment
-    unset PROFILE_ARCH PROFILE_MAX_UPDATE TRAIN_DROPOUT TRAIN_TASK
+    unset PROFILE_ARCH PROFILE_MAX_UPDATE PROFILE_BF16 TRAIN_DROPOUT TRAIN_TASK
     TASK_FLAGS=()
     # shellcheck disable=SC1090
     source "$QK_REPO_ROOT/configs/profiles/$profile.sh"
@@ -814,6 +814,49 @@ load_profile_config() {
         || die "configs/profiles/$profile.sh sets PROFILE_MAX_UPDATE='$PROFILE_MAX_UPDATE', expected a non-negative integer"
     [[ -z "${QKNORM_MAX_UPDATE:-}" ]] || qk_check_uint QKNORM_MAX_UPDATE "$QKNORM_MAX_UPDATE"
     MAX_UPDATE="${QKNORM_MAX_UPDATE:-$PROFILE_MAX_UPDATE}"
+}
+
+# qk_resolve_bf16 [--cached-only]: whether the loaded profile's runs train with bf16 autocast
+# (the plugin task's --bf16-autocast on CPU) on this machine. Sets QK_BF16_RUN to "bf16" or ""
+# (qk_run_dir's default sixth argument) and exports QKNORM_BF16=1 or 0, so that every child
+# (train.sh, evaluate.sh, a Slurm cell) files and finds its runs the same way. QKNORM_BF16
+# decides if set (1, 0 or auto), else the profile's PROFILE_BF16 (default 0). auto: bf16 only
+# where the CPU has native bf16 and it was measured faster than fp32 (benchmarks/bf16_auto.py:
+# a training step of the profile's size, measured once, about a minute, cached under
+# $QK_WORK_DIR/bf16-auto/). --cached-only: never measure (answers fp32 without a cached
+# verdict); for steps that only find runs, and dry runs.
+qk_resolve_bf16() {
+    local mode="${QKNORM_BF16:-${PROFILE_BF16:-0}}" answer
+    case "$mode" in
+        0) QK_BF16_RUN="" ;;
+        1) QK_BF16_RUN=bf16 ;;
+        auto)
+            [[ "$PROFILE_ARCH" == proxy ]] \
+                || die "bf16 auto is measured at the proxy size only (profile $PROFILE: PROFILE_ARCH=$PROFILE_ARCH); set QKNORM_BF16=0 or 1"
+            [[ -n "$QK_PY" ]] || die "no python interpreter found (set QKNORM_PYTHON)"
+            answer="$(cd "$QK_REPO_ROOT" && OMP_NUM_THREADS="$THREADS" "$QK_PY" -m benchmarks.bf16_auto \
+                "$QK_WORK_DIR/bf16-auto" --size proxy --threads "$THREADS" "$@" 2> >(grep -v tensorboardX >&2))" \
+                || die "python -m benchmarks.bf16_auto failed (QKNORM_BF16=0 or 1 decides without it)"
+            case "$answer" in
+                bf16) QK_BF16_RUN=bf16 ;;
+                fp32) QK_BF16_RUN="" ;;
+                *) die "python -m benchmarks.bf16_auto answered '$answer', expected bf16 or fp32" ;;
+            esac
+            ;;
+        *) die "$(if [[ -n "${QKNORM_BF16:-}" ]]; then echo QKNORM_BF16; else echo "configs/profiles/$PROFILE.sh sets PROFILE_BF16"; fi)='$mode': expected 1 (bf16 autocast), 0 (fp32) or auto (bf16 where measured faster)" ;;
+    esac
+    if [[ -n "$QK_BF16_RUN" ]]; then export QKNORM_BF16=1; else export QKNORM_BF16=0; fi
+}
+
+# qk_resolve_bf16_of PROFILE [--cached-only]: qk_resolve_bf16 for PROFILE without loading it
+# into this shell (for scripts that load profiles in subshells only, e.g. reproduce.sh).
+qk_resolve_bf16_of() {
+    local profile="$1" answer
+    shift
+    answer="$(load_pair_config "$(qk_known_pairs | cut -d' ' -f1)" && load_profile_config "$profile" \
+        && qk_resolve_bf16 "$@" && printf 'x%s' "$QK_BF16_RUN")" || exit $?
+    QK_BF16_RUN="${answer#x}"
+    if [[ -n "$QK_BF16_RUN" ]]; then export QKNORM_BF16=1; else export QKNORM_BF16=0; fi
 }
 
 # qk_arch: the named arch of the loaded system (SYSTEM_ARCH, a family registered by
@@ -855,9 +898,11 @@ qk_run_label() {
 # qk_run_dir PAIR LABEL SYSTEM SEED [LR [bf16]]: where a training run keeps checkpoints, logs and
 # scores (LABEL from qk_run_label; LR: a peak learning rate other than the profile's, from
 # qk_set_lr, filed as seedN-lrLR; empty or absent: the profile's own lr, seedN; bf16: trained
-# with train.sh --bf16-autocast, filed as seedN[-lrLR]-bf16, next to its fp32 twin).
+# with bf16 autocast, filed as seedN[-lrLR]-bf16, next to its fp32 twin; absent: $QK_BF16_RUN
+# from qk_resolve_bf16).
 qk_run_dir() {
-    printf '%s\n' "$QK_WORK_DIR/runs/$1/$2/$3/seed$4${5:+-lr$5}${6:+-$6}"
+    local precision="${6-${QK_BF16_RUN:-}}"
+    printf '%s\n' "$QK_WORK_DIR/runs/$1/$2/$3/seed$4${5:+-lr$5}${precision:+-$precision}"
 }
 
 # qk_canonical_lr VALUE: VALUE (a non-negative decimal number such as 3e-3, 0.003, 3E-03) in one

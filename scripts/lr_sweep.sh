@@ -121,6 +121,8 @@ done
 load_pair_config "$PAIR_ARG"
 load_profile_config "$PROFILE_ARG"
 MAX_UPDATE="$MAXU"
+# bf16 autocast or fp32 (the profile's PROFILE_BF16, QKNORM_BF16): decided once, here, for every cell
+if ((DRY_RUN || QK_STATUS || REPORT_ONLY)); then qk_resolve_bf16 --cached-only; else qk_resolve_bf16; fi
 if [[ "$MAX_UPDATE" == 0 && "${MAX_EPOCH:-0}" == 0 ]]; then
     qk_usage_error "--max-update 0 with profile $PROFILE (max-epoch 0) would never stop training"
 fi

@@ -125,6 +125,8 @@ qk_parse_seeds SEEDS "$SEEDS_ARG"
 qk_require_name profiles "$PROFILE_ARG"
 PROFILE="$PROFILE_ARG"
 LABEL="$(qk_run_label "$PROFILE" "$MAX_UPDATE_ARG")"
+# bf16 autocast or fp32 (the profile's PROFILE_BF16, QKNORM_BF16): decided once, here, for every cell
+if ((DRY_RUN || QK_STATUS || AGG_ONLY)); then qk_resolve_bf16_of "$PROFILE" --cached-only; else qk_resolve_bf16_of "$PROFILE"; fi
 # a budget other than the profile's reports to its own folder (never over the profile's results)
 RESULTS_DIR="${RESULTS_DIR_ARG:-$QK_WORK_DIR/results/$LABEL/$(IFS=+; echo "${PAIRS[*]}")}"
 if [[ " ${SYSTEMS[*]} " != *" $BASELINE "* ]] && ((NO_AGG == 0)); then

@@ -49,13 +49,15 @@ usage: scripts/train.sh PAIR SYSTEM [--profile P] [--seed N] [--max-update N] [-
   --bf16-autocast  forward pass and loss in bf16 on CPU (the plugin task
                translation_word_dropout's --bf16-autocast; a profile without word dropout
                gets --word-dropout 0); the run is seedN-bf16, next to its fp32 twin
-               (scripts/evaluate.sh --bf16-autocast decodes it in fp32); refused on a CPU
-               without native bf16 unless -- --bf16-autocast-allow-emulated
+               (scripts/evaluate.sh decodes it in fp32); refused on a CPU without native
+               bf16 unless -- --bf16-autocast-allow-emulated. Without it the profile decides:
+               the CPU profiles (PROFILE_BF16=auto) use bf16 where it was measured faster
+               on this CPU (measured once, about a minute; README "bf16 training on CPU")
   --dry-run    print the resolved fairseq-train command and exit
   --force      retrain even if the run is finished (its directory is emptied)
   -- ARGS      passed on to fairseq-train (a run made with other ARGS is never reused)
 environment: QKNORM_WORK_DIR (outputs under \$QKNORM_WORK_DIR/runs), QKNORM_MAX_UPDATE,
-  QKNORM_THREADS
+  QKNORM_THREADS, QKNORM_BF16 (1 bf16 autocast, 0 fp32, auto: the profile's PROFILE_BF16)
 exit status: 0 trained (or finished before), 3 the training diverged (RUN/diverged; a finished
   result that a rerun skips), 1 other failures, 2 usage errors
 EOF
@@ -109,9 +111,11 @@ fi
 BIN="$QK_DATA/bin/$PAIR"
 BPE_DIR="$QK_DATA/bpe/$PAIR"
 LABEL="$(qk_run_label)"
-BF16_ARG="" BF16_RUN=""
-((BF16 == 0)) || BF16_ARG=" --bf16-autocast" BF16_RUN=bf16
-RUN="$(qk_run_dir "$PAIR" "$LABEL" "$SYSTEM" "$SEED" "$QK_LR_OVERRIDE" "$BF16_RUN")"
+BF16_ARG=""
+((BF16 == 0)) || BF16_ARG=" --bf16-autocast" QKNORM_BF16=1
+if ((DRY_RUN)); then qk_resolve_bf16 --cached-only; else qk_resolve_bf16; fi
+[[ -z "$QK_BF16_RUN" ]] || BF16=1
+RUN="$(qk_run_dir "$PAIR" "$LABEL" "$SYSTEM" "$SEED" "$QK_LR_OVERRIDE")"
 RETRAIN="scripts/train.sh $PAIR $SYSTEM --profile $PROFILE --seed $SEED${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG}${QK_LR_OVERRIDE:+ --lr $QK_LR_OVERRIDE}$BF16_ARG --force"
 ARCH="$(qk_arch)"
 
@@ -296,7 +300,7 @@ RC=0
 OMP_NUM_THREADS="$THREADS" MKL_NUM_THREADS="$THREADS" qk_run train_with_eta || RC=$?
 add_wall_time
 TRAIN_JSON=("$QK_PY" -m qknorm_tools.collect train-json "$RUN" --pair "$PAIR" --profile "$LABEL"
-    --system "$SYSTEM" --seed "$SEED" --arch "$ARCH" ${L:+--qk-norm-length "$L"}
+    --system "$SYSTEM" --seed "$SEED" --arch "$ARCH" --precision "${QK_BF16_RUN:-fp32}" ${L:+--qk-norm-length "$L"}
     ${PAPER_L:+--paper-qk-norm-length "$PAPER_L"} ${QK_LR_OVERRIDE:+--variant "lr=$QK_LR_OVERRIDE"})
 if ((RC != 0)); then
     # divergence: fairseq (fp32) raises FloatingPointError on non-finite gradients (a NaN/inf

@@ -64,13 +64,16 @@ def run_cli(args, cwd=None, check=True, input=None):
 
 
 def make_env(work: Path, **extra) -> dict:
-    """Environment of a pipeline script: QKNORM_WORK_DIR=work, offline, no overrides.
+    """Environment of a pipeline script: QKNORM_WORK_DIR=work, offline, fp32, no overrides.
 
     ``extra`` sets variables (``None`` removes one).
     """
     env = cli_env()
     env["QKNORM_WORK_DIR"] = str(work)
     env["QKNORM_OFFLINE"] = "1"  # never touch the network unless a test says so
+    # fp32 unless a test says so (the CPU profiles' PROFILE_BF16=auto would measure bf16 against
+    # fp32 once per work dir, about a minute, and pick by CPU: tests/test_bf16_auto.py)
+    env["QKNORM_BF16"] = "0"
     for key in (
         "QKNORM_DATA_DIR",
         "QKNORM_QI18_URL",

@@ -94,6 +94,7 @@ def test_train_json_and_read_run(tmp_path):
         "seed": 1,
         "variant": {},
         "arch": "transformer_qknorm_paper_proxy",
+        "precision": None,  # not given (train.sh passes fp32 or bf16); tables show fp32
         "updates": 300,
         "wall_seconds": 125,
         "qk_norm_length": 92,

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
-# configs/profiles/cpu-proxy.sh: CPU-sized training (2 cores, fp32), sourced by scripts/train.sh
-# and scripts/evaluate.sh after configs/base.sh and configs/pairs/<PAIR>.sh.
+# configs/profiles/cpu-proxy.sh: CPU-sized training (2 cores; fp32, or bf16 where faster),
+# sourced by scripts/train.sh and scripts/evaluate.sh after configs/base.sh and
+# configs/pairs/<PAIR>.sh.
 # Calibrated on real gl-en on this project's 2-core machines (stock fairseq transformer, same
 # sizes and optimizer: about 1 update/s with 2 threads; 1,500 updates -> about 8.5 tokenized BLEU).
 # NOT the papers' setting: numbers from this profile are a proxy, never comparable to the papers.
@@ -40,6 +41,15 @@ GEN_FLAGS=(--max-len-a 1.5 --max-len-b 10)
 # Intra-op threads per training job. The demo trains its two systems side by side with one
 # thread each (better total throughput on 2 cores than one 2-thread job after the other).
 THREADS="${QKNORM_THREADS:-2}"
+
+# Precision: auto = bf16 autocast (the plugin task's --bf16-autocast, fp32 weights and Adam)
+# only where the CPU has native bf16 AND a training step of this model was measured faster in
+# bf16 than in fp32 in every repetition (benchmarks/bf16_auto.py: measured once per machine,
+# about a minute, cached in $QKNORM_WORK_DIR/bf16-auto/); fp32 elsewhere. bf16 runs are filed
+# as seedN-bf16 and decoded in fp32. On real gl-en (AMD EPYC Zen 4, cpu-proxy-fast, TWT, 3
+# seeds) it trained 1.15x faster end to end with BLEU and dev loss within the seed spread
+# (README, "bf16 training on CPU"). QKNORM_BF16=0 (fp32) or 1 decides instead.
+PROFILE_BF16=auto
 
 # One cell as a cluster job (scripts/reproduce.sh --launcher slurm; flags and --sbatch-args
 # override them). Not SLURM_*: Slurm reads such variables from the environment. JOB_GPUS: GPUs

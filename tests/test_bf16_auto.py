@@ -1,0 +1,204 @@
+"""The CPU profiles' PROFILE_BF16=auto: bf16 autocast only where measured faster on this CPU.
+
+benchmarks/bf16_auto.py decides (native bf16, then a cached or new measurement);
+scripts/lib.sh:qk_resolve_bf16 files the runs as seedN-bf16 and exports the decision.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks import bf16_auto
+from fairseq_qknorm.tasks import cpu_bf16
+
+from conftest import REPO, cli_env
+
+NATIVE, NATIVE_REASON = cpu_bf16.native_bf16_support()
+
+
+def bench_result(**ratios):
+    """A ``benchmarks.bf16_cpu`` result with the given per-system lowest per-rep ratios."""
+    return {
+        "machine": {"date_utc": "2026-12-01 00:00:00 UTC"},
+        "model": {
+            "systems": {
+                name: {
+                    "speedup": {
+                        "bf16": {
+                            "median_ratio": r + 0.1,
+                            "rep_ratio_min": r,
+                            "rep_ratio_max": r + 0.2,
+                        }
+                    }  # fmt: skip
+                }
+                for name, r in ratios.items()
+            }
+        },
+    }
+
+
+def test_verdict_needs_every_repetition_of_both_systems_faster():
+    assert bf16_auto.verdict(bench_result(twt=1.3, qknorm_paper=1.01))[0] is True
+    bf16, why = bf16_auto.verdict(bench_result(twt=1.3, qknorm_paper=0.98))
+    assert bf16 is False
+    assert why == (
+        "bf16 not faster in every repetition than fp32 for a training step: "
+        "twt 1.40x (1.30-1.50), qknorm_paper 1.08x (0.98-1.18)"
+    )
+    with pytest.raises(ValueError, match="no bf16 speed-up measured for qknorm_paper"):
+        bf16_auto.verdict(bench_result(twt=1.3))
+
+
+def forbid_measuring(monkeypatch):
+    def fail(argv):
+        raise AssertionError(f"measured: {argv}")
+
+    monkeypatch.setattr(bf16_auto.bf16_cpu, "main", fail)
+
+
+def test_no_native_bf16_is_fp32_without_measuring(tmp_path, monkeypatch):
+    forbid_measuring(monkeypatch)
+    monkeypatch.setattr(cpu_bf16, "native_bf16_support", lambda: (False, "no bf16 here"))
+    assert bf16_auto.decide(tmp_path, "proxy", 1, 5, cached_only=False) == (False, "no bf16 here")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_measured_once_then_cached(tmp_path, monkeypatch):
+    monkeypatch.setattr(cpu_bf16, "native_bf16_support", lambda: (True, "native: avx512_bf16"))
+    calls = []
+
+    def fake_main(argv):
+        calls.append(argv)
+        out = argv[argv.index("--out") + 1]
+        with open(out, "w") as f:
+            json.dump(bench_result(twt=1.2, qknorm_paper=1.1), f)
+        return 0
+
+    monkeypatch.setattr(bf16_auto.bf16_cpu, "main", fake_main)
+    # nothing cached: --cached-only answers fp32 and measures nothing
+    bf16, why = bf16_auto.decide(tmp_path, "proxy", 2, 5, cached_only=True)
+    assert bf16 is False and why.startswith("not measured on this machine yet")
+    assert calls == []
+    bf16, why = bf16_auto.decide(tmp_path, "proxy", 2, 5, cached_only=False)
+    assert bf16 is True and "twt 1.30x (1.20-1.40), qknorm_paper 1.20x (1.10-1.30)" in why
+    assert len(calls) == 1
+    assert calls[0][: calls[0].index("--out")] == [
+        "--sections", "model", "--systems", "twt,qknorm_paper", "--size", "proxy",
+        "--reps", "5", "--threads", "2", "--no-explicit-attention",
+    ]  # fmt: skip
+    key = bf16_auto.cache_key("proxy", "native: avx512_bf16")
+    cached = json.loads(bf16_auto.cache_file(tmp_path, key).read_text())
+    assert cached["decision"]["bf16"] is True and cached["decision"]["key"] == key
+    assert cached["model"]["systems"]["twt"]["speedup"]["bf16"]["rep_ratio_min"] == 1.2
+    # the second call (also --cached-only) reads the verdict: no second measurement
+    assert bf16_auto.decide(tmp_path, "proxy", 2, 5, cached_only=False)[0] is True
+    assert bf16_auto.decide(tmp_path, "proxy", 2, 5, cached_only=True)[0] is True
+    assert len(calls) == 1
+    # another model size (or CPU, torch) is another verdict
+    assert bf16_auto.cache_file(tmp_path, bf16_auto.cache_key("small", "x")) != (
+        bf16_auto.cache_file(tmp_path, key)
+    )
+
+
+def test_real_measurement_at_smoke_size(tmp_path):
+    """The CLI end to end on this CPU: stdout bf16 or fp32, the verdict cached with its figures."""
+    p = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bf16_auto", str(tmp_path), "--size", "smoke",
+         "--threads", "1"],
+        cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    files = list(tmp_path.glob("bf16-auto-smoke-*.json"))
+    if not NATIVE:
+        assert p.stdout == "fp32\n" and files == []
+        assert f"[bf16 auto] fp32: {NATIVE_REASON}" in p.stderr
+        return
+    assert len(files) == 1, list(tmp_path.iterdir())
+    cached = json.loads(files[0].read_text())
+    bf16, why = bf16_auto.verdict(cached)
+    assert cached["decision"]["bf16"] is bf16 and cached["decision"]["why"] == why
+    assert p.stdout == ("bf16\n" if bf16 else "fp32\n")
+    assert f"[bf16 auto] {'bf16 autocast' if bf16 else 'fp32'}: {why}" in p.stderr
+    assert cached["model"]["reps"] == 5 and set(cached["model"]["systems"]) == set(
+        bf16_auto.SYSTEMS
+    )
+
+
+def forge_verdict(work, bf16: bool):
+    """Write the cached verdict the CPU profiles would find in ``work`` (no measurement)."""
+    key = bf16_auto.cache_key("proxy", NATIVE_REASON)
+    path = bf16_auto.cache_file(work / "bf16-auto", key)
+    path.parent.mkdir(parents=True)
+    decision = {"bf16": bf16, "why": "forged by the test", "key": key, "date": "today"}
+    path.write_text(json.dumps({"decision": decision}))
+
+
+@pytest.mark.slow
+def test_cpu_profile_trains_and_finds_bf16_where_measured_faster(tmp_path):
+    """train.sh and evaluate.sh without --bf16-autocast follow the cached verdict; QKNORM_BF16
+    overrides it; fp32 and bf16 runs are never collected into one table."""
+    from conftest import count_lines, make_env, make_tiny_ted, out, run_script
+
+    sizes = make_tiny_ted(tmp_path / "data_in", sizes=(200, 20, 23))
+    work = tmp_path / "work"
+    env = make_env(work, QKNORM_DATA_DIR=tmp_path / "data_in", QKNORM_BF16=None)
+    for step, args in (
+        ("prepare_data.sh", ["gl-en"]),
+        ("bpe.sh", ["gl-en", "--merges", 60]),
+        ("binarize.sh", ["gl-en"]),
+    ):
+        p = run_script(step, *args, env=env, timeout=300)
+        assert p.returncode == 0, out(p)
+    forge_verdict(work, bf16=True)
+    label = work / "runs/gl-en/cpu-proxy-max-update-2/twt"
+    cell = ["gl-en", "twt", "--max-update", 2, "--threads", 1]
+    p = run_script("train.sh", *cell, env=env, timeout=300)
+    assert p.returncode == 0, out(p)
+    if not NATIVE:  # the verdict is never read without native bf16
+        assert f"[bf16 auto] fp32: {NATIVE_REASON}" in p.stderr
+        assert (label / "seed1/train.json").is_file() and not (label / "seed1-bf16").exists()
+        return
+    assert "[bf16 auto] bf16 autocast: forged by the test" in p.stderr
+    run = label / "seed1-bf16"
+    assert "--bf16-autocast" in (run / "command.txt").read_text()
+    assert not (label / "seed1").exists()
+    assert json.loads((run / "train.json").read_text())["precision"] == "bf16"
+    p = run_script("evaluate.sh", *cell, env=env, timeout=300)  # finds seed1-bf16
+    assert p.returncode == 0, out(p)
+    assert count_lines(run / "test.hyp") == sizes["test"]
+    # QKNORM_BF16=0: fp32 whatever was measured, in seed1
+    env0 = dict(env, QKNORM_BF16="0")
+    for script in ("train.sh", "evaluate.sh"):
+        p = run_script(script, *cell, env=env0, timeout=300)
+        assert p.returncode == 0, out(p)
+    assert json.loads((label / "seed1/train.json").read_text())["precision"] == "fp32"
+    assert "--bf16-autocast" not in (label / "seed1/command.txt").read_text()
+    # one table never holds both
+    p = subprocess.run(
+        [sys.executable, "-m", "qknorm_tools.collect", "runs", "--run", str(run),
+         "--run", str(label / "seed1"), "--work-dir", str(work), "--out-dir", str(tmp_path / "r")],
+        cwd=REPO, env=cli_env(), capture_output=True, text=True,
+    )  # fmt: skip
+    assert p.returncode == 2 and "runs trained in different precisions (bf16: " in p.stderr, out(p)
+    # a bad value is named
+    p = run_script("train.sh", *cell, env=dict(env, QKNORM_BF16="yes"), timeout=60)
+    assert p.returncode == 1
+    assert "QKNORM_BF16='yes': expected 1 (bf16 autocast), 0 (fp32) or auto" in p.stderr
+
+
+def test_ablation_files_every_cell_by_the_decision(tmp_path):
+    """The grid decides once and its cells (and their collection) follow: seedN-bf16 dirs."""
+    from conftest import make_env, run_script
+
+    env = make_env(tmp_path / "work", QKNORM_BF16="1")
+    p = run_script("ablation.sh", "gl-en", "--seeds", "1", "--dry-run", env=env)
+    assert p.returncode == 0, p.stderr
+    cells = [line for line in p.stdout.splitlines() if line.startswith("# cell ")]
+    assert len(cells) == 4 and all(line.endswith("/seed1-bf16") for line in cells), cells
+    assert p.stdout.count("--bf16-autocast") == 4
+    env = make_env(tmp_path / "work", QKNORM_BF16="0")
+    p = run_script("ablation.sh", "gl-en", "--seeds", "1", "--dry-run", env=env)
+    assert p.returncode == 0 and "--bf16-autocast" not in p.stdout
+    assert p.stdout.count("/seed1\n") == 4

@@ -108,6 +108,15 @@ def out(p: subprocess.CompletedProcess) -> str:
     return p.stdout + p.stderr
 
 
+def prepare_pair(env: dict, *bpe_args, pair: str = "gl-en") -> None:
+    """``prepare_data.sh PAIR``, ``bpe.sh PAIR BPE_ARGS``, ``binarize.sh PAIR`` in ``env``'s work
+    dir, each asserted to succeed (its output in the message)."""
+    for step, args in (("prepare_data.sh", [pair]), ("bpe.sh", [pair, *bpe_args]),
+                       ("binarize.sh", [pair])):  # fmt: skip
+        p = run_script(step, *args, env=env, timeout=300)
+        assert p.returncode == 0, out(p)
+
+
 def train_commands(stdout):
     """The fairseq-train command lines printed by train.sh --dry-run, as token lists."""
     return [

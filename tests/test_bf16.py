@@ -592,17 +592,11 @@ def test_benchmark_runs_and_reports_both_modes(toy_data, tmp_path):
 def test_train_sh_recipe_with_bf16_autocast(tmp_path):
     """The README's recipe: scripts/train.sh ... --bf16-autocast (the plugin task with word
     dropout off), then scripts/evaluate.sh decodes in fp32."""
-    from conftest import count_lines, make_env, make_tiny_ted, out, run_script
+    from conftest import count_lines, make_env, make_tiny_ted, out, prepare_pair, run_script
 
     sizes = make_tiny_ted(tmp_path / "data_in", sizes=(200, 20, 23))
     env = make_env(tmp_path / "work", QKNORM_DATA_DIR=tmp_path / "data_in", OMP_NUM_THREADS=1)
-    for step, args in (
-        ("prepare_data.sh", ["gl-en"]),
-        ("bpe.sh", ["gl-en", "--merges", 60]),
-        ("binarize.sh", ["gl-en"]),
-    ):
-        p = run_script(step, *args, env=env, timeout=300)
-        assert p.returncode == 0, out(p)
+    prepare_pair(env, "--merges", 60)
     p = run_script(
         "train.sh",
         "gl-en",

@@ -139,18 +139,12 @@ def forge_verdict(work, bf16: bool):
 def test_cpu_profile_trains_and_finds_bf16_where_measured_faster(tmp_path):
     """train.sh and evaluate.sh without --bf16-autocast follow the cached verdict; QKNORM_BF16
     overrides it; fp32 and bf16 runs are never collected into one table."""
-    from conftest import count_lines, make_env, make_tiny_ted, out, run_script
+    from conftest import count_lines, make_env, make_tiny_ted, out, prepare_pair, run_script
 
     sizes = make_tiny_ted(tmp_path / "data_in", sizes=(200, 20, 23))
     work = tmp_path / "work"
     env = make_env(work, QKNORM_DATA_DIR=tmp_path / "data_in", QKNORM_BF16=None)
-    for step, args in (
-        ("prepare_data.sh", ["gl-en"]),
-        ("bpe.sh", ["gl-en", "--merges", 60]),
-        ("binarize.sh", ["gl-en"]),
-    ):
-        p = run_script(step, *args, env=env, timeout=300)
-        assert p.returncode == 0, out(p)
+    prepare_pair(env, "--merges", 60)
     forge_verdict(work, bf16=True)
     label = work / "runs/gl-en/cpu-proxy-max-update-2/twt"
     cell = ["gl-en", "twt", "--max-update", 2, "--threads", 1]

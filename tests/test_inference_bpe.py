@@ -24,6 +24,7 @@ from conftest import (
     cli_env,
     make_env,
     out,
+    prepare_pair,
     run_cli,
     run_script,
     tiny_model,
@@ -105,13 +106,7 @@ def segmented(request, tmp_path_factory):
     env = make_env(
         root / "work", QKNORM_DATA_DIR=make_parallel_ted(root / "data_in"), OMP_NUM_THREADS=1
     )
-    for step, args in (
-        ("prepare_data.sh", ["gl-en"]),
-        ("bpe.sh", ["gl-en", *BPE_ARGS[tool]]),
-        ("binarize.sh", ["gl-en"]),
-    ):
-        p = run_script(step, *args, env=env, timeout=300)
-        assert p.returncode == 0, out(p)
+    prepare_pair(env, *BPE_ARGS[tool])
     return env, root / "work", tool
 
 

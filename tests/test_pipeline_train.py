@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHARED, count_lines, make_env, make_tiny_ted, out, run_script
+from conftest import SHARED, count_lines, make_env, make_tiny_ted, out, prepare_pair, run_script
 
 pytestmark = pytest.mark.slow
 
@@ -20,13 +20,7 @@ SYSTEMS = ("twt", "qknorm_paper")
 
 def _run_pipeline(work: Path, data_dir: Path, n_test: int, merges: int):
     env = make_env(work, QKNORM_DATA_DIR=data_dir, OMP_NUM_THREADS=1)
-    for step, args in (
-        ("prepare_data.sh", ["gl-en"]),
-        ("bpe.sh", ["gl-en", "--merges", merges]),
-        ("binarize.sh", ["gl-en"]),
-    ):
-        p = run_script(step, *args, env=env, timeout=300)
-        assert p.returncode == 0, out(p)
+    prepare_pair(env, "--merges", merges)
     stats = json.loads((work / "data/bpe/gl-en/length_stats.json").read_text())
     for system in SYSTEMS:
         p = run_script(

@@ -22,7 +22,7 @@ import torch
 from qknorm_tools import trainlog
 from qknorm_tools.train_check import check_train_args
 
-from conftest import REPO, make_env, make_tiny_ted, out, run_script, tiny_model
+from conftest import REPO, make_env, make_tiny_ted, out, prepare_pair, run_script, tiny_model
 
 PROFILES = sorted(p.stem for p in (REPO / "configs" / "profiles").glob("*.sh"))
 PAIRS = sorted(p.stem for p in (REPO / "configs" / "pairs").glob("*.sh"))
@@ -75,10 +75,7 @@ def tiny_work(tmp_path_factory):
     root = tmp_path_factory.mktemp("profiles")
     make_tiny_ted(root / "data_in")
     env = make_env(root / "work", QKNORM_DATA_DIR=root / "data_in", OMP_NUM_THREADS=1)
-    for step, args in (("prepare_data.sh", ["gl-en"]), ("bpe.sh", ["gl-en", "--merges", 60]),
-                       ("binarize.sh", ["gl-en"])):  # fmt: skip
-        p = run_script(step, *args, env=env, timeout=300)
-        assert p.returncode == 0, out(p)
+    prepare_pair(env, "--merges", 60)
     return root / "work", env
 
 
@@ -333,11 +330,7 @@ def test_paper_profile_validation_bleu_removes_sentencepiece(tmp_path):
     pytest.importorskip("sentencepiece")
     make_tiny_ted(tmp_path / "data_in")
     env = make_env(tmp_path / "work", QKNORM_DATA_DIR=tmp_path / "data_in", OMP_NUM_THREADS=1)
-    for step, args in (("prepare_data.sh", ["gl-en"]),
-                       ("bpe.sh", ["gl-en", "--tool", "sentencepiece", "--vocab-size", "120"]),
-                       ("binarize.sh", ["gl-en"])):  # fmt: skip
-        p = run_script(step, *args, env=env, timeout=300)
-        assert p.returncode == 0, out(p)
+    prepare_pair(env, "--tool", "sentencepiece", "--vocab-size", "120")
     common = ["gl-en", "twt", "--profile", "paper"]
     extra = [*TINY_MODEL, "--max-epoch", "2", "--eval-bleu-print-samples"]
     dry = run_script("train.sh", *common, "--dry-run", "--", *extra, env=env)

@@ -13,13 +13,21 @@ decides without it):
    and the model size: that verdict;
 3. otherwise (unless ``--cached-only``, which then answers fp32): ``benchmarks.bf16_cpu``'s
    model-only section, a training step of the demo's two systems (``twt``, ``qknorm_paper``) at
-   the profile's size, fp32 and bf16 interleaved over ``--reps`` repetitions (about a minute
-   at the proxy size on 2 cores); bf16 is chosen only if **every** repetition of **both**
-   systems ran faster in bf16 (the lowest per-repetition ratio above 1), so noise never
-   switches a profile to bf16. The full benchmark result and the verdict are cached.
+   the profile's size, fp32 and bf16 interleaved over ``--reps`` repetitions (7: about a
+   minute at the proxy size on 2 idle cores, up to 3 minutes under load); bf16 is chosen only
+   if, for **both** systems, the 95% bootstrap interval of the median per-repetition speed-up
+   (:mod:`benchmarks.stats`, as the harness's targets) lies at or above 1: one disturbed
+   repetition does not decide, and a tie stays fp32. The full benchmark result, the load
+   average and the verdict are cached; delete the file to measure again.
 
-Prints ``bf16`` or ``fp32`` on stdout and one line saying why on stderr. Exit status 0, or 2
-for bad arguments. A failed measurement is reported and answers fp32 (not cached).
+The thread count is not part of the key: a machine gets one verdict (measured with
+``--threads``, the profile's default 2), whichever ``--threads`` a later training uses, so
+that every step that only finds runs (``--cached-only``) agrees with the step that trained.
+
+Prints ``bf16`` or ``fp32`` on stdout and one line saying why on stderr. Exit status 0; 1 if
+a cached verdict cannot be read (named, with what to do) or the cache cannot be written (no
+silent fp32 that a later step would not repeat); 2 for bad arguments. A measurement that
+fails is reported and answers fp32, uncached (so later steps answer fp32 too).
 """
 
 import argparse
@@ -27,12 +35,13 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 
 import torch
 
-from . import bf16_cpu
+from . import bf16_cpu, stats
 
 #: the systems timed for the verdict: the demo's two (the TWT baseline and the paper's QKNorm)
 SYSTEMS = ("twt", "qknorm_paper")
@@ -56,28 +65,51 @@ def cache_file(cache_dir: Path, key: dict) -> Path:
     return cache_dir / f"bf16-auto-{key['size']}-{digest}.json"
 
 
+class CacheError(Exception):
+    """A cached verdict that cannot be used (the message names the file and what to do)."""
+
+
 def verdict(result: dict) -> tuple[bool, str]:
     """``(bf16, why)`` from a ``benchmarks.bf16_cpu`` result with the model section.
 
-    bf16 only if every timed system's lowest per-repetition speed-up is above 1.
+    Per system, the per-repetition speed-ups ``t_fp32[i] / t_bf16[i]`` (> 1: bf16 faster), their
+    median and its 95% bootstrap interval (:func:`benchmarks.stats.ratio_summary`); bf16 only
+    if the interval's verdict against 1.0 is ``met`` (low end >= 1) for every system of
+    :data:`SYSTEMS`.
 
     Raises:
-        ValueError: the result has no model-section speed-up for a system of :data:`SYSTEMS`.
+        ValueError: the result has no fp32 and bf16 step times for a system of
+            :data:`SYSTEMS` (a failed measurement).
     """
     systems = result.get("model", {}).get("systems", {})
     parts, faster = [], True
     for name in SYSTEMS:
         try:
-            s = systems[name]["speedup"]["bf16"]
+            fp32, bf16 = (systems[name][m]["samples_s"] for m in ("fp32", "bf16"))
         except KeyError:
-            msg = f"no bf16 speed-up measured for {name}: {result.get('errors')}"
+            msg = f"no bf16 and fp32 step times for {name}: {result.get('errors')}"
             raise ValueError(msg) from None
-        faster &= s["rep_ratio_min"] > 1.0
+        r = stats.ratio_summary(stats.paired_ratios(fp32, bf16))
+        faster &= stats.verdict(r["ci_low"], r["ci_high"], 1.0) == stats.MET
         parts.append(
-            f"{name} {s['median_ratio']:.2f}x ({s['rep_ratio_min']:.2f}-{s['rep_ratio_max']:.2f})"
+            f"{name} {r['median']:.2f}x (95% CI {r['ci_low']:.2f}-{r['ci_high']:.2f}; "
+            f"repetitions {r['min']:.2f}-{r['max']:.2f})"
         )
-    word = "faster" if faster else "not faster in every repetition"
+    word = "faster" if faster else "not surely faster"
     return faster, f"bf16 {word} than fp32 for a training step: {', '.join(parts)}"
+
+
+def _read_cached(path: Path) -> tuple[bool, str]:
+    try:
+        d = json.loads(path.read_text())["decision"]
+        bf16, why, date, load = bool(d["bf16"]), d["why"], d["date"], d.get("loadavg")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CacheError(
+            f"cannot use the cached bf16 verdict {path} ({type(exc).__name__}: {exc}): delete "
+            f"it to measure again, or set QKNORM_BF16=0 or 1"
+        ) from None
+    load = f", load average {load}" if load else ""
+    return bf16, f"{why} (measured {date}{load}; cached in {path}: delete it to measure again)"
 
 
 def decide(cache_dir: Path, size: str, threads: int, reps: int, cached_only: bool):
@@ -89,44 +121,50 @@ def decide(cache_dir: Path, size: str, threads: int, reps: int, cached_only: boo
         return False, reason
     key = cache_key(size, reason)
     path = cache_file(cache_dir, key)
+    if path.is_file():  # read without the lock: a work dir may be read-only
+        return _read_cached(path)
     if cached_only:
-        return _decide_locked(path, key, size, threads, reps, cached_only)
+        return False, f"not measured on this machine yet (no {path})"
     path.parent.mkdir(parents=True, exist_ok=True)
     # one measurement per machine: a second caller (two trainings started at once) waits for it
     with open(path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        return _decide_locked(path, key, size, threads, reps, cached_only)
+        if path.is_file():
+            return _read_cached(path)
+        return _measure(path, key, size, threads, reps)
 
 
-def _decide_locked(path: Path, key: dict, size: str, threads: int, reps: int, cached_only: bool):
-    if path.is_file():
-        cached = json.loads(path.read_text())["decision"]
-        return cached["bf16"], f"{cached['why']} (measured {cached['date']}; cached in {path})"
-    if cached_only:
-        return False, f"not measured on this machine yet (no {path})"
+def _measure(path: Path, key: dict, size: str, threads: int, reps: int) -> tuple[bool, str]:
     print(
         f"[bf16 auto] measuring once whether bf16 autocast trains faster than fp32 on "
         f"{key['cpu_model']} ({', '.join(SYSTEMS)}, {size} size, {reps} repetitions, "
-        f"{threads} threads; about a minute); the verdict is cached in {path}",
+        f"{threads} thread(s); about a minute, up to 3 under load); the verdict is cached "
+        f"in {path}",
         file=sys.stderr,
     )
+    load_start = os.getloadavg()[0]
     tmp = path.with_suffix(".partial.json")
     args = ["--sections", "model", "--systems", ",".join(SYSTEMS), "--size", size]
     args += ["--reps", str(reps), "--threads", str(threads), "--no-explicit-attention"]
-    with contextlib.redirect_stdout(sys.stderr):  # its Markdown report; stdout is the answer
+    with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):  # report: cached
         bf16_cpu.main([*args, "--out", str(tmp)])
     result = json.loads(tmp.read_text())
-    bf16, why = verdict(result)
+    tmp.with_suffix(".md").unlink(missing_ok=True)
+    try:
+        bf16, why = verdict(result)
+    except ValueError as exc:
+        tmp.unlink()
+        return False, f"the bf16 measurement failed ({exc}); nothing cached"
     result["decision"] = {
         "bf16": bf16,
         "why": why,
         "key": key,
         "date": result["machine"]["date_utc"],
+        "loadavg": f"{load_start:.2f} at start, {os.getloadavg()[0]:.2f} at end",
     }
     tmp.write_text(json.dumps(result, indent=1, default=str) + "\n")
     tmp.replace(path)
-    tmp.with_suffix(".md").unlink(missing_ok=True)
-    return bf16, f"{why} (cached in {path})"
+    return _read_cached(path)
 
 
 def main(argv=None) -> int:
@@ -137,7 +175,13 @@ def main(argv=None) -> int:
     p.add_argument("cache_dir", type=Path, help="where verdicts are cached")
     p.add_argument("--size", default="proxy", help="model size (a benchmarks size: proxy, ...)")
     p.add_argument("--threads", type=int, default=2, help="threads of the measurement")
-    p.add_argument("--reps", type=int, default=5, help="interleaved repetitions (>= 5)")
+    p.add_argument(
+        "--reps",
+        type=int,
+        default=7,
+        help="interleaved repetitions (>= 5; with 7 the 95%% interval of the median leaves out "
+        "the extreme repetitions, with 5 it is their min-max)",
+    )
     p.add_argument(
         "--cached-only",
         action="store_true",
@@ -149,8 +193,16 @@ def main(argv=None) -> int:
     torch.set_num_threads(a.threads)
     try:
         bf16, why = decide(a.cache_dir, a.size, a.threads, a.reps, a.cached_only)
-    except (OSError, ValueError, RuntimeError) as exc:
-        bf16, why = False, f"the bf16 measurement failed ({exc}); nothing cached"
+    except CacheError as exc:
+        print(f"[bf16 auto] error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(
+            f"[bf16 auto] error: cannot keep a bf16 verdict in {a.cache_dir} ({exc}); "
+            f"set QKNORM_BF16=0 or 1",
+            file=sys.stderr,
+        )
+        return 1
     print(f"[bf16 auto] {'bf16 autocast' if bf16 else 'fp32'}: {why}", file=sys.stderr)
     print("bf16" if bf16 else "fp32")
     return 0

@@ -222,6 +222,8 @@ class Translator:
         # absolute paths: hub_utils.from_pretrained reads a data path starting with "."
         # relative to the checkpoint's directory
         checkpoint = checkpoint.resolve()
+        #: the checkpoint file translated with (absolute)
+        self.checkpoint = checkpoint
         self.hub = TransformerQKNormModel.from_pretrained(
             str(checkpoint.parent),
             checkpoint_file=checkpoint.name,
@@ -305,9 +307,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         action="store_true",
         help="input is untokenized: Moses-tokenize it (and detokenize the output)",
     )
+    p.add_argument(
+        "--bf16-autocast",
+        action="store_true",
+        help="the run trained with bf16 autocast (seedN-bf16); default: the precision the "
+        "profile chose on this machine (QKNORM_BF16; README, 'bf16 training on CPU'); "
+        "decoding is fp32 either way",
+    )
     p.add_argument("--input", help="input file (default: stdin)")
     p.add_argument("--output", help="output file (default: stdout)")
     a = p.parse_args(argv)
+    if a.bf16_autocast:
+        os.environ["QKNORM_BF16"] = "1"
     try:
         translator = Translator.from_pipeline(
             a.pair,
@@ -321,6 +332,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    print(f"[translate] {translator.checkpoint}", file=sys.stderr)
     if a.input:
         with open(a.input, "rb") as f:
             data = f.read()

@@ -74,12 +74,19 @@ qk_resolve_bf16 --cached-only  # finds the run train.sh made; never measures
 
 LABEL="$(qk_run_label)"
 RUN="$(qk_run_dir "$PAIR" "$LABEL" "$SYSTEM" "$SEED" "$QK_LR_OVERRIDE")"
+# the run of the other precision (seedN <-> seedN-bf16), named when this one is not there
+TWIN="$(qk_run_dir "$PAIR" "$LABEL" "$SYSTEM" "$SEED" "$QK_LR_OVERRIDE" "$([[ -n "$QK_BF16_RUN" ]] || echo bf16)")"
+TWIN_HINT=""
+if [[ -f "$TWIN/train.json" ]]; then
+    TWIN_HINT="; $TWIN is finished: $([[ -n "$QK_BF16_RUN" ]] && echo "QKNORM_BF16=0 selects it" || echo "--bf16-autocast (or QKNORM_BF16=1) selects it")"
+fi
 CHECKPOINT="$RUN/checkpoints/checkpoint_$CKPT.pt"
 BIN="$QK_DATA/bin/$PAIR"
 REF="$QK_DATA/raw/$PAIR/$SPLIT.$TGT"
 [[ ! -d "$RUN" ]] || qk_lock_run "$RUN"  # before anything else: a run in training is busy
 TRAIN_CMD="scripts/train.sh $PAIR $SYSTEM --profile $PROFILE --seed $SEED${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG}${QK_LR_OVERRIDE:+ --lr $QK_LR_OVERRIDE}${QK_BF16_RUN:+ --bf16-autocast}"
-[[ -f "$RUN/train.json" ]] || die "$RUN is not a finished run: run $TRAIN_CMD first"
+[[ -n "$QK_BF16_RUN" || "${PROFILE_BF16:-0}" == 0 ]] || TRAIN_CMD="QKNORM_BF16=0 $TRAIN_CMD"
+[[ -f "$RUN/train.json" ]] || die "$RUN is not a finished run: run $TRAIN_CMD first$TWIN_HINT"
 if [[ -f "$RUN/diverged" ]]; then
     qk_warn "$RUN diverged ($(head -n 1 "$RUN/diverged")): no model to decode"
     exit 3

@@ -822,28 +822,37 @@ load_profile_config() {
 # (train.sh, evaluate.sh, a Slurm cell) files and finds its runs the same way. QKNORM_BF16
 # decides if set (1, 0 or auto), else the profile's PROFILE_BF16 (default 0). auto: bf16 only
 # where the CPU has native bf16 and it was measured faster than fp32 (benchmarks/bf16_auto.py:
-# a training step of the profile's size, measured once, about a minute, cached under
-# $QK_WORK_DIR/bf16-auto/). --cached-only: never measure (answers fp32 without a cached
-# verdict); for steps that only find runs, and dry runs.
+# a training step at the proxy size with the profile's default threads, measured once, 40 s to
+# 2 minutes, cached under $QK_WORK_DIR/bf16-auto/); fp32 for a profile at the papers' size (a
+# GPU profile: fairseq's --fp16 there). --cached-only: never measure (answers fp32 without a
+# cached verdict); for steps that only find runs, and dry runs.
 qk_resolve_bf16() {
     local mode="${QKNORM_BF16:-${PROFILE_BF16:-0}}" answer
     case "$mode" in
         0) QK_BF16_RUN="" ;;
         1) QK_BF16_RUN=bf16 ;;
         auto)
-            [[ "$PROFILE_ARCH" == proxy ]] \
-                || die "bf16 auto is measured at the proxy size only (profile $PROFILE: PROFILE_ARCH=$PROFILE_ARCH); set QKNORM_BF16=0 or 1"
-            [[ -n "$QK_PY" ]] || die "no python interpreter found (set QKNORM_PYTHON)"
-            answer="$(cd "$QK_REPO_ROOT" && OMP_NUM_THREADS="$THREADS" "$QK_PY" -m benchmarks.bf16_auto \
-                "$QK_WORK_DIR/bf16-auto" --size proxy --threads "$THREADS" "$@" 2> >(grep -v tensorboardX >&2))" \
-                || die "python -m benchmarks.bf16_auto failed (QKNORM_BF16=0 or 1 decides without it)"
-            case "$answer" in
-                bf16) QK_BF16_RUN=bf16 ;;
-                fp32) QK_BF16_RUN="" ;;
-                *) die "python -m benchmarks.bf16_auto answered '$answer', expected bf16 or fp32" ;;
-            esac
+            if [[ "$PROFILE_ARCH" != proxy ]]; then
+                QK_BF16_RUN=""
+                qk_log "[bf16 auto] fp32: profile $PROFILE trains at the papers' size (a GPU profile); bf16 autocast on CPU is measured at the proxy size only (QKNORM_BF16=1 forces it)"
+            else
+                [[ -n "$QK_PY" ]] || die "no python interpreter found (set QKNORM_PYTHON)"
+                local threads="${QKNORM_THREADS:-2}"  # the profiles' default, whatever --threads says
+                answer="$(cd "$QK_REPO_ROOT" && OMP_NUM_THREADS="$threads" "$QK_PY" -m benchmarks.bf16_auto \
+                    "$QK_WORK_DIR/bf16-auto" --size proxy --threads "$threads" "$@" 2> >(grep -v tensorboardX >&2))" \
+                    || die "no bf16 decision (above; QKNORM_BF16=0 or 1 decides without one)"
+                case "$answer" in
+                    bf16) QK_BF16_RUN=bf16 ;;
+                    fp32) QK_BF16_RUN="" ;;
+                    *) die "python -m benchmarks.bf16_auto answered '$answer', expected bf16 or fp32" ;;
+                esac
+            fi
             ;;
-        *) die "$(if [[ -n "${QKNORM_BF16:-}" ]]; then echo QKNORM_BF16; else echo "configs/profiles/$PROFILE.sh sets PROFILE_BF16"; fi)='$mode': expected 1 (bf16 autocast), 0 (fp32) or auto (bf16 where measured faster)" ;;
+        *)
+            local what="expected 1 (bf16 autocast), 0 (fp32) or auto (bf16 where measured faster)"
+            [[ -z "${QKNORM_BF16:-}" ]] || qk_usage_error "QKNORM_BF16='$mode': $what"
+            die "configs/profiles/$PROFILE.sh sets PROFILE_BF16='$mode': $what"
+            ;;
     esac
     if [[ -n "$QK_BF16_RUN" ]]; then export QKNORM_BF16=1; else export QKNORM_BF16=0; fi
 }

@@ -110,41 +110,6 @@ fi
 
 BIN="$QK_DATA/bin/$PAIR"
 BPE_DIR="$QK_DATA/bpe/$PAIR"
-LABEL="$(qk_run_label)"
-BF16_ARG=""
-((BF16 == 0)) || BF16_ARG=" --bf16-autocast" QKNORM_BF16=1
-if ((DRY_RUN)); then qk_resolve_bf16 --cached-only; else qk_resolve_bf16; fi
-[[ -z "$QK_BF16_RUN" ]] || BF16=1
-RUN="$(qk_run_dir "$PAIR" "$LABEL" "$SYSTEM" "$SEED" "$QK_LR_OVERRIDE")"
-RETRAIN="scripts/train.sh $PAIR $SYSTEM --profile $PROFILE --seed $SEED${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG}${QK_LR_OVERRIDE:+ --lr $QK_LR_OVERRIDE}$BF16_ARG --force"
-ARCH="$(qk_arch)"
-
-QKNORM_FLAGS=()
-L=""
-L_NOTE=""
-if [[ "$SYSTEM_QKNORM" == 1 ]]; then
-    if [[ -f "$BPE_DIR/length_stats.json" ]]; then
-        L="$(corpus_py length-stats --stats "$BPE_DIR/length_stats.json" --get L)" \
-            || die "cannot read L from $BPE_DIR/length_stats.json"
-    elif ((DRY_RUN)); then
-        L="${PAPER_L:-L}"  # dry run before BPE: show the command with the authors' L
-        L_NOTE=" (dry run without data/bpe/$PAIR: authors' L shown)"
-        [[ -n "$PAPER_L" ]] || L_NOTE=" (dry run without data/bpe/$PAIR: L comes from scripts/bpe.sh)"
-    else
-        die "$BPE_DIR/length_stats.json not found: run scripts/bpe.sh $PAIR first (QKNorm needs the data's L)"
-    fi
-    QKNORM_FLAGS=(--qk-norm-length "$L")
-    L_NOTE="QKNorm L = $L (authors' L for $PAIR: ${PAPER_L:-none}); the model logs its g0 = log2(L^2 - L)$L_NOTE"
-fi
-if ((BF16)); then
-    # --bf16-autocast is an option of the plugin task (fairseq_qknorm/tasks); a profile on stock
-    # translation gets it with word dropout off, which is stock translation's training.
-    if [[ "${TRAIN_TASK:-translation}" == translation ]]; then
-        TRAIN_TASK=translation_word_dropout
-        TASK_FLAGS=(--word-dropout 0)
-    fi
-    TASK_FLAGS+=(--bf16-autocast)
-fi
 
 # --nproc N: N processes of fairseq's DistributedDataParallel training. --max-tokens is per
 # process and N processes x B tokens = 1 process x --update-freq N x B, so each process batches
@@ -193,8 +158,7 @@ if [[ "$LAUNCH_ARG" != srun ]] && ((${#GPUS[@]} > NPROC)); then
     export CUDA_VISIBLE_DEVICES="$(IFS=,; echo "${GPUS[*]:0:NPROC}")"
 fi
 
-DROPOUT_FLAGS=()
-[[ -z "${TRAIN_DROPOUT:-}" ]] || DROPOUT_FLAGS=(--dropout "$TRAIN_DROPOUT")  # a profile's training setting
+# (before the bf16 decision, which may measure for a minute: missing data is said at once)
 # validation BLEU removes exactly the data's segmentation (bpe.json's tool): fairseq's bare
 # --eval-bleu-remove-bpe means "@@ ", which leaves sentencepiece pieces in the BLEU
 if [[ -f "$BPE_DIR/bpe.json" ]]; then
@@ -205,6 +169,47 @@ elif ((DRY_RUN)); then
 else
     die "$BPE_DIR/bpe.json not found: run scripts/bpe.sh $PAIR (then scripts/binarize.sh $PAIR) first"
 fi
+
+LABEL="$(qk_run_label)"
+BF16_ARG="" BF16_ENV=""
+# a precision given in the environment is part of the command that makes this run again
+[[ -z "${QKNORM_BF16:-}" ]] || BF16_ENV="QKNORM_BF16=$QKNORM_BF16 "
+((BF16 == 0)) || BF16_ARG=" --bf16-autocast" BF16_ENV="" QKNORM_BF16=1
+if ((DRY_RUN)); then qk_resolve_bf16 --cached-only; else qk_resolve_bf16; fi
+[[ -z "$QK_BF16_RUN" ]] || BF16=1
+RUN="$(qk_run_dir "$PAIR" "$LABEL" "$SYSTEM" "$SEED" "$QK_LR_OVERRIDE")"
+RETRAIN="${BF16_ENV}scripts/train.sh $PAIR $SYSTEM --profile $PROFILE --seed $SEED${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG}${QK_LR_OVERRIDE:+ --lr $QK_LR_OVERRIDE}$BF16_ARG --force"
+ARCH="$(qk_arch)"
+
+QKNORM_FLAGS=()
+L=""
+L_NOTE=""
+if [[ "$SYSTEM_QKNORM" == 1 ]]; then
+    if [[ -f "$BPE_DIR/length_stats.json" ]]; then
+        L="$(corpus_py length-stats --stats "$BPE_DIR/length_stats.json" --get L)" \
+            || die "cannot read L from $BPE_DIR/length_stats.json"
+    elif ((DRY_RUN)); then
+        L="${PAPER_L:-L}"  # dry run before BPE: show the command with the authors' L
+        L_NOTE=" (dry run without data/bpe/$PAIR: authors' L shown)"
+        [[ -n "$PAPER_L" ]] || L_NOTE=" (dry run without data/bpe/$PAIR: L comes from scripts/bpe.sh)"
+    else
+        die "$BPE_DIR/length_stats.json not found: run scripts/bpe.sh $PAIR first (QKNorm needs the data's L)"
+    fi
+    QKNORM_FLAGS=(--qk-norm-length "$L")
+    L_NOTE="QKNorm L = $L (authors' L for $PAIR: ${PAPER_L:-none}); the model logs its g0 = log2(L^2 - L)$L_NOTE"
+fi
+if ((BF16)); then
+    # --bf16-autocast is an option of the plugin task (fairseq_qknorm/tasks); a profile on stock
+    # translation gets it with word dropout off, which is stock translation's training.
+    if [[ "${TRAIN_TASK:-translation}" == translation ]]; then
+        TRAIN_TASK=translation_word_dropout
+        TASK_FLAGS=(--word-dropout 0)
+    fi
+    TASK_FLAGS+=(--bf16-autocast)
+fi
+
+DROPOUT_FLAGS=()
+[[ -z "${TRAIN_DROPOUT:-}" ]] || DROPOUT_FLAGS=(--dropout "$TRAIN_DROPOUT")  # a profile's training setting
 EVAL_BLEU_FLAGS=()
 [[ " ${VALID_FLAGS[*]} " != *" --eval-bleu "* ]] || EVAL_BLEU_FLAGS=(--eval-bleu-remove-bpe "$REMOVE_BPE")
 
@@ -272,7 +277,7 @@ if ((${#LAUNCH[@]})); then
     qk_log "$NPROC processes: $(qk_print_cmd "${LAUNCH[@]}") (--max-tokens $MAX_TOKENS each, $THREADS threads each${CUDA_VISIBLE_DEVICES:+, GPUs $CUDA_VISIBLE_DEVICES})"
 fi
 qk_print_cmd "${CMD[@]}" >"$RUN/command.txt"
-qk_log "training $SYSTEM ($SYSTEM_DESC; $PAPER_ROW) on $PAIR, profile $LABEL, arch $ARCH, seed $SEED -> $RUN"
+qk_log "training $SYSTEM ($SYSTEM_DESC; $PAPER_ROW) on $PAIR, profile $LABEL, arch $ARCH, ${QK_BF16_RUN:-fp32}, seed $SEED -> $RUN"
 [[ -z "$L_NOTE" ]] || qk_log "$L_NOTE"
 [[ ! -f "$RUN/checkpoints/checkpoint_last.pt" ]] || qk_log "resuming from $RUN/checkpoints/checkpoint_last.pt"
 

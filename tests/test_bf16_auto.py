@@ -19,36 +19,41 @@ NATIVE, NATIVE_REASON = cpu_bf16.native_bf16_support()
 
 
 def bench_result(**ratios):
-    """A ``benchmarks.bf16_cpu`` result with the given per-system lowest per-rep ratios."""
+    """A ``benchmarks.bf16_cpu`` result whose per-repetition bf16 speed-ups are ``ratios[system]``
+    (step times: fp32 = the ratio, bf16 = 1 s)."""
     return {
         "machine": {"date_utc": "2026-12-01 00:00:00 UTC"},
         "model": {
             "systems": {
-                name: {
-                    "speedup": {
-                        "bf16": {
-                            "median_ratio": r + 0.1,
-                            "rep_ratio_min": r,
-                            "rep_ratio_max": r + 0.2,
-                        }
-                    }  # fmt: skip
-                }
+                name: {"fp32": {"samples_s": list(r)}, "bf16": {"samples_s": [1.0] * len(r)}}
                 for name, r in ratios.items()
             }
         },
     }
 
 
-def test_verdict_needs_every_repetition_of_both_systems_faster():
-    assert bf16_auto.verdict(bench_result(twt=1.3, qknorm_paper=1.01))[0] is True
-    bf16, why = bf16_auto.verdict(bench_result(twt=1.3, qknorm_paper=0.98))
-    assert bf16 is False
-    assert why == (
-        "bf16 not faster in every repetition than fp32 for a training step: "
-        "twt 1.40x (1.30-1.50), qknorm_paper 1.08x (0.98-1.18)"
+def test_verdict_from_the_bootstrap_interval_of_both_systems():
+    # one disturbed repetition (0.84) does not decide: the interval of the median is above 1
+    bf16, why = bf16_auto.verdict(
+        bench_result(
+            twt=[1.2, 1.25, 1.3, 1.4, 1.45, 1.5, 1.6],
+            qknorm_paper=[0.84, 1.5, 1.7, 1.9, 2.2, 2.5, 3.3],
+        )
     )
-    with pytest.raises(ValueError, match="no bf16 speed-up measured for qknorm_paper"):
-        bf16_auto.verdict(bench_result(twt=1.3))
+    assert bf16 is True
+    assert why == (
+        "bf16 faster than fp32 for a training step: "
+        "twt 1.40x (95% CI 1.25-1.50; repetitions 1.20-1.60), "
+        "qknorm_paper 1.90x (95% CI 1.50-2.50; repetitions 0.84-3.30)"
+    )
+    # a tie stays fp32: the interval of twt's median reaches below 1
+    bf16, why = bf16_auto.verdict(
+        bench_result(twt=[0.9, 0.95, 0.98, 1.02, 1.05, 1.08, 1.1], qknorm_paper=[1.5] * 7)
+    )
+    assert bf16 is False and why.startswith("bf16 not surely faster than fp32")
+    assert "twt 1.02x (95% CI 0.95-1.08;" in why
+    with pytest.raises(ValueError, match="no bf16 and fp32 step times for qknorm_paper"):
+        bf16_auto.verdict(bench_result(twt=[1.3] * 5))
 
 
 def forbid_measuring(monkeypatch):
@@ -61,7 +66,7 @@ def forbid_measuring(monkeypatch):
 def test_no_native_bf16_is_fp32_without_measuring(tmp_path, monkeypatch):
     forbid_measuring(monkeypatch)
     monkeypatch.setattr(cpu_bf16, "native_bf16_support", lambda: (False, "no bf16 here"))
-    assert bf16_auto.decide(tmp_path, "proxy", 1, 5, cached_only=False) == (False, "no bf16 here")
+    assert bf16_auto.decide(tmp_path, "proxy", 1, 7, cached_only=False) == (False, "no bf16 here")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -73,33 +78,62 @@ def test_measured_once_then_cached(tmp_path, monkeypatch):
         calls.append(argv)
         out = argv[argv.index("--out") + 1]
         with open(out, "w") as f:
-            json.dump(bench_result(twt=1.2, qknorm_paper=1.1), f)
+            json.dump(bench_result(twt=[1.3] * 5, qknorm_paper=[1.2] * 5), f)
         return 0
 
     monkeypatch.setattr(bf16_auto.bf16_cpu, "main", fake_main)
     # nothing cached: --cached-only answers fp32 and measures nothing
-    bf16, why = bf16_auto.decide(tmp_path, "proxy", 2, 5, cached_only=True)
+    bf16, why = bf16_auto.decide(tmp_path, "proxy", 2, 7, cached_only=True)
     assert bf16 is False and why.startswith("not measured on this machine yet")
     assert calls == []
-    bf16, why = bf16_auto.decide(tmp_path, "proxy", 2, 5, cached_only=False)
-    assert bf16 is True and "twt 1.30x (1.20-1.40), qknorm_paper 1.20x (1.10-1.30)" in why
+    bf16, why = bf16_auto.decide(tmp_path, "proxy", 2, 7, cached_only=False)
+    assert bf16 is True and why.startswith(
+        "bf16 faster than fp32 for a training step: twt 1.30x (95% CI 1.30-1.30; "
+    )
+    assert "(measured 2026-12-01 00:00:00 UTC, load average " in why
+    assert why.endswith(": delete it to measure again)")
     assert len(calls) == 1
     assert calls[0][: calls[0].index("--out")] == [
         "--sections", "model", "--systems", "twt,qknorm_paper", "--size", "proxy",
-        "--reps", "5", "--threads", "2", "--no-explicit-attention",
+        "--reps", "7", "--threads", "2", "--no-explicit-attention",
     ]  # fmt: skip
     key = bf16_auto.cache_key("proxy", "native: avx512_bf16")
     cached = json.loads(bf16_auto.cache_file(tmp_path, key).read_text())
     assert cached["decision"]["bf16"] is True and cached["decision"]["key"] == key
-    assert cached["model"]["systems"]["twt"]["speedup"]["bf16"]["rep_ratio_min"] == 1.2
+    assert cached["model"]["systems"]["twt"]["fp32"]["samples_s"] == [1.3] * 5
     # the second call (also --cached-only) reads the verdict: no second measurement
-    assert bf16_auto.decide(tmp_path, "proxy", 2, 5, cached_only=False)[0] is True
-    assert bf16_auto.decide(tmp_path, "proxy", 2, 5, cached_only=True)[0] is True
+    assert bf16_auto.decide(tmp_path, "proxy", 2, 7, cached_only=False)[0] is True
+    assert bf16_auto.decide(tmp_path, "proxy", 2, 7, cached_only=True)[0] is True
     assert len(calls) == 1
     # another model size (or CPU, torch) is another verdict
     assert bf16_auto.cache_file(tmp_path, bf16_auto.cache_key("small", "x")) != (
         bf16_auto.cache_file(tmp_path, key)
     )
+
+
+def test_a_cached_verdict_is_read_without_the_lock_and_a_corrupt_one_is_named(
+    tmp_path, monkeypatch
+):
+    forbid_measuring(monkeypatch)
+    monkeypatch.setattr(cpu_bf16, "native_bf16_support", lambda: (True, "native"))
+    path = bf16_auto.cache_file(tmp_path, bf16_auto.cache_key("proxy", "native"))
+    path.with_suffix(".lock").mkdir(parents=True)  # a lock that cannot be opened
+    decision = {"bf16": True, "why": "w", "date": "d"}
+    path.write_text(json.dumps({"decision": decision}))
+    assert bf16_auto.decide(tmp_path, "proxy", 2, 7, cached_only=False) == (
+        True,
+        f"w (measured d; cached in {path}: delete it to measure again)",
+    )
+    for text in ('{"decision": {"bf16": tr', "{}", ""):
+        path.write_text(text)
+        with pytest.raises(bf16_auto.CacheError, match="cannot use the cached bf16 verdict") as e:
+            bf16_auto.decide(tmp_path, "proxy", 2, 7, cached_only=True)
+        assert str(path) in str(e.value) and "delete it to measure again" in str(e.value)
+    assert bf16_auto.main([str(tmp_path), "--cached-only"]) == 1
+    # no verdict and no place to keep one: an error, never a silent fp32 that a later step
+    # (reading the cache) would not repeat
+    path.unlink()
+    assert bf16_auto.main([str(tmp_path)]) == 1  # the lock is still a directory
 
 
 def test_real_measurement_at_smoke_size(tmp_path):
@@ -121,7 +155,7 @@ def test_real_measurement_at_smoke_size(tmp_path):
     assert cached["decision"]["bf16"] is bf16 and cached["decision"]["why"] == why
     assert p.stdout == ("bf16\n" if bf16 else "fp32\n")
     assert f"[bf16 auto] {'bf16 autocast' if bf16 else 'fp32'}: {why}" in p.stderr
-    assert cached["model"]["reps"] == 5 and set(cached["model"]["systems"]) == set(
+    assert cached["model"]["reps"] == 7 and set(cached["model"]["systems"]) == set(
         bf16_auto.SYSTEMS
     )
 
@@ -159,6 +193,14 @@ def test_cpu_profile_trains_and_finds_bf16_where_measured_faster(tmp_path):
     assert "--bf16-autocast" in (run / "command.txt").read_text()
     assert not (label / "seed1").exists()
     assert json.loads((run / "train.json").read_text())["precision"] == "bf16"
+    # fp32 asked for before there is an fp32 run: the finished bf16 twin is named
+    p = run_script("evaluate.sh", *cell, env=dict(env, QKNORM_BF16="0"), timeout=300)
+    assert p.returncode == 1
+    assert (
+        "twt/seed1 is not a finished run: run QKNORM_BF16=0 scripts/train.sh gl-en twt "
+        f"--profile cpu-proxy --seed 1 --max-update 2 first; {run} is finished: --bf16-autocast "
+        "(or QKNORM_BF16=1) selects it"
+    ) in p.stderr, out(p)
     p = run_script("evaluate.sh", *cell, env=env, timeout=300)  # finds seed1-bf16
     assert p.returncode == 0, out(p)
     assert count_lines(run / "test.hyp") == sizes["test"]
@@ -178,7 +220,7 @@ def test_cpu_profile_trains_and_finds_bf16_where_measured_faster(tmp_path):
     assert p.returncode == 2 and "runs trained in different precisions (bf16: " in p.stderr, out(p)
     # a bad value is named
     p = run_script("train.sh", *cell, env=dict(env, QKNORM_BF16="yes"), timeout=60)
-    assert p.returncode == 1
+    assert p.returncode == 2
     assert "QKNORM_BF16='yes': expected 1 (bf16 autocast), 0 (fp32) or auto" in p.stderr
 
 
@@ -196,3 +238,18 @@ def test_ablation_files_every_cell_by_the_decision(tmp_path):
     p = run_script("ablation.sh", "gl-en", "--seeds", "1", "--dry-run", env=env)
     assert p.returncode == 0 and "--bf16-autocast" not in p.stdout
     assert p.stdout.count("/seed1\n") == 4
+
+
+def test_auto_is_fp32_for_the_paper_profile_and_checks_data_before_measuring(tmp_path):
+    from conftest import make_env, run_script
+
+    work = tmp_path / "work"
+    env = make_env(work, QKNORM_BF16="auto")
+    p = run_script("train.sh", "gl-en", "twt", "--profile", "paper", "--dry-run", env=env)
+    assert p.returncode == 0, p.stderr
+    assert "[bf16 auto] fp32: profile paper trains at the papers' size" in p.stderr
+    assert "--bf16-autocast" not in p.stdout and "/twt/seed1/checkpoints" in p.stdout
+    # no data: said at once, nothing measured
+    p = run_script("train.sh", "gl-en", "twt", env=make_env(work, QKNORM_BF16=None))
+    assert p.returncode == 1 and "data/bpe/gl-en/bpe.json not found" in p.stderr
+    assert not (work / "bf16-auto").exists()

@@ -97,8 +97,8 @@ def _run_pipeline(work: Path, data_dir: Path, n_test: int, merges: int):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     table = (results / "demo.md").read_text()
-    assert re.search(r"\| twt \| transformer_twt_proxy \| 1 \|", table)
-    assert re.search(r"\| qknorm_paper \| transformer_qknorm_paper_proxy \| 1 \|", table)
+    assert re.search(r"\| twt \| transformer_twt_proxy \| fp32 \| 1 \|", table)
+    assert re.search(r"\| qknorm_paper \| transformer_qknorm_paper_proxy \| fp32 \| 1 \|", table)
     summary = json.loads((results / "demo.json").read_text())
     rows = {r["system"]: r for r in summary["runs"]}
     assert rows["twt"]["qk_norm_g_final_mean"] is None

@@ -822,8 +822,8 @@ load_profile_config() {
 # (train.sh, evaluate.sh, a Slurm cell) files and finds its runs the same way. QKNORM_BF16
 # decides if set (1, 0 or auto), else the profile's PROFILE_BF16 (default 0). auto: bf16 only
 # where the CPU has native bf16 and it was measured faster than fp32 (benchmarks/bf16_auto.py:
-# a training step at the proxy size with the profile's default threads, measured once, 40 s to
-# 2 minutes, cached under $QK_WORK_DIR/bf16-auto/); fp32 for a profile at the papers' size (a
+# a training step at the proxy size with the profile's default threads, measured once, about a
+# minute, up to 3 under load, cached under $QK_WORK_DIR/bf16-auto/); fp32 for a profile at the papers' size (a
 # GPU profile: fairseq's --fp16 there). --cached-only: never measure (answers fp32 without a
 # cached verdict); for steps that only find runs, and dry runs.
 qk_resolve_bf16() {
@@ -863,9 +863,19 @@ qk_resolve_bf16_of() {
     local profile="$1" answer
     shift
     answer="$(load_pair_config "$(qk_known_pairs | cut -d' ' -f1)" && load_profile_config "$profile" \
-        && qk_resolve_bf16 "$@" && printf 'x%s' "$QK_BF16_RUN")" || exit $?
-    QK_BF16_RUN="${answer#x}"
-    if [[ -n "$QK_BF16_RUN" ]]; then export QKNORM_BF16=1; else export QKNORM_BF16=0; fi
+        && qk_resolve_bf16 "$@" && printf '%s' "$QKNORM_BF16")" || exit $?
+    QKNORM_BF16="$answer"
+    qk_resolve_bf16  # 0 or 1 now: sets QK_BF16_RUN and exports it, nothing measured
+}
+
+# qk_train_cmd: the scripts/train.sh command that makes the run of the loaded pair, system and
+# profile with SEED, MAX_UPDATE_ARG, QK_LR_OVERRIDE and the resolved precision (for messages)
+qk_train_cmd() {
+    local env=""
+    [[ -n "${QK_BF16_RUN:-}" || "${PROFILE_BF16:-0}" == 0 ]] || env="QKNORM_BF16=0 "
+    printf '%sscripts/train.sh %s %s --profile %s --seed %s%s%s%s\n' "$env" "$PAIR" "$SYSTEM" \
+        "$PROFILE" "$SEED" "${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG}" \
+        "${QK_LR_OVERRIDE:+ --lr $QK_LR_OVERRIDE}" "${QK_BF16_RUN:+ --bf16-autocast}"
 }
 
 # qk_arch: the named arch of the loaded system (SYSTEM_ARCH, a family registered by

@@ -171,14 +171,11 @@ else
 fi
 
 LABEL="$(qk_run_label)"
-BF16_ARG="" BF16_ENV=""
-# a precision given in the environment is part of the command that makes this run again
-[[ -z "${QKNORM_BF16:-}" ]] || BF16_ENV="QKNORM_BF16=$QKNORM_BF16 "
-((BF16 == 0)) || BF16_ARG=" --bf16-autocast" BF16_ENV="" QKNORM_BF16=1
+((BF16 == 0)) || QKNORM_BF16=1
 if ((DRY_RUN)); then qk_resolve_bf16 --cached-only; else qk_resolve_bf16; fi
 [[ -z "$QK_BF16_RUN" ]] || BF16=1
 RUN="$(qk_run_dir "$PAIR" "$LABEL" "$SYSTEM" "$SEED" "$QK_LR_OVERRIDE")"
-RETRAIN="${BF16_ENV}scripts/train.sh $PAIR $SYSTEM --profile $PROFILE --seed $SEED${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG}${QK_LR_OVERRIDE:+ --lr $QK_LR_OVERRIDE}$BF16_ARG --force"
+RETRAIN="$(qk_train_cmd) --force"
 ARCH="$(qk_arch)"
 
 QKNORM_FLAGS=()

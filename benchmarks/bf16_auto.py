@@ -124,7 +124,9 @@ def decide(cache_dir: Path, size: str, threads: int, reps: int, cached_only: boo
     if path.is_file():  # read without the lock: a work dir may be read-only
         return _read_cached(path)
     if cached_only:
-        return False, f"not measured on this machine yet (no {path})"
+        return False, (
+            f"not measured on this machine yet (no {path}): fp32 here; a training measures first"
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     # one measurement per machine: a second caller (two trainings started at once) waits for it
     with open(path.with_suffix(".lock"), "w") as lock:
@@ -146,7 +148,12 @@ def _measure(path: Path, key: dict, size: str, threads: int, reps: int) -> tuple
     tmp = path.with_suffix(".partial.json")
     args = ["--sections", "model", "--systems", ",".join(SYSTEMS), "--size", size]
     args += ["--reps", str(reps), "--threads", str(threads), "--no-explicit-attention"]
-    with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):  # report: cached
+    # its report and progress (and fairseq's warnings) only in the cache file: one verdict line
+    with (
+        open(os.devnull, "w") as quiet,
+        contextlib.redirect_stdout(quiet),
+        contextlib.redirect_stderr(quiet),
+    ):
         bf16_cpu.main([*args, "--out", str(tmp)])
     result = json.loads(tmp.read_text())
     tmp.with_suffix(".md").unlink(missing_ok=True)
@@ -155,12 +162,18 @@ def _measure(path: Path, key: dict, size: str, threads: int, reps: int) -> tuple
     except ValueError as exc:
         tmp.unlink()
         return False, f"the bf16 measurement failed ({exc}); nothing cached"
+    load_end = os.getloadavg()[0]
+    if max(load_start, load_end) >= 0.5:  # something else ran: the figures may be the load's
+        why += (
+            f"; measured while other processes ran (load average {load_start:.2f} -> "
+            f"{load_end:.2f}): on an idle machine the verdict may differ"
+        )
     result["decision"] = {
         "bf16": bf16,
         "why": why,
         "key": key,
         "date": result["machine"]["date_utc"],
-        "loadavg": f"{load_start:.2f} at start, {os.getloadavg()[0]:.2f} at end",
+        "loadavg": f"{load_start:.2f} at start, {load_end:.2f} at end",
     }
     tmp.write_text(json.dumps(result, indent=1, default=str) + "\n")
     tmp.replace(path)

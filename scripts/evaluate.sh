@@ -78,7 +78,13 @@ RUN="$(qk_run_dir "$PAIR" "$LABEL" "$SYSTEM" "$SEED" "$QK_LR_OVERRIDE")"
 TWIN="$(qk_run_dir "$PAIR" "$LABEL" "$SYSTEM" "$SEED" "$QK_LR_OVERRIDE" "$([[ -n "$QK_BF16_RUN" ]] || echo bf16)")"
 TWIN_HINT=""
 if [[ -f "$TWIN/train.json" ]]; then
-    TWIN_HINT="; $TWIN is finished: $([[ -n "$QK_BF16_RUN" ]] && echo "QKNORM_BF16=0 selects it" || echo "--bf16-autocast (or QKNORM_BF16=1) selects it")"
+    if [[ -z "$QK_BF16_RUN" ]]; then
+        TWIN_HINT="; $TWIN is finished: --bf16-autocast (or QKNORM_BF16=1) selects it"
+    elif ((BF16)); then
+        TWIN_HINT="; $TWIN is finished: without --bf16-autocast, with QKNORM_BF16=0, it is selected"
+    else
+        TWIN_HINT="; $TWIN is finished: QKNORM_BF16=0 selects it"
+    fi
 fi
 CHECKPOINT="$RUN/checkpoints/checkpoint_$CKPT.pt"
 BIN="$QK_DATA/bin/$PAIR"

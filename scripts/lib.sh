@@ -828,13 +828,14 @@ load_profile_config() {
 # cached verdict); for steps that only find runs, and dry runs.
 qk_resolve_bf16() {
     local mode="${QKNORM_BF16:-${PROFILE_BF16:-0}}" answer
+    QK_BF16_GIVEN="${QKNORM_BF16:-}"  # what the environment (or a flag) asked for, for qk_train_cmd
     case "$mode" in
         0) QK_BF16_RUN="" ;;
         1) QK_BF16_RUN=bf16 ;;
         auto)
             if [[ "$PROFILE_ARCH" != proxy ]]; then
                 QK_BF16_RUN=""
-                qk_log "[bf16 auto] fp32: profile $PROFILE trains at the papers' size (a GPU profile); bf16 autocast on CPU is measured at the proxy size only (QKNORM_BF16=1 forces it)"
+                printf '%s\n' "[bf16 auto] fp32: profile $PROFILE trains at the papers' size (a GPU profile); bf16 autocast on CPU is measured at the proxy size only (QKNORM_BF16=1 forces it)" >&2
             else
                 [[ -n "$QK_PY" ]] || die "no python interpreter found (set QKNORM_PYTHON)"
                 local threads="${QKNORM_THREADS:-2}"  # the profiles' default, whatever --threads says
@@ -872,7 +873,7 @@ qk_resolve_bf16_of() {
 # profile with SEED, MAX_UPDATE_ARG, QK_LR_OVERRIDE and the resolved precision (for messages)
 qk_train_cmd() {
     local env=""
-    [[ -n "${QK_BF16_RUN:-}" || "${PROFILE_BF16:-0}" == 0 ]] || env="QKNORM_BF16=0 "
+    [[ -n "${QK_BF16_RUN:-}" || "${QK_BF16_GIVEN:-}" != 0 ]] || env="QKNORM_BF16=0 "
     printf '%sscripts/train.sh %s %s --profile %s --seed %s%s%s%s\n' "$env" "$PAIR" "$SYSTEM" \
         "$PROFILE" "$SEED" "${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG}" \
         "${QK_LR_OVERRIDE:+ --lr $QK_LR_OVERRIDE}" "${QK_BF16_RUN:+ --bf16-autocast}"

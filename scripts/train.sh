@@ -173,7 +173,6 @@ fi
 LABEL="$(qk_run_label)"
 ((BF16 == 0)) || QKNORM_BF16=1
 if ((DRY_RUN)); then qk_resolve_bf16 --cached-only; else qk_resolve_bf16; fi
-[[ -z "$QK_BF16_RUN" ]] || BF16=1
 RUN="$(qk_run_dir "$PAIR" "$LABEL" "$SYSTEM" "$SEED" "$QK_LR_OVERRIDE")"
 RETRAIN="$(qk_train_cmd) --force"
 ARCH="$(qk_arch)"
@@ -195,7 +194,7 @@ if [[ "$SYSTEM_QKNORM" == 1 ]]; then
     QKNORM_FLAGS=(--qk-norm-length "$L")
     L_NOTE="QKNorm L = $L (authors' L for $PAIR: ${PAPER_L:-none}); the model logs its g0 = log2(L^2 - L)$L_NOTE"
 fi
-if ((BF16)); then
+if [[ -n "$QK_BF16_RUN" ]]; then
     # --bf16-autocast is an option of the plugin task (fairseq_qknorm/tasks); a profile on stock
     # translation gets it with word dropout off, which is stock translation's training.
     if [[ "${TRAIN_TASK:-translation}" == translation ]]; then

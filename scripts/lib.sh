@@ -823,8 +823,8 @@ load_profile_config() {
 # decides if set (1, 0 or auto), else the profile's PROFILE_BF16 (default 0). auto: bf16 only
 # where the CPU has native bf16 and it was measured faster than fp32 (benchmarks/bf16_auto.py:
 # a training step at the proxy size with the profile's default threads, measured once, about a
-# minute, up to 3 under load, cached under $QK_WORK_DIR/bf16-auto/); fp32 for a profile at the papers' size (a
-# GPU profile: fairseq's --fp16 there). --cached-only: never measure (answers fp32 without a
+# minute, up to 3 under load, cached under $QK_WORK_DIR/bf16-auto/); fp32 for a profile at the
+# papers' size (a GPU profile: fairseq's --fp16 there). --cached-only: never measure (answers fp32 without a
 # cached verdict); for steps that only find runs, and dry runs.
 qk_resolve_bf16() {
     local mode="${QKNORM_BF16:-${PROFILE_BF16:-0}}" answer

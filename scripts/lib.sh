@@ -801,7 +801,7 @@ load_profile_config() {
     qk_require_name profiles "$profile"
     # set by the profile only, never inherited from the environment
     unset PROFILE_ARCH PROFILE_MAX_UPDATE PROFILE_BF16 TRAIN_DROPOUT TRAIN_TASK
-    TASK_FLAGS=()
+    TASK_FLAGS=() PROFILE_MODEL_FLAGS=()
     # shellcheck disable=SC1090
     source "$QK_REPO_ROOT/configs/profiles/$profile.sh"
     PROFILE="$profile"

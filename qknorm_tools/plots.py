@@ -131,6 +131,74 @@ def plot_curves(
     return _save(fig, out)
 
 
+def dev_curve(records: Sequence[Mapping[str, object]], subset: str = "valid") -> list[dict]:
+    """Per validation of a run: ``{"epoch", "num_updates", "wall_s", "loss"}``, by update.
+
+    ``wall_s`` is fairseq's ``wall`` (seconds since the training started, resumes included)
+    of the end-of-epoch ``train`` line at the same update, ``None`` when the log has none
+    (validation inside an epoch, ``--validate-interval-updates``).
+    """
+    wall = {
+        r["metrics"]["num_updates"]: r["metrics"]["wall"]
+        for r in records
+        if r["kind"] == "train" and "wall" in r["metrics"] and "num_updates" in r["metrics"]
+    }
+    pts: dict[float, dict] = {}
+    for r in records:
+        mt = r["metrics"]
+        if r["kind"] == "valid" and r["subset"] == subset and "loss" in mt and "num_updates" in mt:
+            nu = mt["num_updates"]
+            pts[nu] = {
+                "epoch": r["epoch"],
+                "num_updates": int(nu),
+                "wall_s": wall.get(nu),
+                "loss": mt["loss"],
+            }
+    return [pts[k] for k in sorted(pts)]
+
+
+def plot_calibration(named_logs: Mapping[str, str], out, subset: str = "valid") -> str:
+    """Dev loss against updates and against wall-clock minutes, one line per run.
+
+    For choosing a profile's size (README "Convergence"): the best validation of each run is
+    starred, its last one (where the stopping rule, or the run, ended) crossed.
+
+    Args:
+        named_logs: run name -> fairseq-train log path.
+        out: PNG to write.
+        subset: the validation subset.
+
+    Returns:
+        The path of the PNG written.
+
+    Raises:
+        PlotInputError: a log without validations of ``subset``.
+    """
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    for idx, (name, recs) in enumerate(_named_logs(named_logs).items()):
+        pts = dev_curve(recs, subset)
+        if not pts:
+            raise PlotInputError(f"log {str(named_logs[name])!r} ({name}) has no {subset} loss")
+        color = f"C{idx % 10}"
+        best = min(range(len(pts)), key=lambda i: pts[i]["loss"])
+        minutes = [None if p["wall_s"] is None else p["wall_s"] / 60 for p in pts]
+        xs = {"updates": [p["num_updates"] for p in pts], "minutes": minutes}
+        ys = [p["loss"] for p in pts]
+        for ax, key in zip(axes, ("updates", "minutes")):
+            ax.plot(xs[key], ys, color=color, marker="o", ms=2.5, lw=1.3, label=name)
+            ax.plot([xs[key][best]], [ys[best]], color=color, marker="*", ms=12, ls="")
+            ax.plot([xs[key][-1]], [ys[-1]], color=color, marker="x", ms=9, ls="")
+    for ax, label in zip(axes, ("num_updates", "wall-clock minutes")):
+        ax.set_xlabel(label)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0].set_ylabel(f"{subset} loss (label-smoothed, base 2)")
+    axes[0].set_title("dev loss per validation (* best, x last)")
+    fig.tight_layout()
+    return _save(fig, out)
+
+
 #: the log records each ``--split`` reads, in order of preference
 SPLIT_KINDS = {
     "auto": ("train_inner", "train", "valid"),
@@ -831,6 +899,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--valid-subset", default="valid")
 
+    k = sub.add_parser("calibration", help="dev loss vs updates and wall minutes per run")
+    k.add_argument("--log", nargs="+", action="extend", required=True, metavar="NAME=PATH",
+                   help="NAME=PATH of a fairseq train log; repeatable")  # fmt: skip
+    k.add_argument("--out", required=True)
+
     for name, hlp in (
         ("g", "QKNorm scales qknorm_g_<module> vs num_updates"),
         ("health", "attn_entropy_<module> / attn_maxlogit_<module> vs num_updates"),
@@ -887,6 +960,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if a.cmd == "curves":
             path = plot_curves(_parse_named(a.log), a.out, key=a.key, valid_subset=a.valid_subset)
+        elif a.cmd == "calibration":
+            path = plot_calibration(_parse_named(a.log), a.out)
         elif a.cmd == "g":
             path = plot_g(_parse_named(a.log), a.out, split=a.split)
         elif a.cmd == "health":

@@ -26,7 +26,7 @@ usage() {
     cat <<EOF
 usage: scripts/evaluate.sh PAIR SYSTEM [--profile P] [--seed N] [--max-update N] [--lr LR]
                            [--bf16-autocast] [--split test|dev] [--checkpoint best|last|avgN]
-                           [--threads N] [--force]
+                           [--threads N] [--force] [--dry-run]
   PAIR         one of: $(qk_known_pairs)
   SYSTEM       one of: $(qk_known_systems)
   --profile P  one of: $(qk_known_profiles) (default: cpu-proxy)
@@ -42,15 +42,17 @@ usage: scripts/evaluate.sh PAIR SYSTEM [--profile P] [--seed N] [--max-update N]
   --threads N  intra-op CPU threads of fairseq-generate (default: the profile's THREADS)
   --force      decode and score again even if the outputs are up to date (never with other
                data than the run was trained on)
+  --dry-run    print the fairseq-generate command (and for avgN the averaging one) and the
+               output files, and exit (no run, data or checkpoint needed)
 environment: QKNORM_WORK_DIR, QKNORM_MAX_UPDATE, QKNORM_THREADS, QKNORM_BF16 (as train.sh)
 EOF
 }
 
 PROFILE_ARG=cpu-proxy SEED=1 MAX_UPDATE_ARG="" LR_ARG="" SPLIT=test CKPT=best THREADS_ARG="" FORCE=0
-BF16=0
+BF16=0 DRY_RUN=0
 qk_parse_args "@PAIR_ARG SYSTEM_ARG" "--profile PROFILE_ARG" "--seed SEED" \
     "--max-update MAX_UPDATE_ARG" "--lr LR_ARG" "--bf16-autocast BF16=1" "--split SPLIT" "--checkpoint CKPT" "--threads THREADS_ARG" \
-    "--force FORCE=1" -- "$@"
+    "--force FORCE=1" "--dry-run DRY_RUN=1" -- "$@"
 qk_check_uint --seed "$SEED"
 [[ -z "$MAX_UPDATE_ARG" ]] || qk_check_uint --max-update "$MAX_UPDATE_ARG"
 [[ -z "$THREADS_ARG" ]] || qk_check_posint --threads "$THREADS_ARG"
@@ -89,6 +91,37 @@ fi
 CHECKPOINT="$RUN/checkpoints/checkpoint_$CKPT.pt"
 BIN="$QK_DATA/bin/$PAIR"
 REF="$QK_DATA/raw/$PAIR/$SPLIT.$TGT"
+# outputs of checkpoint_best are SPLIT.*, those of checkpoint_last SPLIT.last.* (never mixed)
+STEM="$SPLIT"
+[[ "$CKPT" == best ]] || STEM="$SPLIT.$CKPT"
+GEN="$RUN/$STEM.gen.out"
+HYP="$RUN/$STEM.hyp"
+SCORE="$RUN/$STEM.score.json"
+# the commands, built once: what --dry-run prints is what runs
+AVG_CMD=() AVG_WHICH=--num-epoch-checkpoints
+if [[ -n "$N_AVERAGE" ]]; then
+    # the last N checkpoints the profile keeps: update checkpoints (checkpoint_E_U.pt,
+    # --keep-interval-updates), else epoch ones (checkpointE.pt, --keep-last-epochs)
+    if [[ " ${VALID_FLAGS[*]-} " == *" --keep-interval-updates "* ]] \
+        || compgen -G "$RUN/checkpoints/checkpoint_*_*.pt" >/dev/null; then
+        AVG_WHICH=--num-update-checkpoints  # the profile's kind, also when none was written yet
+    fi
+    AVG_CMD=(python -m fairseq_qknorm.average_checkpoints --inputs "$RUN/checkpoints"
+        "$AVG_WHICH" "$N_AVERAGE" --output "$CHECKPOINT")
+fi
+GEN_CMD=(fairseq-generate "$BIN"
+    --user-dir "$QK_REPO_ROOT/fairseq_qknorm"
+    --task translation --source-lang "$SRC" --target-lang "$TGT"
+    --path "$CHECKPOINT" --gen-subset "$GEN_SUBSET"
+    --beam "$BEAM" --lenpen "$LENPEN" --max-tokens "$GEN_MAX_TOKENS"
+    "${GEN_FLAGS[@]+"${GEN_FLAGS[@]}"}"
+    --required-batch-size-multiple 1 --num-workers 0 --seed "$SEED")
+if ((DRY_RUN)); then
+    ((${#AVG_CMD[@]} == 0)) || qk_print_cmd "${AVG_CMD[@]}"
+    qk_print_cmd env "OMP_NUM_THREADS=$THREADS" "${GEN_CMD[@]}"
+    printf '# outputs: %s %s %s\n' "$GEN" "$HYP" "$SCORE"
+    exit 0
+fi
 [[ ! -d "$RUN" ]] || qk_lock_run "$RUN"  # before anything else: a run in training is busy
 TRAIN_CMD="$(qk_train_cmd)"
 [[ -f "$RUN/train.json" ]] || die "$RUN is not a finished run: run $TRAIN_CMD first$TWIN_HINT"
@@ -105,28 +138,15 @@ DATA_ID="$("$QK_PY" -m qknorm_tools.provenance check --pair "$PAIR" --data "$QK_
     || die "$RUN was trained on other data than the current $BIN (above): it is never decoded with another dictionary or scored against another reference; retrain it with $TRAIN_CMD --force, or restore the data it was trained on"
 
 if [[ -n "$N_AVERAGE" ]]; then
-    # CHECKPOINT is checkpoint_avgN.pt, the average of the last N checkpoints the profile keeps:
-    # update checkpoints (checkpoint_E_U.pt, --keep-interval-updates), else epoch ones
-    # (checkpointE.pt, --keep-last-epochs)
+    # CHECKPOINT is checkpoint_avgN.pt, the average of the last N checkpoints the profile keeps
     if ((FORCE)) || [[ ! "$CHECKPOINT" -nt "$RUN/checkpoints/checkpoint_last.pt" ]]; then
-        WHICH=--num-epoch-checkpoints
-        if [[ " ${VALID_FLAGS[*]-} " == *" --keep-interval-updates "* ]] \
-            || compgen -G "$RUN/checkpoints/checkpoint_*_*.pt" >/dev/null; then
-            WHICH=--num-update-checkpoints  # the profile's kind, also when none was written yet
-        fi
-        qk_log "averaging the last $N_AVERAGE checkpoints of $RUN/checkpoints ($WHICH) -> $CHECKPOINT"
-        qk_run "$QK_PY" -m fairseq_qknorm.average_checkpoints --inputs "$RUN/checkpoints" \
-            "$WHICH" "$N_AVERAGE" --output "$CHECKPOINT" \
+        qk_log "averaging the last $N_AVERAGE checkpoints of $RUN/checkpoints ($AVG_WHICH) -> $CHECKPOINT"
+        AVG_CMD[0]="$QK_PY"
+        qk_run "${AVG_CMD[@]}" \
             || die "cannot average $N_AVERAGE checkpoints of $RUN (above): the profile keeps the last ones with --keep-last-epochs / --keep-interval-updates (configs/profiles/$PROFILE.sh)"
     fi
 fi
 
-# outputs of checkpoint_best are SPLIT.*, those of checkpoint_last SPLIT.last.* (never mixed)
-STEM="$SPLIT"
-[[ "$CKPT" == best ]] || STEM="$SPLIT.$CKPT"
-GEN="$RUN/$STEM.gen.out"
-HYP="$RUN/$STEM.hyp"
-SCORE="$RUN/$STEM.score.json"
 if [[ "$FORCE" == 0 && -s "$SCORE" && "$SCORE" -nt "$CHECKPOINT" && "$HYP" -nt "$CHECKPOINT" ]] \
     && [[ "$("$QK_PY" -m qknorm_tools.provenance get "$SCORE" data_id)" == "$DATA_ID" ]]; then
     qk_log "skip: $SCORE is up to date (data ${DATA_ID:0:12})"
@@ -143,15 +163,8 @@ qk_log "decoding $PAIR $SPLIT with $CHECKPOINT (beam $BEAM, lenpen $LENPEN, $N_R
 WATCH_PID=$!
 stop_watch() { kill "$WATCH_PID" 2>/dev/null || true; wait "$WATCH_PID" 2>/dev/null || true; }
 qk_on_exit stop_watch
-FAIRSEQ_GENERATE="$(qk_tool fairseq-generate)"
-OMP_NUM_THREADS="$THREADS" qk_run "$FAIRSEQ_GENERATE" "$BIN" \
-    --user-dir "$QK_REPO_ROOT/fairseq_qknorm" \
-    --task translation --source-lang "$SRC" --target-lang "$TGT" \
-    --path "$CHECKPOINT" --gen-subset "$GEN_SUBSET" \
-    --beam "$BEAM" --lenpen "$LENPEN" --max-tokens "$GEN_MAX_TOKENS" \
-    "${GEN_FLAGS[@]+"${GEN_FLAGS[@]}"}" \
-    --required-batch-size-multiple 1 --num-workers 0 --seed "$SEED" \
-    >"$GEN.tmp" 2>"$RUN/$STEM.gen.log" \
+GEN_CMD[0]="$(qk_tool fairseq-generate)"
+OMP_NUM_THREADS="$THREADS" qk_run "${GEN_CMD[@]}" >"$GEN.tmp" 2>"$RUN/$STEM.gen.log" \
     || { rm -f -- "$GEN.tmp"; die "fairseq-generate failed; see $RUN/$STEM.gen.log"; }
 mv -- "$GEN.tmp" "$GEN"
 stop_watch

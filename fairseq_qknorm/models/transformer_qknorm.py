@@ -10,8 +10,9 @@ Extends fairseq's legacy ``TransformerModel`` through its build hooks
   {l2,layernorm,rmsnorm}`` picks the member of the QK-norm family (l2 = QKNorm;
   per-head LayerNorm / RMSNorm of q and k with 1/sqrt(d_head), ViT-22B / Gemma 3),
   ``--qk-norm-scale-per-head`` and ``--qk-norm-freeze-scale`` shape QKNorm's g.
-* ``--norm-type {layernorm,scalenorm}``: ScaleNorm replaces every LayerNorm of
-  the encoder and decoder, layers and final norms (Nguyen & Salazar, 2019).
+* ``--norm-type {layernorm,scalenorm,rmsnorm}``: ScaleNorm (Nguyen & Salazar, 2019) or
+  RMSNorm (Zhang & Sennrich, 2019) replaces every LayerNorm of the encoder and decoder,
+  layers and final norms.
 * ``--fix-norm``: FixNorm word embeddings and output projection (TWT Sec. 2.3).
 * ``--attn-stats-interval N``: log attention entropy / max |logit| / g.
 
@@ -45,13 +46,14 @@ from ..modules import (
     FixNormEmbedding,
     FixNormLinear,
     QKNormMultiheadAttention,
+    RMSNorm,
     ScaleNorm,
     qk_norm_initial_scale,
 )
 
 logger = logging.getLogger(__name__)
 
-NORM_TYPES = ("layernorm", "scalenorm")
+NORM_TYPES = ("layernorm", "scalenorm", "rmsnorm")
 #: key prefixes of the attention statistics the model logs (``--attn-stats-interval``)
 STAT_PREFIXES = ("attn_entropy_", "attn_maxlogit_", "qknorm_g_", "qknorm_head_g_")
 #: their fairseq metrics priority: before fairseq's own keys (priority 10 and up), so that the
@@ -64,7 +66,8 @@ def build_norm(cfg, dim: int):
     """The normalization layer selected by ``cfg.norm_type`` for width ``dim``.
 
     ``layernorm``: fairseq's ``LayerNorm``; ``scalenorm``: :class:`ScaleNorm`
-    (g initialised to sqrt(dim), TWT Eq. 7).
+    (g initialised to sqrt(dim), TWT Eq. 7); ``rmsnorm``: :class:`RMSNorm` (gain of size
+    ``dim`` initialised to 1, no bias; Zhang & Sennrich 2019, Eq. 4).
 
     Raises:
         ValueError: unknown ``norm_type``.
@@ -72,6 +75,8 @@ def build_norm(cfg, dim: int):
     norm_type = safe_getattr(cfg, "norm_type", "layernorm")
     if norm_type == "scalenorm":
         return ScaleNorm(dim)
+    if norm_type == "rmsnorm":
+        return RMSNorm(dim)
     if norm_type == "layernorm":
         return LayerNorm(dim, export=safe_getattr(cfg, "export", False))
     raise ValueError(f"--norm-type must be one of {NORM_TYPES}, got {norm_type!r}")
@@ -484,8 +489,9 @@ class TransformerQKNormModel(TransformerModel):
         parser.add_argument(
             "--norm-type",
             choices=NORM_TYPES,
-            help="normalization of every encoder/decoder norm: layernorm (default) or "
-            "scalenorm = g*x/||x||, g0 = sqrt(d) (Nguyen & Salazar 2019)",
+            help="normalization of every encoder/decoder norm: layernorm (default), "
+            "scalenorm = g*x/||x||, g0 = sqrt(d) (Nguyen & Salazar 2019), or rmsnorm = "
+            "x/RMS(x)*g, g of size d, no bias (Zhang & Sennrich 2019, Eq. 4)",
         )
         parser.add_argument(
             "--fix-norm",
@@ -753,6 +759,14 @@ def _twt(args):
     _norms(args, prenorm=True, norm_type="scalenorm", fix_norm=True, qk_norm=False)
 
 
+def _prenorm_fixnorm_rmsnorm(args):
+    """TWT Table 3 row (3) with RMSNorm: PreNorm + FixNorm + RMSNorm, dot-product attention.
+
+    RMSNorm (Zhang & Sennrich 2019) in every place of row (3)'s LayerNorm; in neither paper.
+    """
+    _norms(args, prenorm=True, norm_type="rmsnorm", fix_norm=True, qk_norm=False)
+
+
 def _qknorm_paper(args):
     """QKNorm paper model: PreNorm + FixNorm + **LayerNorm** + QKNorm."""
     _norms(args, prenorm=True, norm_type="layernorm", fix_norm=True, qk_norm=True)
@@ -780,6 +794,9 @@ transformer_prenorm_layernorm = _register_family(
 )
 transformer_prenorm_fixnorm_layernorm = _register_family(
     "transformer_prenorm_fixnorm_layernorm", _prenorm_fixnorm_layernorm
+)
+transformer_prenorm_fixnorm_rmsnorm = _register_family(
+    "transformer_prenorm_fixnorm_rmsnorm", _prenorm_fixnorm_rmsnorm
 )
 transformer_twt = _register_family("transformer_twt", _twt)
 transformer_qknorm_paper = _register_family("transformer_qknorm_paper", _qknorm_paper)

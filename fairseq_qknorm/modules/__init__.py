@@ -1,8 +1,9 @@
-"""Building blocks: QKNorm and the QK-norm family of attention, ScaleNorm, FixNorm."""
+"""Building blocks: the QK-norm family of attention, ScaleNorm, RMSNorm, FixNorm."""
 
 from .fix_norm import FixNormEmbedding, FixNormLinear
 from .l2_norm import scaled_l2_normalize
 from .qknorm_attention import QK_NORM_TYPES, QKNormMultiheadAttention, qk_norm_initial_scale
+from .rms_norm import RMSNorm
 from .scale_norm import ScaleNorm
 
 __all__ = [
@@ -10,6 +11,7 @@ __all__ = [
     "FixNormEmbedding",
     "FixNormLinear",
     "QKNormMultiheadAttention",
+    "RMSNorm",
     "ScaleNorm",
     "qk_norm_initial_scale",
     "scaled_l2_normalize",

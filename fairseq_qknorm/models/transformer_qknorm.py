@@ -14,6 +14,8 @@ Extends fairseq's legacy ``TransformerModel`` through its build hooks
   RMSNorm (Zhang & Sennrich, 2019) replaces every LayerNorm of the encoder and decoder,
   layers and final norms.
 * ``--fix-norm``: FixNorm word embeddings and output projection (TWT Sec. 2.3).
+* ``--sigma-reparam``: σReparam of every linear layer of the encoder and decoder layers,
+  ``W -> gamma / sigma(W) * W`` (Zhai et al., 2023, Eq. 3).
 * ``--attn-stats-interval N``: log attention entropy / max |logit| / g.
 
 PreNorm is fairseq's own ``--encoder-normalize-before --decoder-normalize-before``.
@@ -48,6 +50,7 @@ from ..modules import (
     QKNormMultiheadAttention,
     RMSNorm,
     ScaleNorm,
+    apply_sigma_reparam,
     qk_norm_initial_scale,
 )
 
@@ -500,6 +503,14 @@ class TransformerQKNormModel(TransformerModel):
             "embeddings initialised U(-0.01, 0.01) (Nguyen & Salazar 2019)",
         )
         parser.add_argument(
+            "--sigma-reparam",
+            action="store_true",
+            help="sigma-Reparam: every linear layer of the encoder and decoder layers "
+            "(attention q/k/v/out, FFN) uses W_hat = gamma/sigma(W)*W, sigma by one "
+            "power-iteration step per training forward, gamma learned from sigma(W) at init "
+            "(Zhai et al. 2023, Eq. 3); embeddings and output projection unchanged",
+        )
+        parser.add_argument(
             "--attn-stats-interval",
             type=int,
             metavar="N",
@@ -528,6 +539,9 @@ class TransformerQKNormModel(TransformerModel):
         if args.qk_norm_g0 is not None:
             logger.info(qk_norm_g0_log_line(args.qk_norm_g0, args.qk_norm_length))
         model = super().build_model(args, task)
+        if args.sigma_reparam:  # after fairseq's initialisation: gamma = sigma(W) of the init
+            for stack in (model.encoder, model.decoder):
+                apply_sigma_reparam(stack.layers)
         drop_none_parameters(model)  # no "detected shared parameter" lines for None
         model._stats_interval = int(args.attn_stats_interval or 0)
         return model
@@ -656,6 +670,7 @@ def base_qknorm_architecture(args):
     args.qk_norm_freeze_scale = safe_getattr(args, "qk_norm_freeze_scale", False)
     args.norm_type = safe_getattr(args, "norm_type", "layernorm")
     args.fix_norm = safe_getattr(args, "fix_norm", False)
+    args.sigma_reparam = safe_getattr(args, "sigma_reparam", False)
     args.attn_stats_interval = safe_getattr(args, "attn_stats_interval", 0)
     base_architecture(args)
     if safe_getattr(args, _FROM_CLI, False):

@@ -37,6 +37,12 @@ BPE_DROPOUT=0
 # Random seed of apply-bpe --seed (BPE-dropout) and of sentencepiece sampling. Ours.
 BPE_DROPOUT_SEED=1
 
+# Number K of BPE-dropout segmentations of the training split (subword-nmt): 1 = one static
+# sample that every epoch sees; K > 1 = K samples (seeds BPE_DROPOUT_SEED..+K-1) trained as fairseq
+# epoch shards, epoch e on sample ((e-1) % K) + 1: resampled per epoch (Provilkov et al. 2020
+# resample every batch; K = the number of epochs gives every epoch its own sample).
+BPE_DROPOUT_SAMPLES=1
+
 # Percentile q of BPE-level training sentence lengths that defines L for QKNorm's
 # g0 = log2(L^2 - L) (Henry et al. 2020: 97.5th percentile); the model computes g0 from L.
 LENGTH_PERCENTILE=97.5

@@ -936,6 +936,7 @@ def _cmd_bpe_manifest(a: argparse.Namespace) -> int:
         vocab_size=a.vocab_size,
         bpe_dropout=a.bpe_dropout,
         seed=a.seed,
+        samples=a.samples,
     )
     try:
         write_bpe_manifest(a.out, manifest)
@@ -1182,6 +1183,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="BPE-dropout of the training split; recorded when above 0 (default 0)",
     )
     bm.add_argument("--seed", type=int, default=1, help="the BPE-dropout seed (default 1)")
+    bm.add_argument(
+        "--samples",
+        type=int,
+        default=1,
+        help="BPE-dropout segmentations of the training split, one per epoch in turn (default 1)",
+    )
     bm.set_defaults(func=_cmd_bpe_manifest)
 
     sp = sub.add_parser(

@@ -295,6 +295,7 @@ def bpe_manifest(
     vocab_size: int,
     bpe_dropout: float = 0.0,
     seed: int = 1,
+    samples: int = 1,
 ) -> dict[str, object]:
     """The ``bpe.json`` record of one segmentation by ``scripts/bpe.sh``.
 
@@ -313,7 +314,9 @@ def bpe_manifest(
         bpe_dropout: BPE-dropout probability of the training split (Provilkov et al. 2020);
             recorded with ``seed`` when above 0. New text is always segmented
             deterministically.
-        seed: the seed of the one static BPE-dropout sample.
+        seed: the seed of the one static BPE-dropout sample (of the first of ``samples``).
+        samples: the number K of BPE-dropout segmentations of the training split, trained as
+            epoch shards (``samples`` and ``seeds`` recorded when K > 1).
 
     Returns:
         ``pair``, ``src``, ``tgt``, ``tool``; for ``subword-nmt`` ``codes``, ``vocabulary``
@@ -342,6 +345,13 @@ def bpe_manifest(
             "seed": seed,
             "sample": "static: the training split segmented once, the same sample in every epoch",
         }
+        if samples > 1:
+            manifest["bpe_dropout"].update(
+                sample=f"resampled per epoch: {samples} segmentations of the training split, "
+                f"epoch e trains on sample ((e-1) % {samples}) + 1",
+                samples=samples,
+                seeds=list(range(seed, seed + samples)),
+            )
     return manifest
 
 

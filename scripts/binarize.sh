@@ -9,7 +9,12 @@
 #   fairseq-preprocess --source-lang SRC --target-lang TGT --joined-dictionary \
 #       --trainpref data/bpe/PAIR/train --validpref data/bpe/PAIR/dev --testpref data/bpe/PAIR/test \
 #       --destdir data/bin/PAIR --workers PREPROCESS_WORKERS
-# (dev becomes fairseq's "valid" split). Built in a temporary directory that replaces
+# (dev becomes fairseq's "valid" split). With per-epoch BPE-dropout (scripts/bpe.sh
+# --bpe-dropout-samples K > 1: data/bpe/PAIR/epochs/K/) the joined dictionary is built first from
+# the deterministic segmentation and all K samples (fairseq-preprocess --dict-only), so that it
+# covers every sample; train/valid/test are binarized against it as above (train = sample 1) and
+# sample k into data/bin/PAIR/shards/k/train.* (fairseq epoch shards: scripts/train.sh trains on
+# data/bin/PAIR:data/bin/PAIR/shards/2:...). Built in a temporary directory that replaces
 # data/bin/PAIR only when complete; data/bin/PAIR/.done + .settings make a rerun a no-op.
 set -euo pipefail
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
@@ -51,8 +56,31 @@ fi
 
 PREPROCESS="$(qk_tool fairseq-preprocess)"
 qk_mktemp_dir TMP "$QK_DATA/bin" "$PAIR"
+# per-epoch BPE-dropout samples 2..K (scripts/bpe.sh --bpe-dropout-samples K)
+SHARDS=()
+if [[ -d "$BPE/epochs" ]]; then
+    mapfile -t SHARDS < <(find "$BPE/epochs" -mindepth 1 -maxdepth 1 -type d -printf '%f\n' | sort -n)
+fi
+DICT_FLAGS=()
+if ((${#SHARDS[@]})); then
+    [[ -f "$BPE/deterministic/train.$SRC" && -f "$BPE/deterministic/train.$TGT" ]] \
+        || die "$BPE has BPE-dropout samples but no deterministic/train.{$SRC,$TGT}: rerun scripts/bpe.sh $PAIR --force"
+    qk_log "building the joined dictionary from the deterministic segmentation and all $((${#SHARDS[@]} + 1)) BPE-dropout samples"
+    mkdir -p -- "$TMP/.dict"
+    for lang in "$SRC" "$TGT"; do
+        files=("$BPE/deterministic/train.$lang" "$BPE/train.$lang")
+        for k in "${SHARDS[@]}"; do files+=("$BPE/epochs/$k/train.$lang"); done
+        cat -- "${files[@]}" >"$TMP/.dict/all.$lang"
+    done
+    qk_run "$PREPROCESS" --source-lang "$SRC" --target-lang "$TGT" --joined-dictionary --dict-only \
+        --trainpref "$TMP/.dict/all" --destdir "$TMP/.dict" --workers "$PREPROCESS_WORKERS" \
+        >"$TMP/.dict/fairseq-preprocess.out" 2>&1 \
+        || { tail -n 30 "$TMP/.dict/fairseq-preprocess.out" >&2; die "fairseq-preprocess --dict-only failed for $PAIR"; }
+    DICT_FLAGS=(--srcdict "$TMP/.dict/dict.$SRC.txt")
+fi
 qk_log "binarizing $BPE with fairseq-preprocess ($SRC->$TGT, joined dictionary)"
 qk_run "$PREPROCESS" --source-lang "$SRC" --target-lang "$TGT" --joined-dictionary \
+    "${DICT_FLAGS[@]+"${DICT_FLAGS[@]}"}" \
     --trainpref "$BPE/train" --validpref "$BPE/dev" --testpref "$BPE/test" \
     --destdir "$TMP" --workers "$PREPROCESS_WORKERS" >"$TMP/fairseq-preprocess.out" 2>&1 \
     || { tail -n 30 "$TMP/fairseq-preprocess.out" >&2; die "fairseq-preprocess failed for $PAIR"; }
@@ -74,6 +102,25 @@ for split in train dev test; do
             || die "fairseq-preprocess did not report $n sentences for $BPE/$split.$lang (see $OUT/fairseq-preprocess.out)"
     done
 done
+for k in "${SHARDS[@]+"${SHARDS[@]}"}"; do
+    qk_log "binarizing BPE-dropout sample $k as epoch shard $k"
+    mkdir -p -- "$TMP/shards/$k"
+    qk_run "$PREPROCESS" --source-lang "$SRC" --target-lang "$TGT" --joined-dictionary \
+        --srcdict "$TMP/dict.$SRC.txt" --trainpref "$BPE/epochs/$k/train" --destdir "$TMP/shards/$k" \
+        --workers "$PREPROCESS_WORKERS" >"$TMP/shards/$k/fairseq-preprocess.out" 2>&1 \
+        || { tail -n 30 "$TMP/shards/$k/fairseq-preprocess.out" >&2; die "fairseq-preprocess failed for $PAIR (BPE-dropout sample $k)"; }
+    for lang in "$SRC" "$TGT"; do
+        for ext in bin idx; do
+            [[ -s "$TMP/shards/$k/train.$SRC-$TGT.$lang.$ext" ]] || die "fairseq-preprocess did not write shards/$k/train.$SRC-$TGT.$lang.$ext"
+            outputs+=("shards/$k/train.$SRC-$TGT.$lang.$ext")
+        done
+        n="$(qk_count_lines "$BPE/epochs/$k/train.$lang")"
+        grep -Eq "\[$lang\] .*: $n sents" "$TMP/shards/$k/fairseq-preprocess.out" \
+            || die "fairseq-preprocess did not report $n sentences for $BPE/epochs/$k/train.$lang"
+    done
+    rm -f -- "$TMP/shards/$k/dict.$SRC.txt" "$TMP/shards/$k/dict.$TGT.txt" "$TMP/shards/$k/preprocess.log"
+done
+rm -rf -- "$TMP/.dict"
 [[ -f "$TMP/preprocess.log" ]] && outputs+=(preprocess.log)
 outputs+=(fairseq-preprocess.out)
 DATA_ID="$("$QK_PY" -m qknorm_tools.provenance write --pair "$PAIR" --data "$QK_DATA" --bin-dir "$TMP" \

@@ -12,8 +12,13 @@
 # both training sides, exactly SPM_VOCAB_SIZE pieces (a size sentencepiece cannot build is an
 # error saying which sizes work), identity normalization (no NFKC: every segmented line decodes
 # back to its raw line, as the raw references need); BPE-dropout = sampling with alpha=P.
-# BPE-dropout segments the training split ONCE: one static sample (seed BPE_DROPOUT_SEED) that
-# every epoch sees, not a new segmentation per epoch as in Provilkov et al. 2020.
+# BPE-dropout with --bpe-dropout-samples 1 (BPE_DROPOUT_SAMPLES, the default) segments the training
+# split ONCE: one static sample (seed BPE_DROPOUT_SEED) that every epoch sees. With K > 1
+# (subword-nmt only) the training split is segmented K times (seeds BPE_DROPOUT_SEED ..
+# BPE_DROPOUT_SEED+K-1): sample 1 in train.{SRC,TGT}, sample k in epochs/k/train.{SRC,TGT}, and the
+# deterministic segmentation in deterministic/train.{SRC,TGT} (for the dictionary only);
+# scripts/binarize.sh makes them fairseq epoch shards, so that epoch e trains on sample
+# ((e-1) % K) + 1, resampled per epoch as in Provilkov et al. 2020 (docs/methods.md).
 #
 # Then L = ceil(97.5th percentile of BPE tokens per training line, both sides), QKNorm's L (the
 # model computes its g0 = log2(L^2 - L) from it), is printed and stored in
@@ -29,27 +34,31 @@ source "$SCRIPT_DIR/lib.sh"
 usage() {
     cat <<EOF
 usage: scripts/bpe.sh PAIR [--merges N] [--tool subword-nmt|sentencepiece] [--vocab-size N]
-                      [--vocab-threshold N] [--bpe-dropout P] [--force]
+                      [--vocab-threshold N] [--bpe-dropout P] [--bpe-dropout-samples K] [--force]
   PAIR               one of: $(qk_known_pairs)
   --merges N         joint BPE merges for subword-nmt (default: BPE_MERGES of the pair config)
   --tool T           subword-nmt (default; joint BPE as in the papers) or sentencepiece
   --vocab-size N     sentencepiece vocabulary size (default: SPM_VOCAB_SIZE of the pair config)
   --vocab-threshold N  subword-nmt apply-bpe --vocabulary-threshold (default: BPE_VOCAB_THRESHOLD=50)
   --bpe-dropout P    BPE-dropout probability on the training split only (default 0 = off)
+  --bpe-dropout-samples K  K BPE-dropout segmentations of the training split, one per epoch in
+                     turn (default: BPE_DROPOUT_SAMPLES=1, one static sample); subword-nmt only
   --force            rebuild even if data/bpe/PAIR is complete for these settings
 needs data/raw/PAIR from scripts/prepare_data.sh; environment: QKNORM_WORK_DIR
 EOF
 }
 
-MERGES_ARG="" TOOL_ARG="" VOCAB_ARG="" THRESHOLD_ARG="" DROPOUT_ARG="" FORCE=0
+MERGES_ARG="" TOOL_ARG="" VOCAB_ARG="" THRESHOLD_ARG="" DROPOUT_ARG="" SAMPLES_ARG="" FORCE=0
 qk_parse_args "@PAIR_ARG" "--merges MERGES_ARG" "--tool TOOL_ARG" "--vocab-size VOCAB_ARG" \
-    "--vocab-threshold THRESHOLD_ARG" "--bpe-dropout|--dropout DROPOUT_ARG" "--force FORCE=1" -- "$@"
+    "--vocab-threshold THRESHOLD_ARG" "--bpe-dropout|--dropout DROPOUT_ARG" \
+    "--bpe-dropout-samples SAMPLES_ARG" "--force FORCE=1" -- "$@"
 load_pair_config "$PAIR_ARG"
 
 TOOL="${TOOL_ARG:-$BPE_TOOL}"
 MERGES="${MERGES_ARG:-$BPE_MERGES}"
 VOCAB_SIZE="${VOCAB_ARG:-$SPM_VOCAB_SIZE}"
 DROPOUT="${DROPOUT_ARG:-$BPE_DROPOUT}"
+SAMPLES="${SAMPLES_ARG:-${BPE_DROPOUT_SAMPLES:-1}}"
 BPE_VOCAB_THRESHOLD="${THRESHOLD_ARG:-$BPE_VOCAB_THRESHOLD}"
 case "$TOOL" in
     subword-nmt | sentencepiece) ;;
@@ -59,8 +68,13 @@ esac
 [[ "$BPE_VOCAB_THRESHOLD" =~ ^[0-9]+$ ]] || qk_usage_error "--vocab-threshold must be a non-negative integer, got '$BPE_VOCAB_THRESHOLD'"
 [[ "$VOCAB_SIZE" =~ ^[1-9][0-9]*$ ]] || qk_usage_error "--vocab-size must be a positive integer, got '$VOCAB_SIZE'"
 [[ "$DROPOUT" =~ ^(0(\.[0-9]+)?|1(\.0+)?|\.[0-9]+)$ ]] || qk_usage_error "--bpe-dropout must be a number in [0, 1], got '$DROPOUT'"
+[[ "$SAMPLES" =~ ^[1-9][0-9]*$ ]] || qk_usage_error "--bpe-dropout-samples must be a positive integer, got '$SAMPLES'"
 DROPOUT_ON=0
 if awk -v p="$DROPOUT" 'BEGIN { exit !(p > 0) }'; then DROPOUT_ON=1; fi
+if ((SAMPLES > 1)); then
+    ((DROPOUT_ON)) || qk_usage_error "--bpe-dropout-samples $SAMPLES needs --bpe-dropout P > 0 (without dropout every sample is the same segmentation)"
+    [[ "$TOOL" == subword-nmt ]] || qk_usage_error "--bpe-dropout-samples $SAMPLES is implemented for --tool subword-nmt only"
+fi
 
 RAW="$QK_DATA/raw/$PAIR"
 OUT="$QK_DATA/bpe/$PAIR"
@@ -85,6 +99,9 @@ if ((DROPOUT_ON)); then
     SETTINGS+="
 seed=$BPE_DROPOUT_SEED
 length_from=deterministic"
+    # only when resampled: data made before the option keeps its settings (no rebuild)
+    ((SAMPLES == 1)) || SETTINGS+="
+bpe_dropout_samples=$SAMPLES"
 fi
 SETTINGS+="
 length_percentile=$LENGTH_PERCENTILE
@@ -109,7 +126,11 @@ DETERMINISTIC="$TMP"  # the training split L is computed from: never a BPE-dropo
 if ((DROPOUT_ON)); then
     DETERMINISTIC="$TMP/.deterministic"
     mkdir -p -- "$DETERMINISTIC"
-    qk_warn "BPE-dropout $DROPOUT: the training split is segmented once (one static sample, seed $BPE_DROPOUT_SEED) that every epoch sees, not resampled per epoch as in Provilkov et al. 2020; dev and test, and QKNorm's L, use the deterministic segmentation"
+    if ((SAMPLES == 1)); then
+        qk_warn "BPE-dropout $DROPOUT: the training split is segmented once (one static sample, seed $BPE_DROPOUT_SEED) that every epoch sees, not resampled per epoch as in Provilkov et al. 2020 (--bpe-dropout-samples K does that); dev and test, and QKNorm's L, use the deterministic segmentation"
+    else
+        qk_log "BPE-dropout $DROPOUT resampled per epoch: $SAMPLES segmentations of the training split (seeds $BPE_DROPOUT_SEED..$((BPE_DROPOUT_SEED + SAMPLES - 1))), epoch e trains on sample ((e-1) % $SAMPLES) + 1; dev and test, and QKNorm's L, use the deterministic segmentation"
+    fi
 fi
 outputs=()
 for split in "${SPLIT_NAMES[@]}"; do
@@ -141,6 +162,19 @@ if [[ "$TOOL" == subword-nmt ]]; then
                 || die "subword-nmt apply-bpe failed on $RAW/train.$lang"
         done
     fi
+    # samples 2..K of the per-epoch BPE-dropout (sample 1 is train.{SRC,TGT}), one seed each
+    for ((k = 2; k <= SAMPLES; k++)); do
+        mkdir -p -- "$TMP/epochs/$k"
+        for lang in "$SRC" "$TGT"; do
+            "$SUBWORD_NMT" apply-bpe --codes "$TMP/codes" --vocabulary "$TMP/vocab.$lang" \
+                --vocabulary-threshold "$BPE_VOCAB_THRESHOLD" --dropout "$DROPOUT" \
+                --seed "$((BPE_DROPOUT_SEED + k - 1))" <"$RAW/train.$lang" >"$TMP/epochs/$k/train.$lang" \
+                || die "subword-nmt apply-bpe failed on $RAW/train.$lang (BPE-dropout sample $k)"
+            [[ "$(qk_count_lines "$TMP/epochs/$k/train.$lang")" == "$(qk_count_lines "$RAW/train.$lang")" ]] \
+                || die "subword-nmt changed the line count of train.$lang in BPE-dropout sample $k"
+            outputs+=("epochs/$k/train.$lang")
+        done
+    done
     outputs+=(codes "vocab.$SRC" "vocab.$TGT")
 else
     qk_log "training a joint sentencepiece BPE model (vocab size $VOCAB_SIZE) on $RAW/train.{$SRC,$TGT}"
@@ -166,6 +200,10 @@ done
         --meta "tool=$TOOL" --meta "merges=$MERGES" --meta "bpe_dropout=$DROPOUT" \
         --meta "segmentation=deterministic" --meta "paper_L=$PAPER_L" >/dev/null
 ) || die "length-percentile failed"
+if ((SAMPLES > 1)); then  # kept: binarize.sh builds the one dictionary from it and every sample
+    mv -- "$TMP/.deterministic" "$TMP/deterministic"
+    outputs+=("deterministic/train.$SRC" "deterministic/train.$TGT")
+fi
 rm -rf -- "$TMP/.deterministic"
 outputs+=(length_stats.json)
 
@@ -173,7 +211,7 @@ outputs+=(length_stats.json)
 # fairseq's --bpe pipeline --bpe-dir, fairseq_qknorm/bpe.py)
 corpus_py bpe-manifest --out "$TMP/bpe.json" --pair "$PAIR" --src "$SRC" --tgt "$TGT" --tool "$TOOL" \
     --merges "$MERGES" --vocab-threshold "$BPE_VOCAB_THRESHOLD" --vocab-size "$VOCAB_SIZE" \
-    --bpe-dropout "$DROPOUT" --seed "$BPE_DROPOUT_SEED" || die "cannot write $TMP/bpe.json"
+    --bpe-dropout "$DROPOUT" --seed "$BPE_DROPOUT_SEED" --samples "$SAMPLES" || die "cannot write $TMP/bpe.json"
 outputs+=(bpe.json)
 
 qk_write_done "$TMP" "$SETTINGS" "${outputs[@]}"

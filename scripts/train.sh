@@ -110,6 +110,13 @@ fi
 
 BIN="$QK_DATA/bin/$PAIR"
 BPE_DIR="$QK_DATA/bpe/$PAIR"
+# per-epoch BPE-dropout (scripts/bpe.sh --bpe-dropout-samples K): BIN holds sample 1 and
+# BIN/shards/k sample k; fairseq reads shard (epoch-1) % K of the data path BIN:BIN/shards/2:...
+TRAIN_DATA="$BIN"
+if [[ -d "$BIN/shards" ]]; then
+    while read -r k; do TRAIN_DATA+=":$BIN/shards/$k"; done \
+        < <(find "$BIN/shards" -mindepth 1 -maxdepth 1 -type d -printf '%f\n' | sort -n)
+fi
 
 # --nproc N: N processes of fairseq's DistributedDataParallel training. --max-tokens is per
 # process and N processes x B tokens = 1 process x --update-freq N x B, so each process batches
@@ -209,7 +216,7 @@ DROPOUT_FLAGS=()
 EVAL_BLEU_FLAGS=()
 [[ " ${VALID_FLAGS[*]} " != *" --eval-bleu "* ]] || EVAL_BLEU_FLAGS=(--eval-bleu-remove-bpe "$REMOVE_BPE")
 
-CMD=(fairseq-train "$BIN"
+CMD=(fairseq-train "$TRAIN_DATA"
     --user-dir "$QK_REPO_ROOT/fairseq_qknorm"
     --task "${TRAIN_TASK:-translation}" "${TASK_FLAGS[@]+"${TASK_FLAGS[@]}"}"
     --source-lang "$SRC" --target-lang "$TGT"

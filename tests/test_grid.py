@@ -52,6 +52,7 @@ SYSTEMS = {
     "qknorm_paper": (True, "layernorm", True, True),  # Henry et al. 2020
     "scalenorm_qknorm": (True, "scalenorm", True, True),  # ablation cell
     "qk_layernorm": (True, "layernorm", True, True),  # QK-LayerNorm (Dehghani et al. 2023)
+    "prenorm_fixnorm_rmsnorm": (True, "rmsnorm", True, False),  # RMSNorm (Zhang & Sennrich)
 }
 # the member of the QK-norm family of the systems with QK norm on (l2 = QKNorm, Henry et al.)
 QK_NORM_TYPE = {"qk_layernorm": "layernorm"}
@@ -264,7 +265,7 @@ def system_models(toy_data, work):
 def test_system_builds_the_described_model(system, system_models):
     import torch.nn as nn
 
-    from fairseq_qknorm.modules import FixNormEmbedding, FixNormLinear, ScaleNorm
+    from fairseq_qknorm.modules import FixNormEmbedding, FixNormLinear, RMSNorm, ScaleNorm
 
     prenorm, norm, fix, qk = SYSTEMS[system]
     args, model = system_models[0][system]
@@ -273,7 +274,7 @@ def test_system_builds_the_described_model(system, system_models):
     assert args.encoder_normalize_before is prenorm and args.decoder_normalize_before is prenorm
     assert enc.layers[0].normalize_before is prenorm and dec.layers[0].normalize_before is prenorm
     assert (enc.layer_norm is not None) is prenorm and (dec.layer_norm is not None) is prenorm
-    # LayerNorm vs ScaleNorm in every norm of every layer (and the final norms)
+    # LayerNorm vs ScaleNorm vs RMSNorm in every norm of every layer (and the final norms)
     assert args.norm_type == norm
     norms = [
         m
@@ -282,7 +283,7 @@ def test_system_builds_the_described_model(system, system_models):
     ]
     norms += [layer.encoder_attn_layer_norm for layer in dec.layers]
     norms += [m for m in (enc.layer_norm, dec.layer_norm) if m is not None]
-    want = ScaleNorm if norm == "scalenorm" else nn.LayerNorm
+    want = {"scalenorm": ScaleNorm, "rmsnorm": RMSNorm}.get(norm, nn.LayerNorm)
     assert len(norms) == 3 * 2 + 3 * 3 + (2 if prenorm else 0)
     assert all(isinstance(m, want) for m in norms), [type(m).__name__ for m in norms]
     # FixNorm: l2-normalized tied embeddings and output projection
@@ -429,7 +430,8 @@ def test_reproduce_jobs_2_gives_each_cell_one_thread(work):
             ["--pairs", "gl-en", "--systems", "twt,bogus"],
             2,  # a usage error: the message and the usage line
             "unknown system 'bogus' (known systems: postnorm_layernorm prenorm_fixnorm_layernorm "
-            "prenorm_layernorm qk_layernorm qknorm_paper scalenorm_qknorm twt",
+            "prenorm_fixnorm_rmsnorm prenorm_layernorm qk_layernorm qknorm_paper scalenorm_qknorm "
+            "twt",
         ),
         (
             ["--pairs", "gl-en", "--systems", "twt", "--profile", "gpu"],

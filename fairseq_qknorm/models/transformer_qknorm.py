@@ -10,9 +10,12 @@ Extends fairseq's legacy ``TransformerModel`` through its build hooks
   {l2,layernorm,rmsnorm}`` picks the member of the QK-norm family (l2 = QKNorm;
   per-head LayerNorm / RMSNorm of q and k with 1/sqrt(d_head), ViT-22B / Gemma 3),
   ``--qk-norm-scale-per-head`` and ``--qk-norm-freeze-scale`` shape QKNorm's g.
-* ``--norm-type {layernorm,scalenorm}``: ScaleNorm replaces every LayerNorm of
-  the encoder and decoder, layers and final norms (Nguyen & Salazar, 2019).
+* ``--norm-type {layernorm,scalenorm,rmsnorm}``: ScaleNorm (Nguyen & Salazar, 2019) or
+  RMSNorm (Zhang & Sennrich, 2019) replaces every LayerNorm of the encoder and decoder,
+  layers and final norms.
 * ``--fix-norm``: FixNorm word embeddings and output projection (TWT Sec. 2.3).
+* ``--sigma-reparam``: σReparam of every linear layer of the encoder and decoder layers,
+  ``W -> gamma / sigma(W) * W`` (Zhai et al., 2023, Eq. 3).
 * ``--attn-stats-interval N``: log attention entropy / max |logit| / g.
 
 PreNorm is fairseq's own ``--encoder-normalize-before --decoder-normalize-before``.
@@ -45,13 +48,15 @@ from ..modules import (
     FixNormEmbedding,
     FixNormLinear,
     QKNormMultiheadAttention,
+    RMSNorm,
     ScaleNorm,
+    apply_sigma_reparam,
     qk_norm_initial_scale,
 )
 
 logger = logging.getLogger(__name__)
 
-NORM_TYPES = ("layernorm", "scalenorm")
+NORM_TYPES = ("layernorm", "scalenorm", "rmsnorm")
 #: key prefixes of the attention statistics the model logs (``--attn-stats-interval``)
 STAT_PREFIXES = ("attn_entropy_", "attn_maxlogit_", "qknorm_g_", "qknorm_head_g_")
 #: their fairseq metrics priority: before fairseq's own keys (priority 10 and up), so that the
@@ -64,7 +69,8 @@ def build_norm(cfg, dim: int):
     """The normalization layer selected by ``cfg.norm_type`` for width ``dim``.
 
     ``layernorm``: fairseq's ``LayerNorm``; ``scalenorm``: :class:`ScaleNorm`
-    (g initialised to sqrt(dim), TWT Eq. 7).
+    (g initialised to sqrt(dim), TWT Eq. 7); ``rmsnorm``: :class:`RMSNorm` (gain of size
+    ``dim`` initialised to 1, no bias; Zhang & Sennrich 2019, Eq. 4).
 
     Raises:
         ValueError: unknown ``norm_type``.
@@ -72,6 +78,8 @@ def build_norm(cfg, dim: int):
     norm_type = safe_getattr(cfg, "norm_type", "layernorm")
     if norm_type == "scalenorm":
         return ScaleNorm(dim)
+    if norm_type == "rmsnorm":
+        return RMSNorm(dim)
     if norm_type == "layernorm":
         return LayerNorm(dim, export=safe_getattr(cfg, "export", False))
     raise ValueError(f"--norm-type must be one of {NORM_TYPES}, got {norm_type!r}")
@@ -484,14 +492,23 @@ class TransformerQKNormModel(TransformerModel):
         parser.add_argument(
             "--norm-type",
             choices=NORM_TYPES,
-            help="normalization of every encoder/decoder norm: layernorm (default) or "
-            "scalenorm = g*x/||x||, g0 = sqrt(d) (Nguyen & Salazar 2019)",
+            help="normalization of every encoder/decoder norm: layernorm (default), "
+            "scalenorm = g*x/||x||, g0 = sqrt(d) (Nguyen & Salazar 2019), or rmsnorm = "
+            "x/RMS(x)*g, g of size d, no bias (Zhang & Sennrich 2019, Eq. 4)",
         )
         parser.add_argument(
             "--fix-norm",
             action="store_true",
             help="FixNorm: l2-normalized word embeddings and output projection rows, "
             "embeddings initialised U(-0.01, 0.01) (Nguyen & Salazar 2019)",
+        )
+        parser.add_argument(
+            "--sigma-reparam",
+            action="store_true",
+            help="sigma-Reparam: every linear layer of the encoder and decoder layers "
+            "(attention q/k/v/out, FFN) uses W_hat = gamma/sigma(W)*W, sigma by one "
+            "power-iteration step per training forward, gamma learned from sigma(W) at init "
+            "(Zhai et al. 2023, Eq. 3); embeddings and output projection unchanged",
         )
         parser.add_argument(
             "--attn-stats-interval",
@@ -522,6 +539,9 @@ class TransformerQKNormModel(TransformerModel):
         if args.qk_norm_g0 is not None:
             logger.info(qk_norm_g0_log_line(args.qk_norm_g0, args.qk_norm_length))
         model = super().build_model(args, task)
+        if args.sigma_reparam:  # after fairseq's initialisation: gamma = sigma(W) of the init
+            for stack in (model.encoder, model.decoder):
+                apply_sigma_reparam(stack.layers)
         drop_none_parameters(model)  # no "detected shared parameter" lines for None
         model._stats_interval = int(args.attn_stats_interval or 0)
         return model
@@ -650,6 +670,7 @@ def base_qknorm_architecture(args):
     args.qk_norm_freeze_scale = safe_getattr(args, "qk_norm_freeze_scale", False)
     args.norm_type = safe_getattr(args, "norm_type", "layernorm")
     args.fix_norm = safe_getattr(args, "fix_norm", False)
+    args.sigma_reparam = safe_getattr(args, "sigma_reparam", False)
     args.attn_stats_interval = safe_getattr(args, "attn_stats_interval", 0)
     base_architecture(args)
     if safe_getattr(args, _FROM_CLI, False):
@@ -753,6 +774,14 @@ def _twt(args):
     _norms(args, prenorm=True, norm_type="scalenorm", fix_norm=True, qk_norm=False)
 
 
+def _prenorm_fixnorm_rmsnorm(args):
+    """TWT Table 3 row (3) with RMSNorm: PreNorm + FixNorm + RMSNorm, dot-product attention.
+
+    RMSNorm (Zhang & Sennrich 2019) in every place of row (3)'s LayerNorm; in neither paper.
+    """
+    _norms(args, prenorm=True, norm_type="rmsnorm", fix_norm=True, qk_norm=False)
+
+
 def _qknorm_paper(args):
     """QKNorm paper model: PreNorm + FixNorm + **LayerNorm** + QKNorm."""
     _norms(args, prenorm=True, norm_type="layernorm", fix_norm=True, qk_norm=True)
@@ -780,6 +809,9 @@ transformer_prenorm_layernorm = _register_family(
 )
 transformer_prenorm_fixnorm_layernorm = _register_family(
     "transformer_prenorm_fixnorm_layernorm", _prenorm_fixnorm_layernorm
+)
+transformer_prenorm_fixnorm_rmsnorm = _register_family(
+    "transformer_prenorm_fixnorm_rmsnorm", _prenorm_fixnorm_rmsnorm
 )
 transformer_twt = _register_family("transformer_twt", _twt)
 transformer_qknorm_paper = _register_family("transformer_qknorm_paper", _qknorm_paper)

@@ -1164,22 +1164,25 @@ qk_grid_cell() {
 
 # qk_check_records LABEL: each cell replaced by its committed record (qk_grid_cell) is checked
 # against what it would train now (python -m qknorm_tools.committed check): the profile label
-# LABEL, the current data (data/bin/PAIR/identity.json, when prepared) and the fairseq-train
-# command (scripts/train.sh --dry-run of the cell, modulo paths and seed). Dies on a record that
-# does not belong, naming its record.json and the difference; says which cells it skips.
+# LABEL, the current data (data/bin/PAIR/identity.json) and the fairseq-train command
+# (scripts/train.sh --dry-run of the cell, modulo paths and seed); in a dry run before the data
+# are prepared, not yet. Dies on a record that does not belong, naming its record.json and the
+# difference; says which cells it skips.
 qk_check_records() {
-    local label="$1" i args=() cmd ident opts=()
+    local label="$1" i args=() cmd ident
     for i in "${!QK_REC_NAME[@]}"; do
         IFS=$'\t' read -r -a args <<<"${QK_REC_ARGS[$i]}"
+        ident="$QK_DATA/bin/${args[0]}/identity.json"
+        if [[ ! -f "$ident" ]]; then  # a dry run before the data exist: its command would show the authors' L
+            qk_log "skip: cell ${QK_REC_NAME[$i]} has a committed record (${QK_REC_DIR[$i]}), checked once the data of ${args[0]} are prepared"
+            continue
+        fi
         _qk_cell_split "${args[@]}"
         cmd="$(bash "$QK_REPO_ROOT/scripts/train.sh" "${QK_CELL_OPTS[@]}" --dry-run \
             "${QK_CELL_EXTRA[@]+"${QK_CELL_EXTRA[@]}"}" 2>/dev/null | tail -n 1)" \
             || die "scripts/train.sh --dry-run failed for cell ${QK_REC_NAME[$i]}"
-        ident="$QK_DATA/bin/${args[0]}/identity.json"
-        opts=()
-        [[ ! -f "$ident" ]] || opts=(--data-identity "$ident")
         "$QK_PY" -m qknorm_tools.committed check "${QK_REC_DIR[$i]}" --profile "$label" \
-            "${opts[@]+"${opts[@]}"}" --command "$cmd" \
+            --data-identity "$ident" --command "$cmd" \
             || die "cell ${QK_REC_NAME[$i]}: its committed record does not belong to this grid (above); remove ${QK_REC_DIR[$i]} to train the cell again"
         qk_log "skip: cell ${QK_REC_NAME[$i]} has a committed record, not trained again: ${QK_REC_DIR[$i]}"
     done

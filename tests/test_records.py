@@ -261,3 +261,22 @@ def test_ablation_rebuilds_from_records_and_trains_nothing(tmp_path):
     assert p.returncode != 0
     assert "records/prenorm_fixnorm_layernorm/seed1/record.json: made with other settings" in out(p)
     assert "--dropout: 0 vs 0.2" in out(p) and not (work / "runs").exists()
+
+
+def test_dry_run_before_the_data_skips_a_recorded_cell_and_says_when_it_is_checked(tmp_path):
+    """On a fresh clone before any data step, a dry run lists the grid without the recorded
+    cell (its check needs the data: the command would show the authors' L)."""
+    rec = tmp_path / "results/cpu-proxy-fast/gl-en/records/twt/seed1"
+    rec.mkdir(parents=True)
+    (rec / "record.json").write_text("{}")
+    env = make_env(tmp_path)
+    p = run_script("ablation.sh", "gl-en", "--seeds", "1", "--dry-run", env=env)
+    assert p.returncode == 0, out(p)
+    cells = [line.split()[2] for line in p.stdout.splitlines() if line.startswith("# cell ")]
+    assert cells == ["gl-en/prenorm_fixnorm_layernorm/seed1", "gl-en/qknorm_paper/seed1",
+                     "gl-en/scalenorm_qknorm/seed1"]  # fmt: skip
+    assert f"skip: cell gl-en/twt/seed1 has a committed record ({rec}), checked once" in p.stderr
+    s = run_script("ablation.sh", "gl-en", "--seeds", "1", "--status", env=env)
+    assert s.stdout.splitlines()[-1] == (
+        "4 cells: 0 done, 0 running, 0 pending, 0 failed, 3 todo, 1 committed records"
+    )

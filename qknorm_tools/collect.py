@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .aggregate import aggregate_results, select_for_aggregate
+from .committed import RECORD_FILE, merge_runs_and_records, read_record, record_dir, write_record
 from .evaluate import parse_kv
 from .provenance import check_one_data_version
 from .records import read_run, relative_path, run_status, save_records, write_train_json
@@ -57,25 +58,46 @@ def _check_one_precision(records) -> None:
 
 def _cmd_runs(a) -> int:
     refs = parse_kv(a.ref, "--ref")
-    records, unfinished = [], []
+    cells, unfinished, n_recorded = [], [], 0
     for run in a.run:
+        live = rec = None
+        rec_dir = None
+        if a.records_root:  # runs/PAIR/LABEL/SYSTEM/seedN -> RECORDS_ROOT/PAIR/records/...
+            rec_dir = record_dir(a.records_root, Path(run).parents[2].name, run)
+            if (rec_dir / RECORD_FILE).is_file():
+                rec = read_record(rec_dir, a.split)
         missing = run_status(run, a.split, scored=not a.keep_unscored)
-        if missing:
+        if not missing:
+            live = read_run(run, a.split, scored=not a.keep_unscored)
+        elif rec is None:
             unfinished.append(f"{run} (no {', '.join(missing)})")
             continue
-        rec = read_run(run, a.split, scored=not a.keep_unscored)
-        if refs.get(rec.pair):
-            rec.ref_path = str(Path(refs[rec.pair]).resolve())
-        records.append(rec)
+        for r in (live, rec):
+            if r is not None and refs.get(r.pair):
+                r.ref_path = str(Path(refs[r.pair]).resolve())
+        if live is None:
+            n_recorded += 1
+            _log(f"from its committed record: {rec.source}")
+        cells.append((live, rec, rec_dir))
     if unfinished and a.require_all:
         raise EvaluationError("unfinished runs: " + "; ".join(unfinished))
+    # live runs and committed records of other data, settings or profiles never mix
+    records = merge_runs_and_records([(lv, rc) for lv, rc, _ in cells], profile=a.profile)
     check_one_data_version(records)  # results never mix data versions of a pair
+    if a.write_records:
+        for live, rec, rec_dir in cells:
+            if live is not None and rec is None and rec_dir is not None and live.hyp_path:
+                write_record(live.run_dir, rec_dir, a.split)
+                _log(f"wrote the committed record {rec_dir}")
     _check_one_precision(records)
     for u in unfinished:
         _log(f"not finished, left out: {u}")
     out = Path(a.out_dir)
     save_records(records, out / "runs.json", work_dir=a.work_dir)
-    _log(f"wrote {out / 'runs.json'} ({len(records)} runs)")
+    _log(
+        f"wrote {out / 'runs.json'} ({len(records)} runs"
+        + (f", {n_recorded} from committed records)" if n_recorded else ")")
+    )
     if not records:
         warn("no finished run (train.json + test.score.json + test.hyp): nothing to report")
         return 0
@@ -160,6 +182,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="also keep finished trainings without scores (diverged or never decoded runs; "
         "their scores are null); not with --aggregate or --runs-table",
     )
+    r.add_argument(
+        "--records-root",
+        metavar="DIR",
+        help="results/LABEL: a run's committed record is DIR/PAIR/records/SYSTEM/RUN_NAME; a cell "
+        "without a finished live run is read from it (qknorm_tools.committed)",
+    )
+    r.add_argument(
+        "--write-records",
+        action="store_true",
+        help="write the committed record of every finished, scored live run that has none "
+        "(needs --records-root)",
+    )
+    r.add_argument(
+        "--profile",
+        metavar="LABEL",
+        help="the profile label every committed record must have (another one is refused)",
+    )
     r.set_defaults(fn=_cmd_runs)
 
     t = sub.add_parser("train-json", help="write RUN/train.json for a finished training")
@@ -192,6 +231,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     if a.cmd == "runs" and a.aggregate and not a.baseline:
         build_parser().error("--aggregate needs --baseline")
+    if a.cmd == "runs" and a.write_records and not a.records_root:
+        build_parser().error("--write-records needs --records-root")
     if a.cmd == "runs" and a.keep_unscored and (a.aggregate or a.runs_table):
         build_parser().error("--keep-unscored keeps runs without scores: not with the score tables")
     logging.getLogger("sacrebleu").setLevel(logging.WARNING)

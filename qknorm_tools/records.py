@@ -76,6 +76,23 @@ class RunRecord:
     precision: str | None = None
     updates: int | None = None
     wall_seconds: int | None = None
+    #: CPU time (user + system, seconds) of the training processes, summed over the attempts
+    #: that ended normally (``RUN/cpu_seconds``: ``scripts/train.sh`` records bash's ``times`` of
+    #: the training pipeline); ``None`` for runs made before it was recorded
+    cpu_seconds: float | None = None
+    #: why the training ended (:data:`.trainlog.STOP_REASONS`: ``early_stop``, ``min_lr``,
+    #: ``max_update``, ``stop_time``, ``max_epoch``, ``interrupted``) and fairseq's line saying so
+    #: (:func:`.trainlog.stop_reason`); ``None`` without a train.log
+    stop_reason: str | None = None
+    stop_message: str | None = None
+    #: the last epoch trained (``None`` without a train.log)
+    epochs: int | None = None
+    #: the epoch and update of the lowest dev loss (``dev_loss_min``; ties: the later one)
+    best_dev_loss_epoch: int | None = None
+    best_dev_loss_updates: int | None = None
+    #: one point per validation (:func:`.trainlog.dev_curve`): ``{"epoch", "updates", "loss"
+    #: (bits per target token), "lr", "wall" (seconds since the training started)}``
+    dev_curve: list[dict[str, float | int | None]] = field(default_factory=list)
     qk_norm_length: float | None = None
     paper_qk_norm_length: float | None = None
     qk_norm_g0: float | None = None
@@ -167,6 +184,7 @@ class RunRecord:
                 kwargs[k] = _resolve(str(kwargs[k]), base_dir)
         for k in ("variant", "qk_norm_g_final", "signatures"):
             kwargs[k] = dict(kwargs.get(k) or {})
+        kwargs["dev_curve"] = [dict(p) for p in kwargs.get("dev_curve") or []]
         return cls(**kwargs, extra=extra, source=source)
 
     def score(self, metric: str) -> float | None:
@@ -216,6 +234,7 @@ def _read_train_json(run: Path, rec: RunRecord, split: str) -> None:
         "precision",
         "updates",
         "wall_seconds",
+        "cpu_seconds",
         "qk_norm_length",
         "paper_qk_norm_length",
         "qk_norm_g0",
@@ -245,6 +264,29 @@ def _read_train_log(run: Path, rec: RunRecord, split: str) -> None:
             if rec.dev_loss is None and rec.diverged is None:
                 rec.diverged = "non-finite dev loss"
         rec.max_attn_logit = _finite(trainlog.max_attention_logit(recs))
+
+
+def _read_convergence(run: Path, rec: RunRecord, split: str) -> None:
+    """How the training ended: stop reason, epochs, the dev curve and its best dev loss.
+
+    From ``train.log`` (:func:`.trainlog.stop_reason`, :func:`.trainlog.dev_curve`); a run whose
+    training diverged keeps ``stop_reason`` ``interrupted`` (its ``diverged`` says why).
+    """
+    log = run / "train.log"
+    if not log.is_file():
+        return
+    text = log.read_text(encoding="utf-8", errors="replace")
+    recs = trainlog.parse_log_text(text)
+    stop = trainlog.stop_reason(text)
+    if stop is not None:
+        rec.stop_reason, rec.stop_message = stop
+    rec.epochs = trainlog.epochs_trained(recs)
+    rec.dev_curve = trainlog.dev_curve(recs)
+    finite = [p for p in rec.dev_curve if p["loss"] is not None and math.isfinite(p["loss"])]
+    if finite:
+        low = min(p["loss"] for p in finite)
+        best = [p for p in finite if p["loss"] == low][-1]  # fairseq's is_better: <=, the later
+        rec.best_dev_loss_epoch, rec.best_dev_loss_updates = best["epoch"], best["updates"]
 
 
 def _read_command(run: Path, rec: RunRecord, split: str) -> None:
@@ -301,6 +343,7 @@ RUN_READERS: list[Callable[[Path, RunRecord, str], None]] = [
     _read_train_json,
     _read_command,
     _read_train_log,
+    _read_convergence,
     _read_scores,
     _read_data_identity,
 ]
@@ -353,7 +396,8 @@ def write_train_json(run_dir, identity: Mapping[str, object]) -> RunRecord:
 
     Adds to ``identity`` (pair, profile, system, seed, arch, qk_norm_length, ...) the facts
     read from the run: ``updates`` (largest ``num_updates`` in ``train.log``),
-    ``wall_seconds`` (accumulated over resumes in ``wall_seconds``), ``qk_norm_g0`` (the
+    ``wall_seconds`` (accumulated over resumes in ``wall_seconds``), ``cpu_seconds`` (likewise
+    in ``cpu_seconds``, when ``scripts/train.sh`` recorded it), ``qk_norm_g0`` (the
     model's log line; ``None`` when the model did not log one) and ``data_id`` (the data
     identity ``scripts/train.sh`` recorded in ``data_identity.json``). Written atomically.
 
@@ -366,6 +410,12 @@ def write_train_json(run_dir, identity: Mapping[str, object]) -> RunRecord:
     rec = RunRecord.from_json(dict(identity), source=str(run))
     rec.updates = trainlog.last_num_updates(log)
     rec.wall_seconds = int(wall.read_text().strip()) if wall.is_file() else None
+    cpu = run / "cpu_seconds"
+    if cpu.is_file():
+        try:
+            rec.cpu_seconds = round(float(cpu.read_text().strip()), 2)
+        except ValueError:
+            raise ResultsError(f"{str(cpu)!r} is not a number of seconds") from None
     rec.qk_norm_g0 = trainlog.qk_norm_g0(log)
     if (run / RUN_IDENTITY_FILE).is_file():
         rec.data_id = _read_json(run / RUN_IDENTITY_FILE).get("data_id")
@@ -379,6 +429,7 @@ def write_train_json(run_dir, identity: Mapping[str, object]) -> RunRecord:
         "precision",
         "updates",
         "wall_seconds",
+        "cpu_seconds",
         "qk_norm_length",
         "paper_qk_norm_length",
         "qk_norm_g0",

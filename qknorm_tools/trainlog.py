@@ -24,7 +24,10 @@ from pathlib import Path
 
 __all__ = [
     "LogInputError",
+    "STOP_REASONS",
     "best_valid_record",
+    "dev_curve",
+    "epochs_trained",
     "final_qk_norm_g",
     "last_num_updates",
     "max_attention_logit",
@@ -35,6 +38,7 @@ __all__ = [
     "parse_log_text",
     "qk_norm_g0",
     "series",
+    "stop_reason",
 ]
 
 
@@ -291,3 +295,112 @@ def max_attention_logit(records: Sequence[Mapping[str, object]]) -> float | None
     if any(math.isnan(v) for v in values):
         return math.nan
     return max(values)
+
+
+#: why a training ended, as :func:`stop_reason` names it from fairseq-train's own lines
+#: (``fairseq_cli/train.py``): ``early_stop`` (``--patience``: "early stop since valid performance
+#: hasn't improved for last N runs"), ``min_lr`` (the learning rate fell to ``--stop-min-lr``),
+#: ``max_update`` (``--max-update`` reached), ``stop_time`` (``--stop-time-hours``),
+#: ``max_epoch`` ("done training" without any of these: the epoch loop ran to ``--max-epoch``),
+#: ``interrupted`` (no "done training" after the last training line: stopped, killed or crashed)
+STOP_REASONS = ("early_stop", "min_lr", "max_update", "stop_time", "max_epoch", "interrupted")
+
+_STOP_LINES = (
+    (
+        "early_stop",
+        re.compile(r"early stop since valid performance hasn't improved for last \d+ runs"),
+    ),
+    ("min_lr", re.compile(r"stopping training because current learning rate .*")),
+    ("max_update", re.compile(r"Stopping training due to num_updates: .*")),
+    ("stop_time", re.compile(r"Stopping training due to cumulative_training_time: .*")),
+)
+_DONE_RE = re.compile(r"done training in [0-9.]+ seconds")
+
+
+def stop_reason(text: str) -> tuple[str, str] | None:
+    """Why the (last attempt of a) training ended, from fairseq-train's log text.
+
+    fairseq logs the reason of a stop by ``--patience``, ``--stop-min-lr``, ``--max-update`` or
+    ``--stop-time-hours`` (``fairseq_cli/train.py``: ``should_stop_early``, ``main``,
+    ``validate_and_save``), then "done training in S seconds"; an epoch loop that ran to
+    ``--max-epoch`` logs only the latter.
+
+    Returns:
+        ``(reason, message)``: ``reason`` one of :data:`STOP_REASONS`, ``message`` fairseq's
+        line (without its timestamp and logger), or for ``interrupted`` the last training line;
+        ``None`` for a log without any training statistics or stop line.
+    """
+    reason, message, finished, last_stat = None, None, False, None
+    for line in text.splitlines():
+        done = _DONE_RE.search(line)
+        if done:
+            if reason is None:
+                reason, message = "max_epoch", done.group(0)
+            finished = True
+            continue
+        for name, rx in _STOP_LINES:
+            m = rx.search(line)
+            if m:
+                reason, message = name, m.group(0)
+                break
+        else:
+            if parse_log_line(line) is not None:
+                if finished:  # a resumed attempt trains on: its own end counts
+                    reason, message, finished = None, None, False
+                last_stat = line
+    if reason is not None:
+        return reason, message
+    if last_stat is not None:
+        m = _LOG_RE.search(last_stat)
+        return "interrupted", (m.group("tag") + " | " + m.group("msg")) if m else last_stat.strip()
+    return None
+
+
+def epochs_trained(records: Sequence[Mapping[str, object]]) -> int | None:
+    """The last epoch the log shows (``train`` / ``train_inner`` / ``valid`` records).
+
+    ``None`` for records without any epoch.
+    """
+    epochs = [r["epoch"] for r in records if r["epoch"] is not None]
+    return max(epochs) if epochs else None
+
+
+def dev_curve(records: Sequence[Mapping[str, object]]) -> list[dict[str, float | int | None]]:
+    """One point per validation: ``{"epoch", "updates", "loss", "lr", "wall"}``.
+
+    ``loss`` is the dev loss (fairseq's ``loss``: label-smoothed cross-entropy in bits per target
+    token); ``lr`` the learning rate the updates before the validation trained with: the
+    end-of-epoch ``train`` record's ``lr`` at the same update (an epoch-end validation), else the
+    last ``train_inner`` record's at or before it; ``wall`` fairseq's wall-clock meter in
+    seconds (time since the training started, carried over resumes in the checkpoint) of the
+    same record. A value the log lacks is ``None``. For a validation repeated at one update (a
+    resumed run), the last one.
+    """
+    at_epoch_end = {}  # num_updates -> train record metrics
+    inner = []  # (num_updates, metrics) in order
+    for r in records:
+        mt = r["metrics"]
+        if "num_updates" not in mt:
+            continue
+        if r["kind"] == "train":
+            at_epoch_end[int(mt["num_updates"])] = mt
+        elif r["kind"] == "train_inner":
+            inner.append((int(mt["num_updates"]), mt))
+    points: dict[int, dict] = {}
+    for r in records:
+        mt = r["metrics"]
+        if r["kind"] != "valid" or "num_updates" not in mt:
+            continue
+        u = int(mt["num_updates"])
+        src = at_epoch_end.get(u)
+        if src is None:
+            before = [m for n, m in inner if n <= u]
+            src = before[-1] if before else {}
+        points[u] = {
+            "epoch": r["epoch"],
+            "updates": u,
+            "loss": mt.get("loss"),
+            "lr": src.get("lr"),
+            "wall": src.get("wall"),
+        }
+    return [points[u] for u in sorted(points)]

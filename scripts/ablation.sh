@@ -9,7 +9,9 @@
 #   scalenorm_qknorm = scalenorm_qknorm           (not in the papers)
 # Steps: the data (scripts/prepare_data.sh, bpe.sh, binarize.sh), the cells of the four systems
 # x seeds through scripts/lib.sh:qk_launch (resumable; --launcher local or slurm, as
-# scripts/reproduce.sh; on Slurm the steps below are a job after the cells), their collection
+# scripts/reproduce.sh; on Slurm the steps below are a job after the cells; a cell with a
+# committed record in results/LABEL/PAIR/records/ and no live run is never trained again:
+# docs/convergence.md "Committed records"), their collection
 # (scripts/reproduce.sh --aggregate-only: results/LABEL/PAIR/runs.json and aggregate.*, baseline
 # twt; LABEL = the profile, or PROFILE-max-update-N), then
 #   python -m qknorm_tools.evaluate ablation  -> results/LABEL/PAIR/ablation.{md,json}
@@ -56,6 +58,8 @@ $(qk_launch_usage)
 cells (all PreNorm + FixNorm): layernorm_dot=prenorm_fixnorm_layernorm,
   layernorm_qknorm=qknorm_paper, scalenorm_dot=twt, scalenorm_qknorm=scalenorm_qknorm
 outputs: results/LABEL/PAIR/{runs.json,aggregate.*,ablation.md,ablation.json,ablation_bleu.png,ablation_curves.png}
+  and results/LABEL/PAIR/records/SYSTEM/seedN/ per finished cell (committed records: a cell that has
+  one is never trained again; --status lists them)
 environment: QKNORM_WORK_DIR, QKNORM_MAX_UPDATE, QKNORM_DATA_DIR, QKNORM_SLURM_PARTITION,
   QKNORM_SLURM_ACCOUNT, QKNORM_SBATCH_ARGS
 EOF
@@ -91,7 +95,8 @@ done
 for seed in "${SEED_LIST[@]}"; do  # seed-major, as scripts/reproduce.sh
     for c in "${CELLS[@]}"; do
         s="${CELL_SYSTEM[$c]}"
-        qk_cell_add "$PAIR/$s/seed$seed" "$(qk_run_dir "$PAIR" "$LABEL" "$s" "$seed")" \
+        run="$(qk_run_dir "$PAIR" "$LABEL" "$s" "$seed")"
+        qk_grid_cell "$PAIR/$s/seed$seed" "$run" "$(qk_record_dir "$LABEL" "$run")" \
             "$PAIR" "$s" --seed "$seed" "${CELL_OPTS[@]}"
     done
 done
@@ -130,6 +135,7 @@ if ((DRY_RUN)); then
     if ((AGG_ONLY == 0)); then
         echo "# data, on this machine (each step skips finished outputs)"
         qk_prepare_data 1 "$PAIR" ${DATA_DIR_ARG:+--data-dir "$DATA_DIR_ARG"}
+        qk_check_records "$LABEL"
         qk_launch --dry-run "$PROFILE" "${AGGREGATE[@]}"
     fi
     if [[ "$QK_LAUNCHER" == local || "$AGG_ONLY" == 1 ]]; then
@@ -152,6 +158,7 @@ RC=0
 if ((AGG_ONLY == 0)); then
     qk_prepare_data 0 "$PAIR" ${DATA_DIR_ARG:+--data-dir "$DATA_DIR_ARG"} \
         || die "data preparation of $PAIR failed (see above)"
+    qk_check_records "$LABEL"
     qk_launch "$PROFILE" "${AGGREGATE[@]}"
     [[ "$QK_LAUNCHER" == local ]] || exit 0  # the report is a Slurm job after the cells
     if ((${#QK_LAUNCH_FAILED[@]})); then
@@ -165,14 +172,19 @@ qk_run "${REPRO[@]}" || { qk_warn "collecting the finished cells failed (see abo
 qk_log "wrote $OUT/ablation.md and $OUT/ablation.json"
 
 # figures: secondary outputs, a failure is a warning (matplotlib's messages go to plots.log).
-# Curves: each cell's lowest seed whose training finished (train.json, as scripts/train.sh), named
-# by its system as in aggregate.md and ablation_bleu.png.
+# Curves: each cell's lowest seed whose training finished (train.json, as scripts/train.sh), or
+# else that has a committed record (its train.log holds the statistics lines), named by its
+# system as in aggregate.md and ablation_bleu.png.
 CURVES=("$QK_PY" -m qknorm_tools.plots curves --out "$OUT/ablation_curves.png" --log)
 for c in "${CELLS[@]}"; do
     for seed in "${SEED_LIST[@]}"; do
         run="$(qk_run_dir "$PAIR" "$LABEL" "${CELL_SYSTEM[$c]}" "$seed")"
+        rec="$(qk_record_dir "$LABEL" "$run")"
         if [[ -f "$run/train.json" ]]; then
             CURVES+=("${CELL_SYSTEM[$c]}=$run/train.log")
+            break
+        elif [[ -f "$rec/record.json" ]]; then
+            CURVES+=("${CELL_SYSTEM[$c]}=$rec/train.log")
             break
         fi
     done

@@ -1130,6 +1130,63 @@ qk_prepare_data() {
 }
 
 QK_CELL_NAME=() QK_CELL_RUN=() QK_CELL_ARGS=()
+# grid cells replaced by their committed record (qk_grid_cell): never trained again
+QK_REC_NAME=() QK_REC_DIR=() QK_REC_ARGS=()
+declare -A QK_CELL_RECORD_OF=()
+
+# qk_record_dir LABEL RUN: the committed record of the run directory RUN
+# (runs/PAIR/LABEL/SYSTEM/seedN[-...] -> results/LABEL/PAIR/records/SYSTEM/seedN[-...];
+# qknorm_tools.committed.record_dir)
+qk_record_dir() {
+    local run="$2" system pair
+    system="$(basename -- "$(dirname -- "$run")")"
+    pair="$(basename -- "$(dirname -- "$(dirname -- "$(dirname -- "$run")")")")"
+    printf '%s\n' "$QK_WORK_DIR/results/$1/$pair/records/$system/$(basename -- "$run")"
+}
+
+# qk_grid_cell NAME RUN RECORD ARGS...: a cell of a grid (scripts/reproduce.sh, ablation.sh)
+# with its committed record directory RECORD: registered with qk_cell_add, unless RECORD holds a
+# record.json and RUN no finished training (no live run): then the cell is never trained again
+# and goes to QK_REC_* instead (qk_check_records refuses a record that does not belong).
+qk_grid_cell() {
+    local name="$1" run="$2" rec="$3" joined
+    shift 3
+    QK_CELL_RECORD_OF["$name"]="$rec"
+    if [[ -f "$rec/record.json" && ! -f "$run/train.json" ]]; then
+        QK_REC_NAME+=("$name")
+        QK_REC_DIR+=("$rec")
+        printf -v joined '%s\t' "$@"
+        QK_REC_ARGS+=("${joined%$'\t'}")
+        return 0
+    fi
+    qk_cell_add "$name" "$run" "$@"
+}
+
+# qk_check_records LABEL: each cell replaced by its committed record (qk_grid_cell) is checked
+# against what it would train now (python -m qknorm_tools.committed check): the profile label
+# LABEL, the current data (data/bin/PAIR/identity.json) and the fairseq-train command
+# (scripts/train.sh --dry-run of the cell, modulo paths and seed); in a dry run before the data
+# are prepared, not yet. Dies on a record that does not belong, naming its record.json and the
+# difference; says which cells it skips.
+qk_check_records() {
+    local label="$1" i args=() cmd ident
+    for i in "${!QK_REC_NAME[@]}"; do
+        IFS=$'\t' read -r -a args <<<"${QK_REC_ARGS[$i]}"
+        ident="$QK_DATA/bin/${args[0]}/identity.json"
+        if [[ ! -f "$ident" ]]; then  # a dry run before the data exist: its command would show the authors' L
+            qk_log "skip: cell ${QK_REC_NAME[$i]} has a committed record (${QK_REC_DIR[$i]}), checked once the data of ${args[0]} are prepared"
+            continue
+        fi
+        _qk_cell_split "${args[@]}"
+        cmd="$(bash "$QK_REPO_ROOT/scripts/train.sh" "${QK_CELL_OPTS[@]}" --dry-run \
+            "${QK_CELL_EXTRA[@]+"${QK_CELL_EXTRA[@]}"}" 2>/dev/null | tail -n 1)" \
+            || die "scripts/train.sh --dry-run failed for cell ${QK_REC_NAME[$i]}"
+        "$QK_PY" -m qknorm_tools.committed check "${QK_REC_DIR[$i]}" --profile "$label" \
+            --data-identity "$ident" --command "$cmd" \
+            || die "cell ${QK_REC_NAME[$i]}: its committed record does not belong to this grid (above); remove ${QK_REC_DIR[$i]} to train the cell again"
+        qk_log "skip: cell ${QK_REC_NAME[$i]} has a committed record, not trained again: ${QK_REC_DIR[$i]}"
+    done
+}
 
 # qk_cell_add NAME RUN ARGS...: register a cell: NAME (how it is shown), its run directory RUN
 # and ARGS for qk_cell (PAIR SYSTEM OPTION... [-- TRAIN_ARGS...]). Dies on an empty argument or
@@ -1257,19 +1314,36 @@ _qk_cell_state() {
 
 # qk_launch_status: one line per registered cell, "STATE NAME JOB LOG [NOTE]", and the counts.
 qk_launch_status() {
-    local i n_done=0 n_running=0 n_pending=0 n_failed=0 n_todo=0
+    local i rec n_done=0 n_running=0 n_pending=0 n_failed=0 n_todo=0
     _qk_squeue_load
     printf '%-8s %-40s %-12s %s\n' state cell job log
     for i in "${!QK_CELL_NAME[@]}"; do
         _qk_cell_state "$i"
+        rec="${QK_CELL_RECORD_OF[${QK_CELL_NAME[$i]}]-}"
+        if [[ -n "$rec" && "$QK_STATE" == done ]]; then  # a grid cell (qk_grid_cell): its record
+            if [[ -f "$rec/record.json" ]]; then
+                QK_STATE_NOTE="${QK_STATE_NOTE:+$QK_STATE_NOTE; }live run, committed record $rec"
+            else
+                QK_STATE_NOTE="${QK_STATE_NOTE:+$QK_STATE_NOTE; }live run, no committed record yet (written when collected)"
+            fi
+        fi
         printf '%-8s %-40s %-12s %s%s\n' "$QK_STATE" "${QK_CELL_NAME[$i]}" "$QK_STATE_JOB" \
             "$QK_STATE_LOG" "${QK_STATE_NOTE:+  ($QK_STATE_NOTE)}"
         local -n __count="n_$QK_STATE"
         ((++__count))
         unset -n __count
     done
-    printf '%s cells: %s done, %s running, %s pending, %s failed, %s todo\n' "${#QK_CELL_NAME[@]}" \
-        "$n_done" "$n_running" "$n_pending" "$n_failed" "$n_todo"
+    for i in "${!QK_REC_NAME[@]}"; do
+        printf '%-8s %-40s %-12s %s\n' record "${QK_REC_NAME[$i]}" - "${QK_REC_DIR[$i]}/record.json  (committed record; no live run: never trained again)"
+    done
+    if ((${#QK_REC_NAME[@]} == 0)); then
+        printf '%s cells: %s done, %s running, %s pending, %s failed, %s todo\n' "${#QK_CELL_NAME[@]}" \
+            "$n_done" "$n_running" "$n_pending" "$n_failed" "$n_todo"
+    else
+        printf '%s cells: %s done, %s running, %s pending, %s failed, %s todo, %s committed records\n' \
+            "$((${#QK_CELL_NAME[@]} + ${#QK_REC_NAME[@]}))" "$n_done" "$n_running" "$n_pending" \
+            "$n_failed" "$n_todo" "${#QK_REC_NAME[@]}"
+    fi
 }
 
 # qk_launch [--dry-run] PROFILE [AGG_CMD...]: run the registered cells (under PROFILE, whose

@@ -3,7 +3,9 @@
 # collect the finished cells into result tables.
 #   1. for each pair: scripts/prepare_data.sh -> scripts/bpe.sh -> scripts/binarize.sh
 #      (each skips finished outputs; on this machine, with either launcher);
-#   2. for each pair, seed, system (seed-major: after seed 1 every system has a result): a cell,
+#   2. for each pair, seed, system (seed-major: after seed 1 every system has a result): a cell
+#      (unless it has a committed record, results/LABEL/PAIR/records/SYSTEM/seedN, and no live
+#      run: then it is never trained again; qknorm_tools.committed checks that it belongs),
 #      scripts/train.sh then scripts/evaluate.sh (lib.sh:qk_cell; both skip finished work, a
 #      killed cell resumes from its checkpoints/checkpoint_last.pt), launched by lib.sh:qk_launch:
 #      --launcher local (default): --jobs N cells at once with --threads 1 each (CPU) or one GPU
@@ -139,8 +141,11 @@ CELL_OPTS=(--profile "$PROFILE")
 DATA_OPT=()
 [[ -z "$DATA_DIR_ARG" ]] || DATA_OPT=(--data-dir "$DATA_DIR_ARG")
 
+# committed records (results/LABEL/PAIR/records/): read for cells without a live run, written
+# for finished cells that have none (qknorm_tools.committed)
 COLLECT=("$QK_PY" -m qknorm_tools.collect runs --work-dir "$QK_WORK_DIR" --out-dir "$RESULTS_DIR"
-    --aggregate --baseline "$BASELINE")
+    --aggregate --baseline "$BASELINE" --records-root "$QK_WORK_DIR/results/$LABEL" --write-records
+    --profile "$LABEL")
 ((NO_SIG == 0)) || COLLECT+=(--no-significance)
 for p in "${PAIRS[@]}"; do
     COLLECT+=(--ref "$p=$QK_DATA/raw/$p/test.$(load_pair_config "$p" && printf '%s' "$TGT")")
@@ -161,11 +166,12 @@ fi
 
 # add_cells PAIR...: the cells of these pairs, seed-major
 add_cells() {
-    local p seed s
+    local p seed s run
     for p in "$@"; do
         for seed in "${SEEDS[@]}"; do
             for s in "${SYSTEMS[@]}"; do
-                qk_cell_add "$p/$s/seed$seed" "$(qk_run_dir "$p" "$LABEL" "$s" "$seed")" \
+                run="$(qk_run_dir "$p" "$LABEL" "$s" "$seed")"
+                qk_grid_cell "$p/$s/seed$seed" "$run" "$(qk_record_dir "$LABEL" "$run")" \
                     "$p" "$s" --seed "$seed" "${CELL_OPTS[@]}"
             done
         done
@@ -191,6 +197,7 @@ if ((DRY_RUN)); then
             qk_prepare_data 1 "$p" "${DATA_OPT[@]+"${DATA_OPT[@]}"}"
         done
         add_cells "${PAIRS[@]}"
+        qk_check_records "$LABEL"
         qk_launch --dry-run "$PROFILE" "${AGGREGATE[@]+"${AGGREGATE[@]}"}"
     fi
     if ((NO_AGG == 0)) && [[ "$QK_LAUNCHER" == local || "$AGG_ONLY" == 1 ]]; then
@@ -216,6 +223,7 @@ if ((AGG_ONLY == 0)); then
         fi
     done
     add_cells "${READY_PAIRS[@]+"${READY_PAIRS[@]}"}"
+    qk_check_records "$LABEL"
     qk_launch "$PROFILE" "${AGGREGATE[@]+"${AGGREGATE[@]}"}"
     FAILED+=("${QK_LAUNCH_FAILED[@]+"${QK_LAUNCH_FAILED[@]}"}")
     if [[ "$QK_LAUNCHER" == slurm ]]; then  # the aggregation is a job

@@ -298,12 +298,24 @@ add_wall_time() {
 }
 qk_on_exit add_wall_time
 # train_with_eta: fairseq-train's output goes unchanged to train.log; what is shown gets an ETA
-# on each progress line (qknorm_tools.progress; tee -p keeps logging should the display end)
+# on each progress line (qknorm_tools.progress; tee -p keeps logging should the display end).
+# Run as its own process (qk_run), so bash's `times` then holds the CPU time (user + system) of
+# this attempt's training processes (fairseq-train and its workers, plus the display's): added
+# to RUN/cpu_seconds (train.json's cpu_seconds; an attempt that is killed is not counted).
 train_with_eta() {
+    local rc=0 prev=0
     "${LAUNCH[@]+"${LAUNCH[@]}"}" "${CMD[@]}" "${PORT_FLAGS[@]+"${PORT_FLAGS[@]}"}" 2>&1 \
         | tee -p -a -- "$RUN/train.log" \
-        | "$QK_PY" -m qknorm_tools.progress train --max-update "$MAX_UPDATE" --max-epoch "${MAX_EPOCH:-0}"
-    return "${PIPESTATUS[0]}"
+        | "$QK_PY" -m qknorm_tools.progress train --max-update "$MAX_UPDATE" --max-epoch "${MAX_EPOCH:-0}" \
+        || rc="${PIPESTATUS[0]}"
+    times >"$RUN/cpu_times.tmp"  # line 2: the children's user and system time, e.g. 1m2.500s
+    [[ ! -f "$RUN/cpu_seconds" ]] || prev="$(cat -- "$RUN/cpu_seconds")"
+    LC_ALL=C awk -v prev="$prev" 'function sec(t, a) { gsub(",", ".", t); sub("s$", "", t);
+        split(t, a, "m"); return a[1] * 60 + a[2] }
+        NR == 2 { printf "%.2f\n", prev + sec($1) + sec($2) }' "$RUN/cpu_times.tmp" >"$RUN/cpu_seconds" \
+        || qk_warn "could not record the CPU time of $RUN"
+    rm -f -- "$RUN/cpu_times.tmp"
+    return "$rc"
 }
 RC=0
 OMP_NUM_THREADS="$THREADS" MKL_NUM_THREADS="$THREADS" qk_run train_with_eta || RC=$?

@@ -97,6 +97,7 @@ def test_train_json_and_read_run(tmp_path):
         "precision": None,  # not given (train.sh passes fp32 or bf16); tables show fp32
         "updates": 300,
         "wall_seconds": 125,
+        "cpu_seconds": None,  # no cpu_seconds file: made without scripts/train.sh
         "qk_norm_length": 92,
         "paper_qk_norm_length": 79,
         "qk_norm_g0": 13.028489,

@@ -436,7 +436,8 @@ def test_reproduce_jobs_2_gives_each_cell_one_thread(work):
         (
             ["--pairs", "gl-en", "--systems", "twt", "--profile", "gpu"],
             2,  # a usage error: the message and the usage line
-            "unknown profile 'gpu' (known profiles: cpu-proxy-fast cpu-proxy paper)",
+            "unknown profile 'gpu' (known profiles: cpu-converge-d128 cpu-converge cpu-proxy-fast "
+            "cpu-proxy paper)",
         ),
         (["--pairs", "gl-en", "--systems", "twt", "--seeds", "1,x"], 2, "bad --seeds list '1,x'"),
         (["--pairs", "gl-en", "--systems", "twt", "--seeds", "1,,2"], 2, "bad --seeds list '1,,2'"),

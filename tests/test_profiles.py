@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from qknorm_tools import trainlog
+from qknorm_tools.records import read_run
 from qknorm_tools.train_check import check_train_args
 
 from conftest import REPO, make_env, make_tiny_ted, out, prepare_pair, run_script, tiny_model
@@ -41,6 +42,19 @@ CPU_PROFILE = {
                   "--save-interval-updates", "3"],
 }  # fmt: skip
 
+#: the converging CPU profiles: plateau decay and early stopping on dev loss, validated each epoch
+#: (7 updates per tiny epoch); --lr 1e-2 without dropout makes the tiny model's dev loss plateau
+#: within about 30 epochs (lr halvings, then the early stop), --max-epoch 60 a far bound. They
+#: keep no epoch checkpoints (--no-epoch-checkpoints): nothing to average.
+CONVERGE_PROFILE = {
+    "metric": "loss",
+    "scheduler": "reduce_lr_on_plateau",
+    "word_dropout": None,
+    "max_update": None,  # epochs until early stopping (the profile's --max-update 0)
+    "average": False,
+    "overrides": ["--warmup-updates", "4", "--max-epoch", "60", "--lr", "1e-2", "--dropout", "0"],
+}  # fmt: skip
+
 #: per profile: the selection metric, scheduler and word dropout its real run must show, and
 #: the test-made overrides that scale its schedule down (budget: train.sh --max-update)
 EXPECT = {
@@ -54,6 +68,8 @@ EXPECT = {
     },
     "cpu-proxy": CPU_PROFILE,
     "cpu-proxy-fast": CPU_PROFILE,
+    "cpu-converge": CONVERGE_PROFILE,
+    "cpu-converge-d128": CONVERGE_PROFILE,
 }  # fmt: skip
 
 SYSTEM = "qknorm_paper"
@@ -94,22 +110,25 @@ def counting_env(env, tmp_path):
 
 
 # ------------------------------------------------------------------ fairseq's rules, re-derived
-def plateau_lrs(valids, lr, shrink, patience, warmup, threshold=1e-4):
-    """The lr each epoch trains with under fairseq's reduce_lr_on_plateau (mode max): torch's
-    ReduceLROnPlateau stepped with the epoch's validation BLEU once the warmup is over
-    (fairseq steps it only after an update past --warmup-updates), rel. threshold 1e-4.
+def plateau_lrs(valids, lr, shrink, patience, warmup, threshold=1e-4, maximize=True):
+    """The lr each epoch trains with under fairseq's reduce_lr_on_plateau: torch's
+    ReduceLROnPlateau (mode max for BLEU, min for loss: --maximize-best-checkpoint-metric)
+    stepped with the epoch's validation metric once the warmup is over (fairseq steps it only
+    after an update past --warmup-updates), rel. threshold 1e-4.
 
     Args:
-        valids: ``[(epoch, bleu, num_updates at its end)]`` in order.
+        valids: ``[(epoch, metric value, num_updates at its end)]`` in order.
 
     Returns:
         ``{epoch + 1: lr after the step at the end of epoch}``.
     """
-    best, bad, out = -math.inf, 0, {}
-    for epoch, bleu, updates in valids:
+    best, bad, out = (-math.inf if maximize else math.inf), 0, {}
+    for epoch, value, updates in valids:
         if updates > warmup:
-            if bleu > best * (1 + threshold):  # torch: mode max, threshold_mode rel
-                best, bad = bleu, 0
+            # torch, threshold_mode rel: mode max a > best (1 + t), mode min a < best (1 - t)
+            better = value > best * (1 + threshold) if maximize else value < best * (1 - threshold)
+            if better:
+                best, bad = value, 0
             else:
                 bad += 1
             if bad > patience:
@@ -193,21 +212,25 @@ def test_profile_trains_for_real(profile, tiny_work, tmp_path):
         # validation by dev loss every 3 updates, the budget reached
         assert [int(r["metrics"]["num_updates"]) for r in valid] == [3, 6, 9, 12, 15]
         assert max(logged) == exp["max_update"]
-    else:  # plateau decay x --lr-shrink on dev BLEU, then early stopping by --patience
+    else:  # plateau decay x --lr-shrink on the dev metric, then early stopping by --patience
         shrink, patience = float(f["--lr-shrink"]), 3
-        epochs = [(r["epoch"], r["metrics"]["bleu"], r["metrics"]["num_updates"]) for r in valid]
-        expected = plateau_lrs(epochs, lr, shrink, patience=0, warmup=warmup)
+        epochs = [(r["epoch"], r["metrics"][metric], r["metrics"]["num_updates"]) for r in valid]
+        expected = plateau_lrs(epochs, lr, shrink, patience=0, warmup=warmup, maximize=maximize)
         past_warmup = [e for e in train if e in expected and e > 1]
         assert past_warmup
         for e in past_warmup:
             assert train[e]["lr"] == pytest.approx(expected[e], rel=1e-3), (e, epochs)
         assert min(train[e]["lr"] for e in past_warmup) <= lr * shrink * (1 + 1e-3), (
-            "the learning rate never decayed on a dev-BLEU plateau"
+            f"the learning rate never decayed on a dev-{metric} plateau"
         )
-        stop = early_stop_index(values, patience, maximize=True)
+        stop = early_stop_index(values, patience, maximize=maximize)
         assert stop == len(values) - 1, (values, "training did not stop where --patience says")
         log = (run / "train.log").read_text()
         assert f"early stop since valid performance hasn't improved for last {patience} runs" in log
+        # the run's record says so (qknorm_tools.trainlog.stop_reason, read by read_run)
+        rec = read_run(run, scored=False)
+        assert rec.stop_reason == "early_stop" and rec.epochs == valid[-1]["epoch"]
+        assert [p["loss"] for p in rec.dev_curve] == [r["metrics"]["loss"] for r in valid]
 
     # checkpoint_best.pt is the best validation by the profile's metric (ties: the later one)
     best = best_index(values, maximize)
@@ -234,6 +257,8 @@ def test_profile_trains_for_real(profile, tiny_work, tmp_path):
     if metric == "bleu":
         assert score["bleu_tok"] == pytest.approx(values[best], abs=0.005)
 
+    if exp.get("average") is False:
+        return
     # checkpoint averaging through the pipeline: the last 2 checkpoints the profile keeps
     p = run_script("evaluate.sh", *common, "--checkpoint", "avg2", "--threads", 1, env=env,
                    timeout=300)  # fmt: skip

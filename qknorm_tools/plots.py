@@ -34,7 +34,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .trainlog import LogInputError, metric_keys, parse_log, series
+from .trainlog import LogInputError, dev_curve, metric_keys, parse_log, series
 
 __all__ = [
     "PlotInputError",
@@ -131,33 +131,7 @@ def plot_curves(
     return _save(fig, out)
 
 
-def dev_curve(records: Sequence[Mapping[str, object]], subset: str = "valid") -> list[dict]:
-    """Per validation of a run: ``{"epoch", "num_updates", "wall_s", "loss"}``, by update.
-
-    ``wall_s`` is fairseq's ``wall`` (seconds since the training started, resumes included)
-    of the end-of-epoch ``train`` line at the same update, ``None`` when the log has none
-    (validation inside an epoch, ``--validate-interval-updates``).
-    """
-    wall = {
-        r["metrics"]["num_updates"]: r["metrics"]["wall"]
-        for r in records
-        if r["kind"] == "train" and "wall" in r["metrics"] and "num_updates" in r["metrics"]
-    }
-    pts: dict[float, dict] = {}
-    for r in records:
-        mt = r["metrics"]
-        if r["kind"] == "valid" and r["subset"] == subset and "loss" in mt and "num_updates" in mt:
-            nu = mt["num_updates"]
-            pts[nu] = {
-                "epoch": r["epoch"],
-                "num_updates": int(nu),
-                "wall_s": wall.get(nu),
-                "loss": mt["loss"],
-            }
-    return [pts[k] for k in sorted(pts)]
-
-
-def plot_calibration(named_logs: Mapping[str, str], out, subset: str = "valid") -> str:
+def plot_calibration(named_logs: Mapping[str, str], out) -> str:
     """Dev loss against updates and against wall-clock minutes, one line per run.
 
     For choosing a profile's size (README "Convergence"): the best validation of each run is
@@ -166,24 +140,23 @@ def plot_calibration(named_logs: Mapping[str, str], out, subset: str = "valid") 
     Args:
         named_logs: run name -> fairseq-train log path.
         out: PNG to write.
-        subset: the validation subset.
 
     Returns:
         The path of the PNG written.
 
     Raises:
-        PlotInputError: a log without validations of ``subset``.
+        PlotInputError: a log without dev-loss validations.
     """
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     for idx, (name, recs) in enumerate(_named_logs(named_logs).items()):
-        pts = dev_curve(recs, subset)
+        pts = [p for p in dev_curve(recs) if p["loss"] is not None]
         if not pts:
-            raise PlotInputError(f"log {str(named_logs[name])!r} ({name}) has no {subset} loss")
+            raise PlotInputError(f"log {str(named_logs[name])!r} ({name}) has no dev loss")
         color = f"C{idx % 10}"
         best = min(range(len(pts)), key=lambda i: pts[i]["loss"])
-        minutes = [None if p["wall_s"] is None else p["wall_s"] / 60 for p in pts]
-        xs = {"updates": [p["num_updates"] for p in pts], "minutes": minutes}
+        minutes = [None if p["wall"] is None else p["wall"] / 60 for p in pts]
+        xs = {"updates": [p["updates"] for p in pts], "minutes": minutes}
         ys = [p["loss"] for p in pts]
         for ax, key in zip(axes, ("updates", "minutes")):
             ax.plot(xs[key], ys, color=color, marker="o", ms=2.5, lw=1.3, label=name)
@@ -193,7 +166,7 @@ def plot_calibration(named_logs: Mapping[str, str], out, subset: str = "valid") 
         ax.set_xlabel(label)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    axes[0].set_ylabel(f"{subset} loss (label-smoothed, base 2)")
+    axes[0].set_ylabel("dev loss (label-smoothed, base 2)")
     axes[0].set_title("dev loss per validation (* best, x last)")
     fig.tight_layout()
     return _save(fig, out)

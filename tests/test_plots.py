@@ -207,7 +207,7 @@ def test_repeated_log_flags_accumulate():
         assert a.log == ["a=x.log", "b=y.log", "c=z.log"]
 
 
-def test_dev_curve_pairs_each_validation_with_its_epoch_wall_time(tmp_path):
+def test_calibration_figure_from_dev_curves(tmp_path):
     log = tmp_path / "train.log"
     lines = []
     for epoch, (nu, wall, loss) in enumerate(((264, 80, 7.363), (528, 160, 6.877)), start=1):
@@ -217,22 +217,15 @@ def test_dev_curve_pairs_each_validation_with_its_epoch_wall_time(tmp_path):
             f"2026-12-01 20:07:33 | INFO | valid | epoch {epoch:03d} | valid on 'valid' subset | "
             f"loss {loss} | nll_loss 6.1 | num_updates {nu} | best_loss {loss}",
         ]
-    # a mid-epoch validation (no end-of-epoch wall) and another subset
-    lines.append(
-        "2026-12-01 20:08:00 | INFO | valid | epoch 003 | valid on 'valid' subset | loss 6.5 | "
-        "num_updates 600"
-    )
-    lines.append(
-        "2026-12-01 20:08:01 | INFO | valid1 | epoch 003 | valid on 'valid1' subset | "
-        "loss 1.0 | num_updates 600"
-    )
     log.write_text("\n".join(lines) + "\n")
-    curve = plots.dev_curve(trainlog.parse_log(log))
-    assert curve == [
-        {"epoch": 1, "num_updates": 264, "wall_s": 80.0, "loss": 7.363},
-        {"epoch": 2, "num_updates": 528, "wall_s": 160.0, "loss": 6.877},
-        {"epoch": 3, "num_updates": 600, "wall_s": None, "loss": 6.5},
+    assert [
+        (p["updates"], p["wall"], p["loss"]) for p in trainlog.dev_curve(trainlog.parse_log(log))
+    ] == [
+        (264, 80.0, 7.363),
+        (528, 160.0, 6.877),
     ]
     _png_ok(plots.plot_calibration({"d128": str(log), "qk": str(QK_LOG)}, tmp_path / "c.png"))
-    with pytest.raises(plots.PlotInputError, match="valid2"):
-        plots.plot_calibration({"d128": str(log)}, tmp_path / "d.png", subset="valid2")
+    no_valid = tmp_path / "train_only.log"
+    no_valid.write_text(lines[0] + "\n")
+    with pytest.raises(plots.PlotInputError, match="no dev loss"):
+        plots.plot_calibration({"d128": str(no_valid)}, tmp_path / "d.png")

@@ -15,6 +15,8 @@ import sacrebleu
 
 from qknorm_tools import ablation, aggregate, evaluate, scoring, significance, textio
 
+from conftest import FAR_BOUND
+
 FIX = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parents[1]
 
@@ -84,7 +86,7 @@ def cli_errors(tmp_path_factory):
     }
     out = {}
     for k, p in procs.items():
-        so, se = p.communicate(timeout=300)
+        so, se = p.communicate(timeout=FAR_BOUND)
         out[k] = (p.returncode, so, se)
     return {"results": out, "ref": ref, "short": short, "empty": empty, "bad": bad}
 

@@ -237,10 +237,19 @@ extracted_dir() {
     fi
 }
 
-# copy_checked_splits SRC_TRAIN TGT_TRAIN SRC_DEV TGT_DEV SRC_TEST TGT_TEST: check each split,
-# then copy the six files into TMP/{train,dev,test}.{SRC,TGT}.
+# check_distinct FILE...: no two of the files are one file (a symlink or hard link; with
+# FILE_NAMES set, e.g. an own corpus's config fields, the messages name those)
+FILE_NAMES=()
+check_distinct() {
+    corpus_py distinct "$@" ${FILE_NAMES[@]+--names "${FILE_NAMES[@]}"} \
+        || die "the $PAIR corpus names one file twice (see above): every side and split needs its own file"
+}
+
+# copy_checked_splits SRC_TRAIN TGT_TRAIN SRC_DEV TGT_DEV SRC_TEST TGT_TEST: check the six are
+# different files and each split, then copy the six files into TMP/{train,dev,test}.{SRC,TGT}.
 copy_checked_splits() {
     local files=("$@") i split
+    check_distinct "${files[@]}"
     for i in 0 1 2; do
         check_split "${SPLIT_NAMES[$i]}" "${files[$((2 * i))]}" "${files[$((2 * i + 1))]}"
     done
@@ -430,7 +439,7 @@ iwslt_file() {
 }
 
 prepare_iwslt15() {
-    local split prefix s t
+    local split prefix s t inputs=()
     VERIFIED_MSG=""
     if ((EXPLICIT)) && ! find_input "$IWSLT15_LOCAL_DIR/$IWSLT15_DEV.$SRC" "$IWSLT15_DEV.$SRC" \
         "$IWSLT15_LOCAL_DIR/train.$SRC" "train.$SRC" >/dev/null; then
@@ -442,6 +451,8 @@ prepare_iwslt15() {
         if [[ "$split" == dev ]]; then prefix="$IWSLT15_DEV"; else prefix="$IWSLT15_TEST"; fi
         s="$(iwslt_file "$prefix.$SRC")"
         t="$(iwslt_file "$prefix.$TGT")"
+        inputs+=("$s" "$t")
+        check_distinct "${inputs[@]}"
         check_split "$split" "$s" "$t"
         cat -- "$s" >"$TMP/$split.$SRC"
         cat -- "$t" >"$TMP/$split.$TGT"
@@ -450,6 +461,7 @@ prepare_iwslt15() {
     VERIFIED_MSG=" (dev $IWSLT15_DEV and test $IWSLT15_TEST were verified OK; nothing was written)"
     s="$(iwslt_file "train.$SRC")"
     t="$(iwslt_file "train.$TGT")"
+    check_distinct "${inputs[@]}" "$s" "$t"
     check_split train "$s" "$t"
     cat -- "$s" >"$TMP/train.$SRC"
     cat -- "$t" >"$TMP/train.$TGT"
@@ -475,6 +487,10 @@ $found"
         done
     fi
     qk_log "own corpus of $PAIR_CONFIG: ${LOCAL_FILES[*]}"
+    for i in "${!LOCAL_FILES[@]}"; do
+        v="${QK_LOCAL_FILE_VARS[$i]}"
+        FILE_NAMES+=("$PAIR_CONFIG: $v=${LOCAL_FILES[$i]}")
+    done
     copy_checked_splits "${LOCAL_FILES[@]}"
     SOURCE_DESC="own corpus ($PAIR_CONFIG): ${LOCAL_FILES[*]}"
 }
@@ -485,6 +501,11 @@ case "$CORPUS" in
     local) prepare_local ;;
 esac
 rm -rf -- "$TMP/extracted" "$TMP/extract.log"
+
+# dev/test sentence pairs that also occur in the training data: a warning with counts (the
+# counts are kept in overlap.json)
+corpus_py overlap --dir "$TMP" --src "$SRC" --tgt "$TGT" --label "$PAIR" >"$TMP/overlap.json" \
+    || die "the dev/test overlap check of $PAIR failed (see above)"
 
 # ---------------------------------------------------------------------------------------------
 # expected line counts (warning only: the checksums are the guard), marker, install

@@ -41,7 +41,7 @@ from .lr_sweep import lr_sweep, write_lr_sweep_report
 from .provenance import check_one_data_version
 from .records import RunRecord, load_records
 from .scoring import SCORE_FIELDS, format_scores, score_files
-from .significance import TOKENIZE_TO_METRIC, compare_files, format_compare
+from .significance import MIN_SIG_LINES, TOKENIZE_TO_METRIC, compare_files, format_compare
 from .tables import write_aggregate_tables
 from .textio import (
     BPE_MODES,
@@ -120,6 +120,7 @@ def _cmd_compare(a) -> int:
         n_bootstrap=a.n_bootstrap,
         n_ar=a.n_ar,
         seed=a.seed,
+        allow_few_lines=a.allow_few_lines,
     )
     text = _dump(res) if a.json else format_compare(res)
     if a.out:
@@ -310,6 +311,12 @@ def build_parser() -> argparse.ArgumentParser:
         "Moses-detokenize, then sacreBLEU 13a",
     )
     c.add_argument("--tgt-lang", default="en", help="detokenizer language for --tokenize 13a")
+    c.add_argument(
+        "--allow-few-lines",
+        action="store_true",
+        help=f"test on fewer than {MIN_SIG_LINES} sentences (flagged in the output) instead of "
+        "refusing",
+    )
     c.set_defaults(fn=_cmd_compare)
 
     g = sub.add_parser(

@@ -19,6 +19,10 @@
     seed-concatenated outputs, average delta over pairs; Markdown, LaTeX (booktabs) and CSV.
 ``ablation``
     2x2 {layernorm, scalenorm} x {dot, qknorm} confound report.
+``check-run``
+    Whether a run directory is the run asked for: the identity its ``train.json`` records
+    (pair, profile label, system, seed, precision, variant) equals the one given (what
+    ``scripts/train.sh`` and ``scripts/evaluate.sh`` check, ``qk_check_run_identity``).
 ``lr-sensitivity``
     LR sweep per system: final dev loss and test BLEU per peak learning rate, LR sensitivity
     (Wortsman et al. 2023), diverged runs, best LR (:mod:`.lr_sweep`).
@@ -54,7 +58,31 @@ from .textio import (
     warn,
 )
 
-__all__ = ["build_parser", "main", "parse_kv"]
+__all__ = ["RUN_IDENTITY_FIELDS", "build_parser", "main", "parse_kv", "run_identity_mismatches"]
+
+#: What names a run (its directory runs/PAIR/PROFILE-LABEL/SYSTEM/seedN[-bf16][-lr...]): the
+#: fields of train.json that scripts/train.sh writes from the settings it trained with
+RUN_IDENTITY_FIELDS = ("pair", "profile", "system", "seed", "precision", "variant")
+
+
+def run_identity_mismatches(recorded: dict, expected: dict) -> list[str]:
+    """The identity fields on which a run's ``train.json`` differs from the run asked for.
+
+    A field the record lacks (a run from before it was recorded) is not compared; a missing
+    ``variant`` is ``{}``. Returns ``"FIELD: trained as R, asked for E"`` strings, in
+    :data:`RUN_IDENTITY_FIELDS` order (empty: the run is the one asked for).
+    """
+    out = []
+    for key in RUN_IDENTITY_FIELDS:
+        if key not in recorded and key != "variant":
+            continue
+        got = recorded.get(key) or ({} if key == "variant" else None)
+        want = expected.get(key) or ({} if key == "variant" else None)
+        if key == "seed":
+            got, want = int(got), int(want)
+        if got != want:
+            out.append(f"{key}: trained as {got!r}, asked for {want!r}")
+    return out
 
 
 def parse_kv(items: Sequence[str] | None, flag: str) -> dict[str, str]:
@@ -227,6 +255,32 @@ def _cmd_ablation(a) -> int:
     return 0
 
 
+def _cmd_check_run(a) -> int:
+    path = Path(a.run) / "train.json"
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise EvaluationError(f"{path}: cannot read the run's record: {exc}") from exc
+    expected = {
+        "pair": a.pair,
+        "profile": a.profile,
+        "system": a.system,
+        "seed": a.seed,
+        "precision": a.precision,
+        "variant": parse_kv(a.variant, "--variant"),
+    }
+    problems = run_identity_mismatches(recorded, expected)
+    if problems:
+        print(
+            f"error: {a.run} is another run than the one asked for ({path}: "
+            f"{'; '.join(problems)}): a run directory copied or renamed is never trained on, "
+            "decoded or scored under another name",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
 def _cmd_lr_sensitivity(a) -> int:
     systems = a.systems.split(",") if a.systems else None
     res = lr_sweep(_load_all(a.results), pair=a.pair, systems=systems)
@@ -379,6 +433,15 @@ def build_parser() -> argparse.ArgumentParser:
     lr.add_argument("--out-dir", required=True, help="where STEM.{md,json} go")
     lr.add_argument("--stem", default="lr_sweep", help="file stem (default lr_sweep)")
     lr.set_defaults(fn=_cmd_lr_sensitivity)
+    cr = sub.add_parser("check-run", help="is RUN (its train.json) the run asked for?")
+    cr.add_argument("run", help="the run directory (holds train.json)")
+    cr.add_argument("--pair", required=True)
+    cr.add_argument("--profile", required=True, help="the profile label (e.g. cpu-proxy)")
+    cr.add_argument("--system", required=True)
+    cr.add_argument("--seed", type=int, required=True)
+    cr.add_argument("--precision", required=True, help="fp32 or bf16")
+    cr.add_argument("--variant", action="append", help="KEY=VALUE (e.g. lr=0.001), repeatable")
+    cr.set_defaults(fn=_cmd_check_run)
     return p
 
 

@@ -92,6 +92,7 @@ REF="$QK_DATA/raw/$PAIR/$SPLIT.$TGT"
 [[ ! -d "$RUN" ]] || qk_lock_run "$RUN"  # before anything else: a run in training is busy
 TRAIN_CMD="$(qk_train_cmd)"
 [[ -f "$RUN/train.json" ]] || die "$RUN is not a finished run: run $TRAIN_CMD first$TWIN_HINT"
+qk_check_run_identity "$RUN" "$LABEL"  # what train.sh checks: the run is the one asked for
 if [[ -f "$RUN/diverged" ]]; then
     qk_warn "$RUN diverged ($(head -n 1 "$RUN/diverged")): no model to decode"
     exit 3

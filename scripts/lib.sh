@@ -19,6 +19,7 @@
 #   qk_run_dir PAIR LABEL SYSTEM SEED [LR [bf16]]   where a run lives (LR: an lr override, qk_set_lr)
 #   qk_canonical_lr LR / qk_set_lr LR   one spelling of a learning rate / --lr over the profile's
 #   qk_lock_run RUN               hold RUN/.lock (flock) while this script runs, or die naming the holder
+#   qk_check_run_identity RUN LABEL  RUN/train.json is the run asked for (train.sh, evaluate.sh)
 #   qk_run CMD...                 run a child (own process group) and wait for it
 #   qk_pool_init N, qk_pool_submit NAME LOG CMD..., qk_pool_wait   run up to N children at once
 #   qk_on_exit FUNCTION           run FUNCTION when the script exits (also on Ctrl-C / TERM)
@@ -877,6 +878,19 @@ qk_train_cmd() {
     printf '%sscripts/train.sh %s %s --profile %s --seed %s%s%s%s\n' "$env" "$PAIR" "$SYSTEM" \
         "$PROFILE" "$SEED" "${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG}" \
         "${QK_LR_OVERRIDE:+ --lr $QK_LR_OVERRIDE}" "${QK_BF16_RUN:+ --bf16-autocast}"
+}
+
+# qk_check_run_identity RUN LABEL: RUN's train.json records the run asked for (the loaded pair
+# and system, profile label LABEL, SEED, the resolved precision, QK_LR_OVERRIDE), or die naming
+# the difference: a run directory copied or renamed (runs/.../cpu-proxy/... copied under
+# cpu-proxy-fast-max-update-60) is never reused, decoded or scored under another name. What
+# train.sh and evaluate.sh both check (python -m qknorm_tools.evaluate check-run).
+qk_check_run_identity() {
+    [[ -f "$1/train.json" ]] || return 0
+    "$QK_PY" -m qknorm_tools.evaluate check-run "$1" --pair "$PAIR" --profile "$2" \
+        --system "$SYSTEM" --seed "$SEED" --precision "${QK_BF16_RUN:-fp32}" \
+        ${QK_LR_OVERRIDE:+--variant "lr=$QK_LR_OVERRIDE"} \
+        || die "$1 is not the run of $(qk_train_cmd) (above): train it there with that command, or remove $1"
 }
 
 # qk_arch: the named arch of the loaded system (SYSTEM_ARCH, a family registered by

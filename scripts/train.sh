@@ -258,6 +258,7 @@ fi
 # a run (finished or resumable) made on other data is never reused; a new run records the data
 "$QK_PY" -m qknorm_tools.provenance run "$RUN" --identity "$BIN/identity.json" --record >/dev/null \
     || die "$RUN belongs to other data than the current $BIN: retrain it on the current data with $RETRAIN (or restore the data it was trained on)"
+qk_check_run_identity "$RUN" "$LABEL"
 if [[ -f "$RUN/train.json" ]]; then
     if [[ -f "$RUN/diverged" ]]; then
         qk_warn "skip: $RUN diverged ($(head -n 1 "$RUN/diverged")): a finished result; --force to retrain"

@@ -2,10 +2,13 @@
 
 ``python -m qknorm_tools.progress <command>``:
 
-``train --max-update N [--max-epoch E]``
+``train --max-update N [--max-epoch E] [--heartbeat S]``
     A filter for a ``fairseq-train`` log (``--log-format simple``): copies stdin to stdout line
     by line and appends ``| ETA h:mm (U/T updates)`` to each ``train_inner`` progress line.
-    ``scripts/train.sh`` puts it after ``tee train.log``, so the log file stays fairseq's own.
+    During a validation (fairseq prints nothing from ``begin validation`` to its result; dev
+    BLEU decodes the whole dev set) it prints ``| validating on 'valid' for N s ...`` every S
+    seconds (default 30). ``scripts/train.sh`` puts it after ``tee train.log``, so the log file
+    stays fairseq's own.
 ``decode --output FILE --total N [--interval S] [--pid PID]``
     While ``fairseq-generate`` writes FILE, prints every S seconds (stderr) how many of the N
     sentences are done (``H-`` lines) and an estimate of the time left; stops when PID exits.
@@ -22,6 +25,7 @@ import argparse
 import math
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from typing import BinaryIO
@@ -29,11 +33,19 @@ from typing import BinaryIO
 from .trainlog import _INNER_RE, parse_log_line
 
 __all__ = [
+    "VALIDATION_START",
     "TrainEta",
     "decode_progress_line",
     "format_duration",
     "main",
 ]
+
+
+#: fairseq_cli/train.py validate(): ``begin validation on "valid" subset`` (INFO); it prints
+#: nothing else until the subset's result line (``| valid | ...``)
+VALIDATION_START = 'begin validation on "'
+#: lines that say training goes on (a validation ended without its result line)
+_TRAINING = ("| train_inner | ", "begin training epoch", "done training", "| train | ")
 
 
 def format_duration(seconds: float) -> str:
@@ -109,18 +121,57 @@ class TrainEta:
         limit = "" if self.max_update > 0 else f", at most: max-epoch {self.max_epoch}"
         return f" | ETA {eta} ({int(u)}/{int(round(total))} updates{limit})"
 
-    def filter(self, lines: Iterable[bytes], out: BinaryIO) -> None:
-        """Copy ``lines`` to ``out`` (flushed per line), with :meth:`suffix` on progress lines."""
-        for raw in lines:
-            try:
-                text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-                extra = self.suffix(text)
-            except Exception:  # noqa: BLE001 - a line we cannot read passes through unchanged
-                extra = None
-            if extra:
-                raw = raw.rstrip(b"\r\n") + extra.encode("utf-8") + b"\n"
-            out.write(raw)
-            out.flush()
+    def filter(self, lines: Iterable[bytes], out: BinaryIO, heartbeat: float = 30.0) -> None:
+        """Copy ``lines`` to ``out`` (flushed per line), with :meth:`suffix` on progress lines.
+
+        From a ``begin validation on "SUBSET"`` line to the subset's result line (``| SUBSET |``)
+        or a training line, a line ``| validating on 'SUBSET' for N s ...`` is written every
+        ``heartbeat`` seconds (by a thread; ``heartbeat`` <= 0: none).
+        """
+        lock = threading.Lock()
+        state: dict[str, object] = {"subset": None, "since": 0.0, "shown": 0.0}
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(min(heartbeat, 1.0)):
+                with lock:
+                    now = time.monotonic()
+                    if state["subset"] is None or now - state["shown"] < heartbeat:
+                        continue
+                    state["shown"] = now
+                    text = (
+                        f"| validating on {state['subset']!r} for {int(now - state['since'])} s "
+                        "(fairseq prints the result when the whole subset is done; dev BLEU "
+                        "decodes it with beam search)\n"
+                    )
+                    out.write(text.encode("utf-8"))
+                    out.flush()
+
+        watcher = threading.Thread(target=beat, daemon=True) if heartbeat > 0 else None
+        if watcher is not None:
+            watcher.start()
+        try:
+            for raw in lines:
+                try:
+                    text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+                    extra = self.suffix(text)
+                except Exception:  # noqa: BLE001 - a line we cannot read passes through unchanged
+                    text, extra = "", None
+                if extra:
+                    raw = raw.rstrip(b"\r\n") + extra.encode("utf-8") + b"\n"
+                with lock:
+                    sub = state["subset"]
+                    if sub is not None and any(x in text for x in (f"| {sub} | ", *_TRAINING)):
+                        state["subset"] = None  # the validation's result, or training again
+                    if VALIDATION_START in text:
+                        state["subset"] = text.split(VALIDATION_START, 1)[1].split('"', 1)[0]
+                        state["since"] = state["shown"] = time.monotonic()
+                    out.write(raw)
+                    out.flush()
+        finally:
+            stop.set()
+            if watcher is not None:
+                watcher.join()
 
 
 def decode_progress_line(done: int, total: int, elapsed: float) -> str:
@@ -181,6 +232,12 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="stdin -> stdout: ETA appended to train_inner lines")
     t.add_argument("--max-update", type=int, default=0, help="fairseq --max-update (0: none)")
     t.add_argument("--max-epoch", type=int, default=0, help="fairseq --max-epoch (0: none)")
+    t.add_argument(
+        "--heartbeat",
+        type=float,
+        default=30.0,
+        help="seconds between the lines shown during a validation (0: none)",
+    )
     d = sub.add_parser("decode", help="periodic decoding progress of a fairseq-generate output")
     d.add_argument("--output", required=True, help="the fairseq-generate output being written")
     d.add_argument("--total", type=int, required=True, help="sentences to decode")
@@ -195,7 +252,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     try:
         if a.cmd == "train":
-            TrainEta(a.max_update, a.max_epoch).filter(sys.stdin.buffer, sys.stdout.buffer)
+            TrainEta(a.max_update, a.max_epoch).filter(
+                sys.stdin.buffer, sys.stdout.buffer, heartbeat=a.heartbeat
+            )
         else:
             watch_decoding(a.output, a.total, a.interval, a.pid, a.label)
     except ValueError as exc:

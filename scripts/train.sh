@@ -208,6 +208,18 @@ DROPOUT_FLAGS=()
 [[ -z "${TRAIN_DROPOUT:-}" ]] || DROPOUT_FLAGS=(--dropout "$TRAIN_DROPOUT")  # a profile's training setting
 EVAL_BLEU_FLAGS=()
 [[ " ${VALID_FLAGS[*]} " != *" --eval-bleu "* ]] || EVAL_BLEU_FLAGS=(--eval-bleu-remove-bpe "$REMOVE_BPE")
+# a short try (a budget other than the profile's: PROFILE-max-update-N) that validates by dev
+# BLEU decodes dev with the CPU profiles' length cap 1.5 * source + 10: an undertrained model
+# repeats tokens up to fairseq's default cap of 200 (the first validation of `--profile paper
+# --max-update 20` took more than 9 minutes on a CPU); the profile's own runs keep its settings
+# (docs/short-paper-try.md)
+if [[ "$LABEL" != "$PROFILE" ]]; then
+    for i in "${!VALID_FLAGS[@]}"; do
+        if [[ "${VALID_FLAGS[i]}" == --eval-bleu-args && "${VALID_FLAGS[i + 1]:-}" != *max_len* ]]; then
+            VALID_FLAGS[i + 1]="${VALID_FLAGS[i + 1]%\}}, \"max_len_a\": 1.5, \"max_len_b\": 10}"
+        fi
+    done
+fi
 
 CMD=(fairseq-train "$BIN"
     --user-dir "$QK_REPO_ROOT/fairseq_qknorm"

@@ -53,6 +53,7 @@ from .textio import (
     EvaluationError,
     ResultsError,
     bpe_tool,
+    explain_generate_failure,
     extract_hypotheses,
     read_lines,
     warn,
@@ -255,6 +256,12 @@ def _cmd_ablation(a) -> int:
     return 0
 
 
+def _cmd_explain_generate(a) -> int:
+    log = Path(a.log).read_text(encoding="utf-8", errors="replace") if Path(a.log).is_file() else ""
+    print(explain_generate_failure(log, a.checkpoint, a.data))
+    return 0
+
+
 def _cmd_check_run(a) -> int:
     path = Path(a.run) / "train.json"
     try:
@@ -433,6 +440,12 @@ def build_parser() -> argparse.ArgumentParser:
     lr.add_argument("--out-dir", required=True, help="where STEM.{md,json} go")
     lr.add_argument("--stem", default="lr_sweep", help="file stem (default lr_sweep)")
     lr.set_defaults(fn=_cmd_lr_sensitivity)
+    eg = sub.add_parser("explain-generate", help="the cause of a failed fairseq-generate")
+    eg.add_argument("--log", required=True, help="its stderr")
+    eg.add_argument("--checkpoint", required=True)
+    eg.add_argument("--data", required=True, help="the binarized data it decoded")
+    eg.set_defaults(fn=_cmd_explain_generate)
+
     cr = sub.add_parser("check-run", help="is RUN (its train.json) the run asked for?")
     cr.add_argument("run", help="the run directory (holds train.json)")
     cr.add_argument("--pair", required=True)
@@ -446,15 +459,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point; returns the exit status (2 on input errors)."""
+    """CLI entry point; returns the exit status (2 on input errors, 1 on an output error)."""
     args = build_parser().parse_args(argv)
     # sacreBLEU logs every resampling step at INFO when the root logger is configured
     logging.getLogger("sacrebleu").setLevel(logging.WARNING)
     try:
         return args.fn(args)
-    except (EvaluationError, OSError) as exc:
+    except EvaluationError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # inputs are read as InputFileError (above): mostly an output here
+        print(f"error: {exc.filename or '-'}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

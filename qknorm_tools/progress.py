@@ -5,6 +5,7 @@
 ``train --max-update N [--max-epoch E] [--heartbeat S]``
     A filter for a ``fairseq-train`` log (``--log-format simple``): copies stdin to stdout line
     by line and appends ``| ETA h:mm (U/T updates)`` to each ``train_inner`` progress line.
+    With ``--quiet`` it leaves out the noise a terminal does not need (:class:`TerminalNoise`).
     During a validation (fairseq prints nothing from ``begin validation`` to its result; dev
     BLEU decodes the whole dev set) it prints ``| validating on 'valid' for N s ...`` every S
     seconds (default 30). ``scripts/train.sh`` puts it after ``tee train.log``, so the log file
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 import threading
 import time
@@ -34,6 +36,7 @@ from .trainlog import _INNER_RE, parse_log_line
 
 __all__ = [
     "VALIDATION_START",
+    "TerminalNoise",
     "TrainEta",
     "decode_progress_line",
     "format_duration",
@@ -44,6 +47,51 @@ __all__ = [
 #: fairseq_cli/train.py validate(): ``begin validation on "valid" subset`` (INFO); it prints
 #: nothing else until the subset's result line (``| valid | ...``)
 VALIDATION_START = 'begin validation on "'
+#: a fairseq log record's first line (``--log-format simple``); other lines continue a record
+_RECORD = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} \| ")
+#: the first line of a Python warning (``path:LINE: CategoryWarning: ...``, ``sys:1: ...``)
+_PY_WARNING = re.compile(r"^\S+:\d+: \w*Warning:( |$)")
+#: fairseq_cli.train prints the model as a multi-line repr: ``| fairseq_cli.train | Name(``
+_MODEL_PRINT = re.compile(r"\| fairseq_cli\.train \| \w+\($")
+#: fairseq's one INFO line about a package the pipeline does not use
+_NOISE_LINES = ("| fairseq.tasks.text_to_speech | Please install tensorboardX",)
+
+
+class TerminalNoise:
+    """Which lines of a ``fairseq-train`` log the terminal does not need (train.log keeps all).
+
+    Dropped: Python warnings of fairseq's dependencies (each with its continuation lines, up to
+    the next log record; a traceback is never dropped), the model's multi-line repr (one line
+    says so), fairseq's "Please install tensorboardX" INFO line. :meth:`keep` returns the text
+    to show instead of a line: the line itself, a replacement, or None.
+    """
+
+    def __init__(self) -> None:
+        self._in: str | None = None  # "warning" or "model" while inside a dropped record
+        self._warned = False
+
+    def keep(self, text: str) -> str | None:
+        """The terminal's version of one log line (without its newline), or None."""
+        if _RECORD.match(text):
+            self._in = None
+            if any(n in text for n in _NOISE_LINES):
+                return None
+            if _MODEL_PRINT.search(text):
+                self._in = "model"
+                return text[: text.rindex("|") + 1] + " (the model's structure: see train.log)"
+            return text
+        if text.startswith("Traceback") or re.match(r"^\w+(Error|Exception)\b", text):
+            self._in = None
+            return text
+        if _PY_WARNING.match(text):
+            self._in = "warning"
+            if not self._warned:
+                self._warned = True
+                return "(Python warnings of fairseq's dependencies: not shown, see train.log)"
+            return None
+        return None if self._in else text
+
+
 #: lines that say training goes on (a validation ended without its result line)
 _TRAINING = ("| train_inner | ", "begin training epoch", "done training", "| train | ")
 
@@ -121,12 +169,15 @@ class TrainEta:
         limit = "" if self.max_update > 0 else f", at most: max-epoch {self.max_epoch}"
         return f" | ETA {eta} ({int(u)}/{int(round(total))} updates{limit})"
 
-    def filter(self, lines: Iterable[bytes], out: BinaryIO, heartbeat: float = 30.0) -> None:
+    def filter(
+        self, lines: Iterable[bytes], out: BinaryIO, heartbeat: float = 30.0, quiet: bool = False
+    ) -> None:
         """Copy ``lines`` to ``out`` (flushed per line), with :meth:`suffix` on progress lines.
 
         From a ``begin validation on "SUBSET"`` line to the subset's result line (``| SUBSET |``)
         or a training line, a line ``| validating on 'SUBSET' for N s ...`` is written every
-        ``heartbeat`` seconds (by a thread; ``heartbeat`` <= 0: none).
+        ``heartbeat`` seconds (by a thread; ``heartbeat`` <= 0: none). ``quiet``: lines
+        :class:`TerminalNoise` drops are not copied.
         """
         lock = threading.Lock()
         state: dict[str, object] = {"subset": None, "since": 0.0, "shown": 0.0}
@@ -150,13 +201,20 @@ class TrainEta:
         watcher = threading.Thread(target=beat, daemon=True) if heartbeat > 0 else None
         if watcher is not None:
             watcher.start()
+        noise = TerminalNoise() if quiet else None
         try:
             for raw in lines:
                 try:
                     text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
                     extra = self.suffix(text)
+                    shown = noise.keep(text) if noise is not None else text
                 except Exception:  # noqa: BLE001 - a line we cannot read passes through unchanged
-                    text, extra = "", None
+                    text, extra, shown = "", None, None
+                    noise = None
+                if noise is not None and shown is None:
+                    continue
+                if noise is not None and shown != text:
+                    raw = shown.encode("utf-8") + b"\n"
                 if extra:
                     raw = raw.rstrip(b"\r\n") + extra.encode("utf-8") + b"\n"
                 with lock:
@@ -238,6 +296,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=30.0,
         help="seconds between the lines shown during a validation (0: none)",
     )
+    t.add_argument(
+        "--quiet",
+        action="store_true",
+        help="leave out dependency warnings and the model's repr (for a terminal; the log "
+        "file keeps them)",
+    )
     d = sub.add_parser("decode", help="periodic decoding progress of a fairseq-generate output")
     d.add_argument("--output", required=True, help="the fairseq-generate output being written")
     d.add_argument("--total", type=int, required=True, help="sentences to decode")
@@ -253,7 +317,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if a.cmd == "train":
             TrainEta(a.max_update, a.max_epoch).filter(
-                sys.stdin.buffer, sys.stdout.buffer, heartbeat=a.heartbeat
+                sys.stdin.buffer, sys.stdout.buffer, heartbeat=a.heartbeat, quiet=a.quiet
             )
         else:
             watch_decoding(a.output, a.total, a.interval, a.pid, a.label)

@@ -69,6 +69,7 @@ QK_LR_OVERRIDE=""
 [[ -z "$LR_ARG" ]] || qk_set_lr "$LR_ARG"
 [[ -z "$THREADS_ARG" ]] || THREADS="$THREADS_ARG"
 [[ -z "$MAX_UPDATE_ARG" ]] || MAX_UPDATE="$MAX_UPDATE_ARG"
+qk_check_stops  # as train.sh: no run of a budget that never stops exists
 ((BF16 == 0)) || QKNORM_BF16=1
 qk_resolve_bf16 --cached-only  # finds the run train.sh made; never measures
 
@@ -153,7 +154,11 @@ OMP_NUM_THREADS="$THREADS" qk_run "$FAIRSEQ_GENERATE" "$BIN" \
     "${GEN_FLAGS[@]+"${GEN_FLAGS[@]}"}" \
     --required-batch-size-multiple 1 --num-workers 0 --seed "$SEED" \
     >"$GEN.tmp" 2>"$RUN/$STEM.gen.log" \
-    || { rm -f -- "$GEN.tmp"; die "fairseq-generate failed; see $RUN/$STEM.gen.log"; }
+    || {
+        rm -f -- "$GEN.tmp"
+        die "$("$QK_PY" -m qknorm_tools.evaluate explain-generate --log "$RUN/$STEM.gen.log" \
+            --checkpoint "$CHECKPOINT" --data "$BIN" || echo fairseq-generate failed); see $RUN/$STEM.gen.log"
+    }
 mv -- "$GEN.tmp" "$GEN"
 stop_watch
 "$QK_PY" -m qknorm_tools.evaluate extract --generate-output "$GEN" --output "$HYP.tmp" \

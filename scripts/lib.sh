@@ -57,6 +57,15 @@ QK_WORK_DIR="${QKNORM_WORK_DIR:-$QK_REPO_ROOT}"
 [[ "$QK_WORK_DIR" == /* ]] || QK_WORK_DIR="$PWD/$QK_WORK_DIR"
 [[ -z "${QKNORM_WORK_DIR:-}" ]] || export QKNORM_WORK_DIR="$QK_WORK_DIR"
 QK_DATA="$QK_WORK_DIR/data"
+# the work dir is a directory, or a path that can be made one (not a file, nor below a file)
+_qk_up="$QK_WORK_DIR"
+while [[ ! -e "$_qk_up" && "$_qk_up" != / ]]; do _qk_up="$(dirname -- "$_qk_up")"; done
+if [[ ! -d "$_qk_up" ]]; then
+    printf 'error: QKNORM_WORK_DIR=%s: %s is not a directory (the work dir holds data/, runs/ and results/; point QKNORM_WORK_DIR at a directory)\n' \
+        "$QK_WORK_DIR" "$_qk_up" >&2
+    exit 1
+fi
+unset _qk_up
 # `python -m qknorm_tools.*` works from any directory, installed or not
 export PYTHONPATH="$QK_REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 
@@ -77,6 +86,7 @@ qk_usage_error() {
     printf 'error: %s\n' "$*" >&2
     if declare -F usage >/dev/null; then
         usage >&2
+        printf 'error: %s (usage above)\n' "$*" >&2  # again, last: the usage may scroll it off
     fi
     exit 2
 }
@@ -959,6 +969,14 @@ qk_canonical_lr() {
     printf '%se%s\n' "$m" "$x"
 }
 
+# qk_check_stops: usage error unless a training with the loaded profile and MAX_UPDATE stops
+# (--max-update 0 is no update limit, which only a profile with an epoch limit allows): what
+# train.sh, evaluate.sh, ablation.sh and reproduce.sh refuse up front, dry runs included.
+qk_check_stops() {
+    [[ "$MAX_UPDATE" != 0 || "${MAX_EPOCH:-0}" != 0 ]] \
+        || qk_usage_error "--max-update 0 with profile $PROFILE (max-epoch 0) would never stop training"
+}
+
 # qk_set_lr LR: the loaded profile (load_profile_config) trained at peak learning rate LR: the
 # value of --lr in OPTIM_FLAGS is replaced (the warmup and the schedule stay the profile's).
 # Sets QK_LR_OVERRIDE to LR in canonical spelling (qk_canonical_lr), or to "" when LR is the
@@ -966,8 +984,11 @@ qk_canonical_lr() {
 # profile sets no --lr.
 qk_set_lr() {
     local lr i own=""
-    lr="$(qk_canonical_lr "${1-}")" \
-        || qk_usage_error "--lr must be a non-negative decimal number (e.g. 3e-3, 0.003), got '${1-}'"
+    if ! lr="$(qk_canonical_lr "${1-}")"; then
+        [[ ! "${1-}" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)[eE]\+?[0-9]+$ ]] \
+            || qk_usage_error "--lr '${1-}' overflows: fairseq reads it as a double, at most about 1.8e308 (infinite above)"
+        qk_usage_error "--lr must be a non-negative decimal number (e.g. 3e-3, 0.003), got '${1-}'"
+    fi
     for i in "${!OPTIM_FLAGS[@]}"; do
         if [[ "${OPTIM_FLAGS[$i]}" == --lr ]]; then
             own="$(qk_canonical_lr "${OPTIM_FLAGS[$((i + 1))]}")" \

@@ -205,10 +205,20 @@ verify_local() {
 }
 
 # check_split SPLIT SRC_FILE TGT_FILE: corpus check (alignment, UTF-8, empty/CRLF/NUL/long lines)
+# (files extracted into the temporary dir are named as what they are, not by their .tmp path)
 check_split() {
-    local split="$1" s="$2" t="$3"
-    corpus_py check --src "$s" --tgt "$t" --max-len "$MAX_TOKENS_CHECK" >/dev/null \
-        || die "corpus check failed for $PAIR $split ($s / $t); see the messages above"
+    local split="$1" s="$2" t="$3" sn tn
+    sn="$(shown_name "$s")" tn="$(shown_name "$t")"
+    corpus_py check --src "$s" --tgt "$t" --src-name "$sn" --tgt-name "$tn" \
+        --max-len "$MAX_TOKENS_CHECK" >/dev/null \
+        || die "corpus check failed for $PAIR $split ($sn / $tn); see the messages above"
+}
+shown_name() {
+    if [[ "$1" == "$TMP/"* ]]; then
+        printf '%s (as extracted from the %s)\n' "${1##*/}" "${SOURCE_DESC:-source}"
+    else
+        printf '%s\n' "$1"
+    fi
 }
 
 # get_archive FILE URL BYTES SHA256: path of a verified archive (local, cached or downloaded).

@@ -104,9 +104,7 @@ QK_LR_OVERRIDE=""
 [[ -z "$THREADS_ARG" ]] || THREADS="$THREADS_ARG"
 [[ -z "$MAX_UPDATE_ARG" ]] || qk_check_uint --max-update "$MAX_UPDATE_ARG"
 qk_check_posint --threads "$THREADS"
-if [[ "$MAX_UPDATE" == 0 && "${MAX_EPOCH:-0}" == 0 ]]; then
-    qk_usage_error "--max-update 0 with profile $PROFILE (max-epoch 0) would never stop training"
-fi
+qk_check_stops
 
 BIN="$QK_DATA/bin/$PAIR"
 BPE_DIR="$QK_DATA/bpe/$PAIR"
@@ -303,11 +301,12 @@ add_wall_time() {
 }
 qk_on_exit add_wall_time
 # train_with_eta: fairseq-train's output goes unchanged to train.log; what is shown gets an ETA
-# on each progress line (qknorm_tools.progress; tee -p keeps logging should the display end)
+# on each progress line and leaves out dependency warnings and the model's repr (--quiet;
+# qknorm_tools.progress; tee -p keeps logging should the display end)
 train_with_eta() {
     "${LAUNCH[@]+"${LAUNCH[@]}"}" "${CMD[@]}" "${PORT_FLAGS[@]+"${PORT_FLAGS[@]}"}" 2>&1 \
         | tee -p -a -- "$RUN/train.log" \
-        | "$QK_PY" -m qknorm_tools.progress train --max-update "$MAX_UPDATE" --max-epoch "${MAX_EPOCH:-0}"
+        | "$QK_PY" -m qknorm_tools.progress train --max-update "$MAX_UPDATE" --max-epoch "${MAX_EPOCH:-0}" --quiet
     return "${PIPESTATUS[0]}"
 }
 RC=0

@@ -203,3 +203,27 @@ def test_translate_names_the_runs_that_exist(tmp_path):
     )
     p = translate("gl-en", "no_such_system")
     assert p.returncode == 2 and "unknown system 'no_such_system'" in p.stderr, out(p)
+
+
+def test_train_loss_panel_shows_a_run_with_one_point(tmp_path, monkeypatch):
+    from qknorm_tools import plots
+
+    log = tmp_path / "train.log"
+    log.write_text(
+        "2026-12-01 00:00:00 | INFO | train_inner | epoch 001:      1 / 10 loss=9.0, "
+        "num_updates=1\n"
+        "2026-12-01 00:00:01 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.5 | "
+        "num_updates 1\n"
+    )
+    figs = []
+    monkeypatch.setattr(plots, "_save", lambda fig, out: figs.append(fig) or str(out))
+    plots.plot_curves({"demo": str(log)}, tmp_path / "c.png")
+    (line,) = figs[0].axes[0].lines
+    assert (list(line.get_xdata()), list(line.get_ydata()), line.get_marker()) == ([1], [9.0], "o")
+    two = tmp_path / "two.log"
+    two.write_text(log.read_text().replace("loss=9.0, num_updates=1", "loss=9.0, num_updates=1\n"
+                   "2026-12-01 00:00:00 | INFO | train_inner | epoch 001: 2 / 10 loss=8.0, "
+                   "num_updates=2"))  # fmt: skip
+    plots.plot_curves({"demo": str(two)}, tmp_path / "c2.png")
+    (line,) = figs[1].axes[0].lines
+    assert list(line.get_xdata()) == [1, 2] and line.get_marker() in ("", "None")

@@ -8,7 +8,8 @@
     With ``--quiet`` it leaves out the noise a terminal does not need (:class:`TerminalNoise`).
     During a validation (fairseq prints nothing from ``begin validation`` to its result; dev
     BLEU decodes the whole dev set) it prints ``| validating on 'valid' for N s ...`` every S
-    seconds (default 30). ``scripts/train.sh`` puts it after ``tee train.log``, so the log file
+    seconds (default 30), and so, before the first progress line, ``| training for N s, no
+    progress line yet ...``. ``scripts/train.sh`` puts it after ``tee train.log``, so the log file
     stays fairseq's own.
 ``decode --output FILE --total N [--interval S] [--pid PID]``
     While ``fairseq-generate`` writes FILE, prints every S seconds (stderr) how many of the N
@@ -176,25 +177,38 @@ class TrainEta:
 
         From a ``begin validation on "SUBSET"`` line to the subset's result line (``| SUBSET |``)
         or a training line, a line ``| validating on 'SUBSET' for N s ...`` is written every
-        ``heartbeat`` seconds (by a thread; ``heartbeat`` <= 0: none). ``quiet``: lines
-        :class:`TerminalNoise` drops are not copied.
+        ``heartbeat`` seconds (by a thread; ``heartbeat`` <= 0: none); so is ``| training for
+        N s, no progress line yet ...`` from fairseq's ``Start iterating over samples`` to the
+        first ``train_inner`` line (fairseq prints none before ``--log-interval`` updates).
+        ``quiet``: lines :class:`TerminalNoise` drops are not copied.
         """
         lock = threading.Lock()
-        state: dict[str, object] = {"subset": None, "since": 0.0, "shown": 0.0}
+        # subset: the validation running; first: since when training runs without a progress
+        # line yet (from fairseq's "Start iterating over samples" to the first train_inner)
+        state: dict[str, object] = {"subset": None, "since": 0.0, "shown": 0.0, "first": None}
+        seen_inner = False
         stop = threading.Event()
 
         def beat() -> None:
             while not stop.wait(min(heartbeat, 1.0)):
                 with lock:
                     now = time.monotonic()
-                    if state["subset"] is None or now - state["shown"] < heartbeat:
+                    waiting = state["subset"] is not None or state["first"] is not None
+                    if not waiting or now - state["shown"] < heartbeat:
                         continue
                     state["shown"] = now
-                    text = (
-                        f"| validating on {state['subset']!r} for {int(now - state['since'])} s "
-                        "(fairseq prints the result when the whole subset is done; dev BLEU "
-                        "decodes it with beam search)\n"
-                    )
+                    if state["subset"] is not None:
+                        text = (
+                            f"| validating on {state['subset']!r} for "
+                            f"{int(now - state['since'])} s (fairseq prints the result when the "
+                            "whole subset is done; dev BLEU decodes it with beam search)\n"
+                        )
+                    else:
+                        text = (
+                            f"| training for {int(now - state['first'])} s, no progress line "
+                            "yet: fairseq prints one every --log-interval updates, the ETA "
+                            "comes with the first\n"
+                        )
                     out.write(text.encode("utf-8"))
                     out.flush()
 
@@ -221,7 +235,12 @@ class TrainEta:
                     sub = state["subset"]
                     if sub is not None and any(x in text for x in (f"| {sub} | ", *_TRAINING)):
                         state["subset"] = None  # the validation's result, or training again
+                    if "| train_inner | " in text:
+                        seen_inner, state["first"] = True, None
+                    elif not seen_inner and "Start iterating over samples" in text:
+                        state["first"] = state["shown"] = time.monotonic()
                     if VALIDATION_START in text:
+                        state["first"] = None
                         state["subset"] = text.split(VALIDATION_START, 1)[1].split('"', 1)[0]
                         state["since"] = state["shown"] = time.monotonic()
                     out.write(raw)

@@ -227,3 +227,63 @@ def test_train_loss_panel_shows_a_run_with_one_point(tmp_path, monkeypatch):
     plots.plot_curves({"demo": str(two)}, tmp_path / "c2.png")
     (line,) = figs[1].axes[0].lines
     assert list(line.get_xdata()) == [1, 2] and line.get_marker() in ("", "None")
+
+
+def test_a_line_before_the_first_progress_line():
+    """Before fairseq's first train_inner line (every --log-interval updates) the terminal says
+    training runs; it stops at the first progress line."""
+    import queue
+    import re
+    import threading
+    import time
+
+    from qknorm_tools import progress
+
+    lines: queue.Queue = queue.Queue()
+    buf, lock = io.BytesIO(), threading.Lock()
+
+    class Out:
+        def write(self, b):
+            with lock:
+                buf.write(b)
+
+        def flush(self):
+            pass
+
+    def text():
+        with lock:
+            return buf.getvalue().decode()
+
+    def feed():
+        while (line := lines.get()) is not None:
+            yield line
+
+    t = threading.Thread(
+        target=progress.TrainEta(100).filter, args=(feed(), Out()), kwargs={"heartbeat": 0.2}
+    )
+    t.start()
+    lines.put(b"2026-12-01 20:00:00 | INFO | fairseq_cli.train | Start iterating over samples\n")
+    t0 = time.time()
+    while text().count("| training for ") < 2:  # the event: two lines; a far bound only
+        assert time.time() - t0 < FAR_BOUND, text()
+        time.sleep(0.05)
+    lines.put(b"2026-12-01 20:01:00 | INFO | train_inner | epoch 001:     50 / 100 loss=9.0, "
+              b"ups=1.0, num_updates=50, wall=60\n")  # fmt: skip
+    while "ETA" not in text():
+        assert time.time() - t0 < FAR_BOUND, text()
+        time.sleep(0.05)
+    shown = text().count("| training for ")
+    time.sleep(0.5)  # more than two heartbeats: none may come after the progress line
+    lines.put(None)
+    t.join(FAR_BOUND)
+    assert text().count("| training for ") == shown
+    got = text().splitlines()
+    assert all(
+        re.fullmatch(
+            r"\| training for \d+ s, no progress line yet: fairseq prints one every "
+            r"--log-interval updates, the ETA comes with the first",
+            x,
+        )
+        for x in got[1 : shown + 1]
+    ), got
+    assert got[-1].endswith("| ETA 0:01 (50/100 updates)")

@@ -31,6 +31,7 @@ share its batch, and ``fairseq-generate`` batches the test split in another orde
 import argparse
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterable, Sequence
@@ -166,6 +167,29 @@ def pipeline_settings(
     )
 
 
+def existing_runs(pair_runs: Path, system: str, checkpoint_name: str) -> list:
+    """The runs of ``system`` under ``pair_runs`` (``runs/PAIR``) that hold ``checkpoint_name``.
+
+    Each as ``"runs/PAIR/LABEL/SYSTEM/SEEDDIR (OPTIONS)"`` with the options of this command
+    that select it (``--profile P [--max-update N] --seed S [--bf16-autocast]``; a run with
+    an lr of its own, ``seedN-lrLR``, is listed without options: it is not selectable here).
+    """
+    out = []
+    for ck in sorted(Path(pair_runs).glob(f"*/{system}/*/checkpoints/{checkpoint_name}")):
+        run = ck.parent.parent
+        label, seed_dir = run.parent.parent.name, run.name
+        profile, _, budget = label.partition("-max-update-")
+        m = re.fullmatch(r"seed(\d+)(-bf16)?", seed_dir)
+        where = f"runs/{pair_runs.name}/{label}/{system}/{seed_dir}"
+        if m is None:
+            out.append(where)
+            continue
+        opts = f"--profile {profile}" + (f" --max-update {budget}" if budget else "")
+        opts += f" --seed {m.group(1)}" + (" --bf16-autocast" if m.group(2) else "")
+        out.append(f"{where} ({opts})")
+    return out
+
+
 class Translator:
     """A checkpoint with the pipeline's segmentation and generation settings.
 
@@ -256,9 +280,15 @@ class Translator:
         s = pipeline_settings(pair, system, profile, seed, checkpoint, max_update)
         if not s.checkpoint.is_file():
             budget = "" if max_update is None else f" --max-update {max_update}"
+            found = existing_runs(s.checkpoint.parents[4], system, s.checkpoint.name)
+            listed = (
+                "; runs of this pair and system that have one: " + "; ".join(found)
+                if found
+                else f"; no run of {pair} {system} has a {s.checkpoint.name}"
+            )
             raise FileNotFoundError(
                 f"checkpoint {s.checkpoint} not found: run scripts/train.sh "
-                f"{pair} {system} --profile {profile} --seed {seed}{budget} first"
+                f"{pair} {system} --profile {profile} --seed {seed}{budget} first{listed}"
             )
         return cls(
             s.checkpoint,
@@ -329,7 +359,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             moses=a.moses,
             max_update=a.max_update,
         )
-    except (ValueError, FileNotFoundError) as e:
+    except ValueError as e:  # unknown pair, system or profile: a usage error
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(f"[translate] {translator.checkpoint}", file=sys.stderr)

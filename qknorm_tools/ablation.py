@@ -191,6 +191,7 @@ def ablation_significance(
             "delta_concat": res["systems"][1]["delta"],
             "p_ar": res["systems"][1]["p_ar"],
             "n_ar": n_ar,
+            "few_lines": res["few_lines"],  # < MIN_SIG_LINES sentences: p_ar is flagged
             "signature": res["signatures"]["ar"],
         }
     return out

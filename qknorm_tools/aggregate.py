@@ -152,6 +152,7 @@ def _pair_significance(pair, order, systems, stats, ref_path, metric, lang, **te
     return {
         "ref": str(ref_path),
         "n_lines_concat": len(rep_refs),
+        "few_lines": sig["few_lines"],  # < MIN_SIG_LINES: the p-values are flagged
         "signatures": sig["signatures"],
         "systems": stats,
     }

@@ -227,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point; returns the exit status (2 on input errors)."""
+    """CLI entry point; returns the exit status (2 on input errors, 1 on an output error)."""
     a = build_parser().parse_args(argv)
     if a.cmd == "runs" and a.aggregate and not a.baseline:
         build_parser().error("--aggregate needs --baseline")
@@ -238,9 +238,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("sacrebleu").setLevel(logging.WARNING)
     try:
         return a.fn(a)
-    except (EvaluationError, OSError, ValueError) as exc:
+    except (EvaluationError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # inputs are read as InputFileError (above): mostly an output here
+        print(f"error: {exc.filename or '-'}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -6,8 +6,15 @@ torch or fairseq).
 Commands (``<command> -h`` for details):
 
 check
-    Verify a parallel pair of text files: equal line counts, no empty line, valid UTF-8, no
-    carriage return (CRLF), no byte order mark, no line over ``--max-len`` whitespace tokens.
+    Verify a parallel pair of text files: two different files (not one file under two names),
+    equal line counts, no empty line, valid UTF-8, no carriage return (CRLF), no byte order
+    mark, no tab, no character that ``str.splitlines`` takes for a line break, no other control
+    character, no line over ``--max-len`` whitespace tokens.
+distinct
+    Refuse files of which two are the same file (a symlink or hard link: ``os.path.samefile``).
+overlap
+    Report (warning, not error) dev/test sentences that also occur in the training data, with
+    counts; print the counts as JSON.
 sha256
     Print a file's sha256, or verify it (and its size) against an expected value or a
     ``SHA256SUMS`` file; detects an HTML page served in place of an archive.
@@ -45,6 +52,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import tarfile
@@ -81,6 +89,26 @@ EXTRACTED_MARKER = ".qknorm_extracted"
 
 MAX_REPORTED_ERRORS = 20
 
+#: The characters other than ``\n`` and ``\r`` at which Python's ``str.splitlines`` ends a
+#: line (Python docs, "str.splitlines": the Unicode line boundaries), with their names: a reader
+#: built on it (and several BPE tools; U+2028 crashes subword-nmt's ``apply_bpe``) splits the
+#: line there and misaligns the pair. ``\r`` is reported on the raw bytes (CRLF / stray CR).
+LINE_BREAK_CHARS = {
+    "\x0b": "line tabulation (vertical tab, \\v)",
+    "\x0c": "form feed (\\f)",
+    "\x1c": "file separator",
+    "\x1d": "group separator",
+    "\x1e": "record separator",
+    "\x85": "next line (NEL)",
+    "\u2028": "line separator",
+    "\u2029": "paragraph separator",
+}
+
+#: Every character refused inside a line after decoding: tab, the line breaks above, and every
+#: other control character (Unicode category Cc: C0, DEL, C1) except ``\n`` (the line end),
+#: ``\r`` and NUL (both reported on the raw bytes, before decoding).
+_BAD_CHAR = re.compile("[\x01-\x09\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029]")
+
 
 class CorpusError(Exception):
     """A problem with an input file; ``str()`` is the full ``<file>:<line>: <problem>``."""
@@ -107,6 +135,41 @@ def _info(msg: str) -> None:
 
 # --------------------------------------------------------------------------------------------
 # check
+
+
+def bad_character_problem(text: str) -> str | None:
+    r"""The problem of a decoded line's first refused character, or None when it has none.
+
+    Refused: tab (subword-nmt splits words on spaces only, so ``word\tword`` becomes one word
+    with a stray ``@@`` and a ``\t@@`` vocabulary entry), the line breaks of
+    :data:`LINE_BREAK_CHARS` (``str.splitlines``) and every other control character (Unicode
+    category Cc; invisible, and taken as part of a word). The message names the character
+    (code point and name) and its position (1-based character index), and how many more
+    refused characters the line holds.
+    """
+    m = _BAD_CHAR.search(text)
+    if m is None:
+        return None
+    c, col = m.group(), m.start() + 1
+    code = f"U+{ord(c):04X}"
+    more = len(_BAD_CHAR.findall(text, m.end()))
+    tail = f" ({more} more such character{'s' if more > 1 else ''} in the line)" if more else ""
+    if c == "\t":
+        return (
+            f"tab ({code}) at character {col}: BPE tools split words on spaces only "
+            f"(subword-nmt makes `word\\tword` one word with a stray @@); replace tabs by spaces "
+            f"(`tr '\\t' ' '`){tail}"
+        )
+    if c in LINE_BREAK_CHARS:
+        return (
+            f"{LINE_BREAK_CHARS[c]} ({code}) at character {col}: a line break for Python's "
+            f"str.splitlines and the readers built on it (the line would be split there and the "
+            f"pair misaligned); replace it by a space{tail}"
+        )
+    return (
+        f"control character {code} at character {col}: invisible, and BPE tools take it as "
+        f"part of a word; remove it{tail}"
+    )
 
 
 def _check_file_lines(path: str, name: str, max_len: int, errors: list[CorpusError]) -> int:
@@ -170,6 +233,9 @@ def _check_file_lines(path: str, name: str, max_len: int, errors: list[CorpusErr
                     )
                 )
                 continue
+            bad = bad_character_problem(text)
+            if bad:
+                errors.append(CorpusError(name, bad, n))
             ntok = len(text.split())
             if ntok == 0:
                 errors.append(
@@ -201,6 +267,32 @@ def misaligned_error(src: str, n_src: int, tgt: str, n_tgt: int) -> CorpusError:
     )
 
 
+def same_file_errors(files: Sequence[tuple[str, str]]) -> list[CorpusError]:
+    """An error for every file that is the same file as an earlier one.
+
+    ``files``: ``(name, path)`` pairs. The same file: the same path, a symlink or a hard link to
+    it (``os.path.samefile``: same device and inode). Missing files are skipped (reported
+    elsewhere).
+    """
+    errors = []
+    for j, (name_j, path_j) in enumerate(files):
+        for name_i, path_i in files[:j]:
+            try:
+                same = os.path.samefile(path_i, path_j)
+            except OSError:
+                continue
+            if same:
+                errors.append(
+                    CorpusError(
+                        name_j,
+                        f"the same file as {name_i} (the same path, a symlink or a hard link: "
+                        "os.path.samefile); every side and split needs its own file",
+                    )
+                )
+                break
+    return errors
+
+
 def check_pair(
     src: str,
     tgt: str,
@@ -208,10 +300,17 @@ def check_pair(
     src_name: str | None = None,
     tgt_name: str | None = None,
 ) -> int:
-    """Verify a parallel pair; return the number of lines; raise :class:`CorpusErrors`."""
+    """Verify a parallel pair; return the number of lines.
+
+    Raises:
+        CorpusErrors: every problem found, each naming the file and line (see
+            :func:`_check_file_lines`, :func:`bad_character_problem`, :func:`same_file_errors`).
+    """
     src_name = src_name or src
     tgt_name = tgt_name or tgt
-    errors: list[CorpusError] = []
+    errors: list[CorpusError] = same_file_errors([(src_name, src), (tgt_name, tgt)])
+    if errors:
+        raise CorpusErrors(errors)
     counts = []
     for path, name in ((src, src_name), (tgt, tgt_name)):
         if not os.path.isfile(path):
@@ -225,6 +324,77 @@ def check_pair(
     if errors:
         raise CorpusErrors(errors)
     return n_src  # type: ignore[return-value]
+
+
+def _read_text_lines(path: str) -> list[str]:
+    """A checked file's lines (split on newline only, as :func:`_check_file_lines` counts)."""
+    with open(path, "rb") as f:
+        return f.read().decode("utf-8").split("\n")[:-1]
+
+
+def overlap_report(
+    train: tuple[str, str], others: Sequence[tuple[str, str, str]], max_examples: int = 3
+) -> list[dict]:
+    """Dev/test sentences that also occur in the training data (a warning, not an error).
+
+    Sentences are compared as whole lines, exactly (no normalisation: the tokenized text the
+    model sees). Args: ``train`` = (source path, target path); ``others`` = (split name,
+    source path, target path), e.g. dev and test. Returns one dict per split: ``split``,
+    ``lines`` (sentence pairs), ``pairs_in_train`` (pairs whose source *and* target line form a
+    training pair), ``src_in_train`` / ``tgt_in_train`` (lines whose source / target side alone
+    occurs in the training data), ``distinct_pairs_in_train``, and ``examples``: up to
+    ``max_examples`` of the most frequent overlapping pairs as ``{"src", "tgt", "count",
+    "lines"}`` (count: occurrences in the split; lines: their 1-based line numbers, at most 5).
+    Raises OSError / UnicodeDecodeError for unreadable files (run ``check`` first).
+    """
+    t_src, t_tgt = _read_text_lines(train[0]), _read_text_lines(train[1])
+    pairs, src_set, tgt_set = set(zip(t_src, t_tgt)), set(t_src), set(t_tgt)
+    report = []
+    for split, s_path, t_path in others:
+        s_lines, t_lines = _read_text_lines(s_path), _read_text_lines(t_path)
+        where: dict[tuple[str, str], list[int]] = {}
+        for n, pair in enumerate(zip(s_lines, t_lines), 1):
+            if pair in pairs:
+                where.setdefault(pair, []).append(n)
+        top = sorted(where.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))[:max_examples]
+        report.append(
+            {
+                "split": split,
+                "lines": len(s_lines),
+                "pairs_in_train": sum(len(v) for v in where.values()),
+                "distinct_pairs_in_train": len(where),
+                "src_in_train": sum(line in src_set for line in s_lines),
+                "tgt_in_train": sum(line in tgt_set for line in t_lines),
+                "examples": [
+                    {"src": k[0], "tgt": k[1], "count": len(v), "lines": v[:5]} for k, v in top
+                ],
+            }
+        )
+    return report
+
+
+def overlap_warnings(report: Sequence[dict], label: str) -> list[str]:
+    """The ``warning: ...`` lines of an :func:`overlap_report`.
+
+    None for a split without overlap; ``label`` names the data (e.g. ``gl-en``).
+    """
+    lines = []
+    for r in report:
+        if not (r["pairs_in_train"] or r["src_in_train"] or r["tgt_in_train"]):
+            continue
+        pct = 100.0 * r["pairs_in_train"] / r["lines"] if r["lines"] else 0.0
+        ex = "; ".join(
+            f"{e['src']!r} / {e['tgt']!r} ({e['count']}x, line{'s' if len(e['lines']) > 1 else ''} "
+            f"{', '.join(map(str, e['lines']))})"
+            for e in r["examples"]
+        )
+        lines.append(
+            f"warning: {label} {r['split']}: {r['pairs_in_train']} of {r['lines']} sentence pairs "
+            f"({pct:.1f}%) also occur in the training data ({r['distinct_pairs_in_train']} "
+            f"distinct; source side alone: {r['src_in_train']} lines, target side alone: "
+            f"{r['tgt_in_train']} lines){'; most frequent: ' + ex if ex else ''}"
+        )
+    return lines
 
 
 # --------------------------------------------------------------------------------------------
@@ -814,8 +984,29 @@ def _cmd_check(a: argparse.Namespace) -> int:
     n = check_pair(a.src, a.tgt, a.max_len, a.src_name, a.tgt_name)
     print(
         f"ok: {a.src_name or a.src} / {a.tgt_name or a.tgt}: {n} lines, "
-        f"UTF-8, no empty/CRLF/over-long (> {a.max_len} tokens) lines"
+        f"UTF-8, no empty/CRLF/over-long (> {a.max_len} tokens) lines, no tab, line-break or "
+        "control characters"
     )
+    return 0
+
+
+def _cmd_distinct(a: argparse.Namespace) -> int:
+    names = a.names or a.files
+    if len(names) != len(a.files):
+        raise ValueError(f"--names: {len(names)} names for {len(a.files)} files")
+    errors = same_file_errors(list(zip(names, a.files)))
+    if errors:
+        raise CorpusErrors(errors)
+    return 0
+
+
+def _cmd_overlap(a: argparse.Namespace) -> int:
+    d = Path(a.dir)
+    others = [(sp, str(d / f"{sp}.{a.src}"), str(d / f"{sp}.{a.tgt}")) for sp in ("dev", "test")]
+    report = overlap_report((str(d / f"train.{a.src}"), str(d / f"train.{a.tgt}")), others)
+    for line in overlap_warnings(report, a.label or f"{a.src}-{a.tgt}"):
+        _info(line)
+    print(json.dumps(report, ensure_ascii=False))
     return 0
 
 
@@ -1077,6 +1268,23 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--src-name", help="name to show for --src in messages (default: the path)")
     c.add_argument("--tgt-name", help="name to show for --tgt in messages (default: the path)")
     c.set_defaults(func=_cmd_check)
+
+    ds = sub.add_parser(
+        "distinct", help="refuse files of which two are one file (symlink, hard link)"
+    )
+    ds.add_argument("files", nargs="+", metavar="FILE")
+    ds.add_argument("--names", nargs="+", help="names to show for the files (default: paths)")
+    ds.set_defaults(func=_cmd_distinct)
+
+    ov = sub.add_parser(
+        "overlap",
+        help="warn about dev/test sentence pairs that also occur in the training data",
+    )
+    ov.add_argument("--dir", required=True, help="holds {train,dev,test}.{SRC,TGT}")
+    ov.add_argument("--src", required=True)
+    ov.add_argument("--tgt", required=True)
+    ov.add_argument("--label", help="name of the data in the warnings (default SRC-TGT)")
+    ov.set_defaults(func=_cmd_overlap)
 
     s = sub.add_parser("sha256", help="print or verify a file's sha256 (and size)")
     s.add_argument("--file", required=True)

@@ -19,6 +19,10 @@
     seed-concatenated outputs, average delta over pairs; Markdown, LaTeX (booktabs) and CSV.
 ``ablation``
     2x2 {layernorm, scalenorm} x {dot, qknorm} confound report.
+``check-run``
+    Whether a run directory is the run asked for: the identity its ``train.json`` records
+    (pair, profile label, system, seed, precision, variant) equals the one given (what
+    ``scripts/train.sh`` and ``scripts/evaluate.sh`` check, ``qk_check_run_identity``).
 ``lr-sensitivity``
     LR sweep per system: final dev loss and test BLEU per peak learning rate, LR sensitivity
     (Wortsman et al. 2023), diverged runs, best LR (:mod:`.lr_sweep`).
@@ -41,7 +45,7 @@ from .lr_sweep import lr_sweep, write_lr_sweep_report
 from .provenance import check_one_data_version
 from .records import RunRecord, load_records
 from .scoring import SCORE_FIELDS, format_scores, score_files
-from .significance import TOKENIZE_TO_METRIC, compare_files, format_compare
+from .significance import MIN_SIG_LINES, TOKENIZE_TO_METRIC, compare_files, format_compare
 from .tables import write_aggregate_tables
 from .textio import (
     BPE_MODES,
@@ -49,12 +53,37 @@ from .textio import (
     EvaluationError,
     ResultsError,
     bpe_tool,
+    explain_generate_failure,
     extract_hypotheses,
     read_lines,
     warn,
 )
 
-__all__ = ["build_parser", "main", "parse_kv"]
+__all__ = ["RUN_IDENTITY_FIELDS", "build_parser", "main", "parse_kv", "run_identity_mismatches"]
+
+#: What names a run (its directory runs/PAIR/PROFILE-LABEL/SYSTEM/seedN[-bf16][-lr...]): the
+#: fields of train.json that scripts/train.sh writes from the settings it trained with
+RUN_IDENTITY_FIELDS = ("pair", "profile", "system", "seed", "precision", "variant")
+
+
+def run_identity_mismatches(recorded: dict, expected: dict) -> list[str]:
+    """The identity fields on which a run's ``train.json`` differs from the run asked for.
+
+    A field the record lacks (a run from before it was recorded) is not compared; a missing
+    ``variant`` is ``{}``. Returns ``"FIELD: trained as R, asked for E"`` strings, in
+    :data:`RUN_IDENTITY_FIELDS` order (empty: the run is the one asked for).
+    """
+    out = []
+    for key in RUN_IDENTITY_FIELDS:
+        if key not in recorded and key != "variant":
+            continue
+        got = recorded.get(key) or ({} if key == "variant" else None)
+        want = expected.get(key) or ({} if key == "variant" else None)
+        if key == "seed":
+            got, want = int(got), int(want)
+        if got != want:
+            out.append(f"{key}: trained as {got!r}, asked for {want!r}")
+    return out
 
 
 def parse_kv(items: Sequence[str] | None, flag: str) -> dict[str, str]:
@@ -120,6 +149,7 @@ def _cmd_compare(a) -> int:
         n_bootstrap=a.n_bootstrap,
         n_ar=a.n_ar,
         seed=a.seed,
+        allow_few_lines=a.allow_few_lines,
     )
     text = _dump(res) if a.json else format_compare(res)
     if a.out:
@@ -226,6 +256,38 @@ def _cmd_ablation(a) -> int:
     return 0
 
 
+def _cmd_explain_generate(a) -> int:
+    log = Path(a.log).read_text(encoding="utf-8", errors="replace") if Path(a.log).is_file() else ""
+    print(explain_generate_failure(log, a.checkpoint, a.data))
+    return 0
+
+
+def _cmd_check_run(a) -> int:
+    path = Path(a.run) / "train.json"
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise EvaluationError(f"{path}: cannot read the run's record: {exc}") from exc
+    expected = {
+        "pair": a.pair,
+        "profile": a.profile,
+        "system": a.system,
+        "seed": a.seed,
+        "precision": a.precision,
+        "variant": parse_kv(a.variant, "--variant"),
+    }
+    problems = run_identity_mismatches(recorded, expected)
+    if problems:
+        print(
+            f"error: {a.run} is another run than the one asked for ({path}: "
+            f"{'; '.join(problems)}): a run directory copied or renamed is never trained on, "
+            "decoded or scored under another name",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
 def _cmd_lr_sensitivity(a) -> int:
     systems = a.systems.split(",") if a.systems else None
     res = lr_sweep(_load_all(a.results), pair=a.pair, systems=systems)
@@ -310,6 +372,12 @@ def build_parser() -> argparse.ArgumentParser:
         "Moses-detokenize, then sacreBLEU 13a",
     )
     c.add_argument("--tgt-lang", default="en", help="detokenizer language for --tokenize 13a")
+    c.add_argument(
+        "--allow-few-lines",
+        action="store_true",
+        help=f"test on fewer than {MIN_SIG_LINES} sentences (flagged in the output) instead of "
+        "refusing",
+    )
     c.set_defaults(fn=_cmd_compare)
 
     g = sub.add_parser(
@@ -372,19 +440,37 @@ def build_parser() -> argparse.ArgumentParser:
     lr.add_argument("--out-dir", required=True, help="where STEM.{md,json} go")
     lr.add_argument("--stem", default="lr_sweep", help="file stem (default lr_sweep)")
     lr.set_defaults(fn=_cmd_lr_sensitivity)
+    eg = sub.add_parser("explain-generate", help="the cause of a failed fairseq-generate")
+    eg.add_argument("--log", required=True, help="its stderr")
+    eg.add_argument("--checkpoint", required=True)
+    eg.add_argument("--data", required=True, help="the binarized data it decoded")
+    eg.set_defaults(fn=_cmd_explain_generate)
+
+    cr = sub.add_parser("check-run", help="is RUN (its train.json) the run asked for?")
+    cr.add_argument("run", help="the run directory (holds train.json)")
+    cr.add_argument("--pair", required=True)
+    cr.add_argument("--profile", required=True, help="the profile label (e.g. cpu-proxy)")
+    cr.add_argument("--system", required=True)
+    cr.add_argument("--seed", type=int, required=True)
+    cr.add_argument("--precision", required=True, help="fp32 or bf16")
+    cr.add_argument("--variant", action="append", help="KEY=VALUE (e.g. lr=0.001), repeatable")
+    cr.set_defaults(fn=_cmd_check_run)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point; returns the exit status (2 on input errors)."""
+    """CLI entry point; returns the exit status (2 on input errors, 1 on an output error)."""
     args = build_parser().parse_args(argv)
     # sacreBLEU logs every resampling step at INFO when the root logger is configured
     logging.getLogger("sacrebleu").setLevel(logging.WARNING)
     try:
         return args.fn(args)
-    except (EvaluationError, OSError) as exc:
+    except EvaluationError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # inputs are read as InputFileError (above): mostly an output here
+        print(f"error: {exc.filename or '-'}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -119,7 +119,8 @@ def plot_curves(
             raise PlotInputError(
                 f"log {str(named_logs[name])!r} ({name}) has no {key!r} with num_updates"
             )
-        axes[0].plot(x, y, color=color, label=name, lw=1.4)
+        # a line needs two points: a run with one train_inner point is shown as a marker
+        axes[0].plot(x, y, color=color, label=name, lw=1.4, marker="o" if len(x) < 2 else "", ms=4)
         axes[1].plot(vx, vy, color=color, label=name, marker="o", ms=3, lw=1.4)
     for ax, title in zip(axes, ("train", f"valid ({valid_subset})")):
         ax.set_xlabel("num_updates")

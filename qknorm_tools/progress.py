@@ -2,10 +2,15 @@
 
 ``python -m qknorm_tools.progress <command>``:
 
-``train --max-update N [--max-epoch E]``
+``train --max-update N [--max-epoch E] [--heartbeat S]``
     A filter for a ``fairseq-train`` log (``--log-format simple``): copies stdin to stdout line
     by line and appends ``| ETA h:mm (U/T updates)`` to each ``train_inner`` progress line.
-    ``scripts/train.sh`` puts it after ``tee train.log``, so the log file stays fairseq's own.
+    With ``--quiet`` it leaves out the noise a terminal does not need (:class:`TerminalNoise`).
+    During a validation (fairseq prints nothing from ``begin validation`` to its result; dev
+    BLEU decodes the whole dev set) it prints ``| validating on 'valid' for N s ...`` every S
+    seconds (default 30), and so, before the first progress line, ``| training for N s, no
+    progress line yet ...``. ``scripts/train.sh`` puts it after ``tee train.log``, so the log file
+    stays fairseq's own.
 ``decode --output FILE --total N [--interval S] [--pid PID]``
     While ``fairseq-generate`` writes FILE, prints every S seconds (stderr) how many of the N
     sentences are done (``H-`` lines) and an estimate of the time left; stops when PID exits.
@@ -21,7 +26,9 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from typing import BinaryIO
@@ -29,11 +36,65 @@ from typing import BinaryIO
 from .trainlog import _INNER_RE, parse_log_line
 
 __all__ = [
+    "VALIDATION_START",
+    "TerminalNoise",
     "TrainEta",
     "decode_progress_line",
     "format_duration",
     "main",
 ]
+
+
+#: fairseq_cli/train.py validate(): ``begin validation on "valid" subset`` (INFO); it prints
+#: nothing else until the subset's result line (``| valid | ...``)
+VALIDATION_START = 'begin validation on "'
+#: a fairseq log record's first line (``--log-format simple``); other lines continue a record
+_RECORD = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} \| ")
+#: the first line of a Python warning (``path:LINE: CategoryWarning: ...``, ``sys:1: ...``)
+_PY_WARNING = re.compile(r"^\S+:\d+: \w*Warning:( |$)")
+#: fairseq_cli.train prints the model as a multi-line repr: ``| fairseq_cli.train | Name(``
+_MODEL_PRINT = re.compile(r"\| fairseq_cli\.train \| \w+\($")
+#: fairseq's one INFO line about a package the pipeline does not use
+_NOISE_LINES = ("| fairseq.tasks.text_to_speech | Please install tensorboardX",)
+
+
+class TerminalNoise:
+    """Which lines of a ``fairseq-train`` log the terminal does not need (train.log keeps all).
+
+    Dropped: Python warnings of fairseq's dependencies (each with its continuation lines, up to
+    the next log record; a traceback is never dropped), the model's multi-line repr (one line
+    says so), fairseq's "Please install tensorboardX" INFO line. :meth:`keep` returns the text
+    to show instead of a line: the line itself, a replacement, or None.
+    """
+
+    def __init__(self) -> None:
+        self._in: str | None = None  # "warning" or "model" while inside a dropped record
+        self._warned = False
+
+    def keep(self, text: str) -> str | None:
+        """The terminal's version of one log line (without its newline), or None."""
+        if _RECORD.match(text):
+            self._in = None
+            if any(n in text for n in _NOISE_LINES):
+                return None
+            if _MODEL_PRINT.search(text):
+                self._in = "model"
+                return text[: text.rindex("|") + 1] + " (the model's structure: see train.log)"
+            return text
+        if text.startswith("Traceback") or re.match(r"^\w+(Error|Exception)\b", text):
+            self._in = None
+            return text
+        if _PY_WARNING.match(text):
+            self._in = "warning"
+            if not self._warned:
+                self._warned = True
+                return "(Python warnings of fairseq's dependencies: not shown, see train.log)"
+            return None
+        return None if self._in else text
+
+
+#: lines that say training goes on (a validation ended without its result line)
+_TRAINING = ("| train_inner | ", "begin training epoch", "done training", "| train | ")
 
 
 def format_duration(seconds: float) -> str:
@@ -109,18 +170,85 @@ class TrainEta:
         limit = "" if self.max_update > 0 else f", at most: max-epoch {self.max_epoch}"
         return f" | ETA {eta} ({int(u)}/{int(round(total))} updates{limit})"
 
-    def filter(self, lines: Iterable[bytes], out: BinaryIO) -> None:
-        """Copy ``lines`` to ``out`` (flushed per line), with :meth:`suffix` on progress lines."""
-        for raw in lines:
-            try:
-                text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-                extra = self.suffix(text)
-            except Exception:  # noqa: BLE001 - a line we cannot read passes through unchanged
-                extra = None
-            if extra:
-                raw = raw.rstrip(b"\r\n") + extra.encode("utf-8") + b"\n"
-            out.write(raw)
-            out.flush()
+    def filter(
+        self, lines: Iterable[bytes], out: BinaryIO, heartbeat: float = 30.0, quiet: bool = False
+    ) -> None:
+        """Copy ``lines`` to ``out`` (flushed per line), with :meth:`suffix` on progress lines.
+
+        From a ``begin validation on "SUBSET"`` line to the subset's result line (``| SUBSET |``)
+        or a training line, a line ``| validating on 'SUBSET' for N s ...`` is written every
+        ``heartbeat`` seconds (by a thread; ``heartbeat`` <= 0: none); so is ``| training for
+        N s, no progress line yet ...`` from fairseq's ``Start iterating over samples`` to the
+        first ``train_inner`` line (fairseq prints none before ``--log-interval`` updates).
+        ``quiet``: lines :class:`TerminalNoise` drops are not copied.
+        """
+        lock = threading.Lock()
+        # subset: the validation running; first: since when training runs without a progress
+        # line yet (from fairseq's "Start iterating over samples" to the first train_inner)
+        state: dict[str, object] = {"subset": None, "since": 0.0, "shown": 0.0, "first": None}
+        seen_inner = False
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(min(heartbeat, 1.0)):
+                with lock:
+                    now = time.monotonic()
+                    waiting = state["subset"] is not None or state["first"] is not None
+                    if not waiting or now - state["shown"] < heartbeat:
+                        continue
+                    state["shown"] = now
+                    if state["subset"] is not None:
+                        text = (
+                            f"| validating on {state['subset']!r} for "
+                            f"{int(now - state['since'])} s (fairseq prints the result when the "
+                            "whole subset is done; dev BLEU decodes it with beam search)\n"
+                        )
+                    else:
+                        text = (
+                            f"| training for {int(now - state['first'])} s, no progress line "
+                            "yet: fairseq prints one every --log-interval updates, the ETA "
+                            "comes with the first\n"
+                        )
+                    out.write(text.encode("utf-8"))
+                    out.flush()
+
+        watcher = threading.Thread(target=beat, daemon=True) if heartbeat > 0 else None
+        if watcher is not None:
+            watcher.start()
+        noise = TerminalNoise() if quiet else None
+        try:
+            for raw in lines:
+                try:
+                    text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+                    extra = self.suffix(text)
+                    shown = noise.keep(text) if noise is not None else text
+                except Exception:  # noqa: BLE001 - a line we cannot read passes through unchanged
+                    text, extra, shown = "", None, None
+                    noise = None
+                if noise is not None and shown is None:
+                    continue
+                if noise is not None and shown != text:
+                    raw = shown.encode("utf-8") + b"\n"
+                if extra:
+                    raw = raw.rstrip(b"\r\n") + extra.encode("utf-8") + b"\n"
+                with lock:
+                    sub = state["subset"]
+                    if sub is not None and any(x in text for x in (f"| {sub} | ", *_TRAINING)):
+                        state["subset"] = None  # the validation's result, or training again
+                    if "| train_inner | " in text:
+                        seen_inner, state["first"] = True, None
+                    elif not seen_inner and "Start iterating over samples" in text:
+                        state["first"] = state["shown"] = time.monotonic()
+                    if VALIDATION_START in text:
+                        state["first"] = None
+                        state["subset"] = text.split(VALIDATION_START, 1)[1].split('"', 1)[0]
+                        state["since"] = state["shown"] = time.monotonic()
+                    out.write(raw)
+                    out.flush()
+        finally:
+            stop.set()
+            if watcher is not None:
+                watcher.join()
 
 
 def decode_progress_line(done: int, total: int, elapsed: float) -> str:
@@ -181,6 +309,18 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="stdin -> stdout: ETA appended to train_inner lines")
     t.add_argument("--max-update", type=int, default=0, help="fairseq --max-update (0: none)")
     t.add_argument("--max-epoch", type=int, default=0, help="fairseq --max-epoch (0: none)")
+    t.add_argument(
+        "--heartbeat",
+        type=float,
+        default=30.0,
+        help="seconds between the lines shown during a validation (0: none)",
+    )
+    t.add_argument(
+        "--quiet",
+        action="store_true",
+        help="leave out dependency warnings and the model's repr (for a terminal; the log "
+        "file keeps them)",
+    )
     d = sub.add_parser("decode", help="periodic decoding progress of a fairseq-generate output")
     d.add_argument("--output", required=True, help="the fairseq-generate output being written")
     d.add_argument("--total", type=int, required=True, help="sentences to decode")
@@ -195,7 +335,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     try:
         if a.cmd == "train":
-            TrainEta(a.max_update, a.max_epoch).filter(sys.stdin.buffer, sys.stdout.buffer)
+            TrainEta(a.max_update, a.max_epoch).filter(
+                sys.stdin.buffer, sys.stdout.buffer, heartbeat=a.heartbeat, quiet=a.quiet
+            )
         else:
             watch_decoding(a.output, a.total, a.interval, a.pid, a.label)
     except ValueError as exc:

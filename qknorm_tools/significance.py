@@ -18,6 +18,7 @@ from .scoring import detokenize_lines
 from .textio import EvaluationError, check_same_length, read_lines, warn
 
 __all__ = [
+    "MIN_SIG_LINES",
     "RESULT_KEYS",
     "SIG_METRICS",
     "TOKENIZE_TO_METRIC",
@@ -29,6 +30,12 @@ __all__ = [
 ]
 
 SIG_METRICS = ("bleu_tok", "bleu", "chrf")
+#: The fewest sentences on which a paired test's p-value and CI are reported without a flag:
+#: 300, the smallest test set on which Koehn (2004, abstract and Sec. 5) validated paired
+#: bootstrap resampling for BLEU ("even for small test sizes of only 300 sentences"). Below it
+#: the resamples repeat a handful of sentences: on one sentence every resample is that sentence,
+#: so the CI is +- 0.00 and p is sacreBLEU's minimum 1/(n+1), whatever the systems.
+MIN_SIG_LINES = 300
 #: ``compare --tokenize`` value -> metric
 TOKENIZE_TO_METRIC = {"none": "bleu_tok", "13a": "bleu"}
 #: the test results of one system (paired_significance's "systems" entries, after its name)
@@ -44,7 +51,7 @@ RESULT_KEYS = (
     "tie_corrected",
     "n_diff_lines",
 )
-_SYSTEM_KEYS = ("name", "is_baseline", *RESULT_KEYS)
+_SYSTEM_KEYS = ("name", "is_baseline", *RESULT_KEYS, "identical")
 
 
 @contextlib.contextmanager
@@ -92,10 +99,18 @@ def _check_arguments(named_systems, seed, tests, n_bootstrap, n_ar) -> None:
         raise EvaluationError(f"system names must be unique, got {names}")
 
 
-def _finish_system(rec: dict, hyps: Sequence[str], base_hyps, base_score: float, tests) -> dict:
+def _finish_system(
+    rec: dict, hyps: Sequence[str], base_hyps, base_score: float, tests, base_name: str
+) -> dict:
     """Delta, CI bounds, tie correction and the number of lines differing from the baseline."""
     n_diff = sum(1 for x, y in zip(hyps, base_hyps) if x != y)
     rec["n_diff_lines"] = n_diff
+    rec["identical"] = (not rec["is_baseline"]) and n_diff == 0
+    if rec["identical"]:
+        warn(
+            f"system {rec['name']!r} is identical to the baseline {base_name!r} (every line "
+            "equal): there is no difference to test (p = 1 by definition)"
+        )
     if not rec["is_baseline"] and 0 < n_diff < 20 and "ar" in tests:
         warn(
             f"system {rec['name']!r} differs from the baseline on only {n_diff} lines: "
@@ -147,6 +162,9 @@ def paired_significance(
     (``tie_corrected: true``). The same strict inequality makes the AR p-value too small when
     only a few lines differ from the baseline (many shuffles tie with the observed
     difference); ``n_diff_lines`` is reported and a warning printed below 20 differing lines.
+    A system identical to the baseline (``identical: true``) is named in a warning. On fewer
+    than :data:`MIN_SIG_LINES` sentences the results are flagged (``few_lines: true``, and a
+    warning: :func:`few_lines_message`).
 
     Args:
         refs: reference lines.
@@ -161,11 +179,11 @@ def paired_significance(
         tests: subset of ``("bs", "ar")`` to run.
 
     Returns:
-        ``{"metric", "tokenize", "n_lines", "n_bootstrap", "n_ar", "seed", "signatures":
-        {"bs", "ar"}, "baseline", "systems": [{"name", "is_baseline", "score", "delta",
-        "bs_mean", "ci95", "ci_low", "ci_high", "p_bs", "p_ar", "tie_corrected",
-        "n_diff_lines"}, ...]}`` (points 0-100; p-values are ``None`` for the baseline or a
-        test not run).
+        ``{"metric", "tokenize", "n_lines", "min_lines", "few_lines", "n_bootstrap", "n_ar",
+        "seed", "signatures": {"bs", "ar"}, "baseline", "systems": [{"name", "is_baseline",
+        "score", "delta", "bs_mean", "ci95", "ci_low", "ci_high", "p_bs", "p_ar",
+        "tie_corrected", "n_diff_lines", "identical"}, ...]}`` (points 0-100; p-values are
+        ``None`` for the baseline or a test not run).
 
     Raises:
         EvaluationError: bad arguments, unequal line counts.
@@ -208,13 +226,18 @@ def paired_significance(
 
     base_score, base_hyps = recs[0]["score"], systems[0][1]
     out_sys = [
-        _finish_system(rec, hyps, base_hyps, base_score, tests)
+        _finish_system(rec, hyps, base_hyps, base_score, tests, names[0])
         for rec, (_, hyps) in zip(recs, systems)
     ]
+    few = len(refs) < MIN_SIG_LINES
+    if few:
+        warn(few_lines_message(len(refs)))
     return {
         "metric": metric,
         "tokenize": {"bleu_tok": "none", "bleu": "13a", "chrf": None}[metric],
         "n_lines": len(refs),
+        "min_lines": MIN_SIG_LINES,
+        "few_lines": few,
         "n_bootstrap": n_bootstrap if "bs" in tests else None,
         "n_ar": n_ar if "ar" in tests else None,
         "seed": seed,
@@ -222,6 +245,15 @@ def paired_significance(
         "baseline": names[0],
         "systems": out_sys,
     }
+
+
+def few_lines_message(n: int) -> str:
+    """Why paired tests on ``n`` (< :data:`MIN_SIG_LINES`) sentences are flagged."""
+    return (
+        f"paired tests on {n} sentence{'s' if n != 1 else ''}, fewer than {MIN_SIG_LINES} (the "
+        "smallest test set on which Koehn 2004 validated paired bootstrap for BLEU): the "
+        "p-values and confidence intervals are not reliable"
+    )
 
 
 def split_named(arg: str) -> tuple[str, str]:
@@ -242,6 +274,7 @@ def compare_files(
     n_bootstrap: int = 1000,
     n_ar: int = 10000,
     seed: int = 12345,
+    allow_few_lines: bool = False,
 ) -> dict[str, object]:
     """Paired tests of hypothesis files against a baseline file.
 
@@ -257,18 +290,27 @@ def compare_files(
         n_bootstrap: bootstrap resamples.
         n_ar: approximate-randomization trials.
         seed: RNG seed.
+        allow_few_lines: run the tests on fewer than :data:`MIN_SIG_LINES` sentences (the
+            results are then flagged) instead of refusing.
 
     Returns:
         :func:`paired_significance` output plus ``"ref"`` and each system's ``"path"``.
 
     Raises:
-        EvaluationError: see :func:`~.textio.load_hyp_ref`, unknown ``tokenize``.
+        EvaluationError: see :func:`~.textio.load_hyp_ref`, unknown ``tokenize``, fewer than
+            :data:`MIN_SIG_LINES` reference lines without ``allow_few_lines``.
     """
     if tokenize not in TOKENIZE_TO_METRIC:
         raise EvaluationError(
             f"tokenize must be one of {sorted(TOKENIZE_TO_METRIC)}, got {tokenize!r}"
         )
     refs = read_lines(ref_path, "reference")
+    if len(refs) < MIN_SIG_LINES and not allow_few_lines:
+        raise EvaluationError(
+            f"{ref_path}: {len(refs)} sentence{'s' if len(refs) != 1 else ''}: paired tests "
+            f"need at least {MIN_SIG_LINES} (the smallest test set on which Koehn 2004 "
+            "validated paired bootstrap for BLEU); --allow-few-lines runs them anyway, flagged"
+        )
     named, paths, used = [], {}, set()
     for arg in [baseline, *systems]:
         name, path = split_named(arg)
@@ -313,11 +355,22 @@ def format_compare(res: Mapping[str, object]) -> str:
         f"{'system':<30} {'score':>7} {'delta':>7} {'95% CI (bootstrap)':>22} "
         f"{'p(bs)':>7} {'p(ar)':>7}"
     )
+    few = bool(res.get("few_lines"))
+    flag = "*" if few else ""
     for r in res["systems"]:
-        ci = f"{r['bs_mean']:.2f} ± {r['ci95']:.2f}" if r["ci95"] is not None else "-"
-        mark = " (baseline)" if r["is_baseline"] else ""
+        ci = f"{r['bs_mean']:.2f} ± {r['ci95']:.2f}{flag}" if r["ci95"] is not None else "-"
+        mark = " (baseline)" if r["is_baseline"] else " (identical)" if r.get("identical") else ""
+        p_bs, p_ar = (format_p(r[k]) + (flag if r[k] is not None else "") for k in ("p_bs", "p_ar"))
         lines.append(
             f"{r['name'] + mark:<30} {r['score']:7.2f} {r['delta']:+7.2f} {ci:>22} "
-            f"{format_p(r['p_bs']):>7} {format_p(r['p_ar']):>7}"
+            f"{p_bs:>7} {p_ar:>7}"
+        )
+    if few:
+        lines.append(f"* {few_lines_message(res['n_lines'])}")
+    identical = [r["name"] for r in res["systems"] if r.get("identical")]
+    if identical:
+        lines.append(
+            f"identical to the baseline (every line equal): {', '.join(identical)}; "
+            "no difference to test"
         )
     return "\n".join(lines)

@@ -83,6 +83,46 @@ def warn(msg: str) -> None:
 
 
 # ---------------------------------------------------------------------------
+# fairseq-generate failures
+
+#: what torch / fairseq print for a checkpoint file that is cut short or not a checkpoint
+#: (torch.load: a zip without its central directory, an empty or cut pickle)
+_TRUNCATED = (
+    "PytorchStreamReader failed",
+    "failed finding central directory",
+    "Ran out of input",
+    "unexpected EOF",
+    "invalid load key",
+)
+
+
+def explain_generate_failure(log: str, checkpoint: str, data: str) -> str:
+    """The error message for a failed ``fairseq-generate`` whose stderr is ``log``.
+
+    Names the cause where the log shows one: a truncated or corrupt ``checkpoint`` (torch's
+    load errors), or a checkpoint made for another dictionary or model size than ``data``
+    (``load_state_dict``'s ``size mismatch for ...``, e.g. an embedding of another vocabulary
+    size); else the last error line of the log. Never raises.
+    """
+    lines = [x.strip() for x in log.splitlines() if x.strip()]
+    hit = next((x for x in lines if any(t in x for t in _TRUNCATED)), None)
+    if hit:
+        return (
+            f"{checkpoint} is truncated or not a checkpoint ({hit[:160]}): restore it, or "
+            "retrain (scripts/train.sh resumes from checkpoints/checkpoint_last.pt)"
+        )
+    hit = next((x for x in lines if x.startswith("size mismatch for ")), None)
+    if hit:
+        return (
+            f"{checkpoint} was made with another dictionary or model size than {data} "
+            f"({hit[:200]}): decode it with the data it was trained on (data/bin/PAIR), or "
+            "retrain it on these"
+        )
+    last = next((x for x in reversed(lines) if "Error" in x or "error" in x), None)
+    return f"fairseq-generate failed{f' ({last[:200]})' if last else ''}"
+
+
+# ---------------------------------------------------------------------------
 # line files
 
 

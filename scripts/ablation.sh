@@ -78,6 +78,7 @@ load_pair_config "$PAIR_ARG"
 load_profile_config "$PROFILE_ARG"
 
 [[ -z "$MAXU" ]] || MAX_UPDATE="$MAXU"
+qk_check_stops  # before any cell (dry runs too): the cells' train.sh would refuse it
 # bf16 autocast or fp32 (the profile's PROFILE_BF16, QKNORM_BF16): decided once, here, for every cell
 if ((DRY_RUN || QK_STATUS || AGG_ONLY)); then qk_resolve_bf16 --cached-only; else qk_resolve_bf16; fi
 # a budget other than the profile's reports to its own folder: a short trial run never

@@ -211,7 +211,7 @@ outputs+=(length_stats.json)
 # fairseq's --bpe pipeline --bpe-dir, fairseq_qknorm/bpe.py)
 corpus_py bpe-manifest --out "$TMP/bpe.json" --pair "$PAIR" --src "$SRC" --tgt "$TGT" --tool "$TOOL" \
     --merges "$MERGES" --vocab-threshold "$BPE_VOCAB_THRESHOLD" --vocab-size "$VOCAB_SIZE" \
-    --bpe-dropout "$DROPOUT" --seed "$BPE_DROPOUT_SEED" --samples "$SAMPLES" || die "cannot write $TMP/bpe.json"
+    --bpe-dropout "$DROPOUT" --seed "$BPE_DROPOUT_SEED" --samples "$SAMPLES" || die "cannot write bpe.json of $PAIR (above)"
 outputs+=(bpe.json)
 
 qk_write_done "$TMP" "$SETTINGS" "${outputs[@]}"

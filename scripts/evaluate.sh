@@ -71,6 +71,7 @@ QK_LR_OVERRIDE=""
 [[ -z "$LR_ARG" ]] || qk_set_lr "$LR_ARG"
 [[ -z "$THREADS_ARG" ]] || THREADS="$THREADS_ARG"
 [[ -z "$MAX_UPDATE_ARG" ]] || MAX_UPDATE="$MAX_UPDATE_ARG"
+qk_check_stops  # as train.sh: no run of a budget that never stops exists
 ((BF16 == 0)) || QKNORM_BF16=1
 qk_resolve_bf16 --cached-only  # finds the run train.sh made; never measures
 
@@ -125,6 +126,7 @@ fi
 [[ ! -d "$RUN" ]] || qk_lock_run "$RUN"  # before anything else: a run in training is busy
 TRAIN_CMD="$(qk_train_cmd)"
 [[ -f "$RUN/train.json" ]] || die "$RUN is not a finished run: run $TRAIN_CMD first$TWIN_HINT"
+qk_check_run_identity "$RUN" "$LABEL"  # what train.sh checks: the run is the one asked for
 if [[ -f "$RUN/diverged" ]]; then
     qk_warn "$RUN diverged ($(head -n 1 "$RUN/diverged")): no model to decode"
     exit 3
@@ -165,7 +167,11 @@ stop_watch() { kill "$WATCH_PID" 2>/dev/null || true; wait "$WATCH_PID" 2>/dev/n
 qk_on_exit stop_watch
 GEN_CMD[0]="$(qk_tool fairseq-generate)"
 OMP_NUM_THREADS="$THREADS" qk_run "${GEN_CMD[@]}" >"$GEN.tmp" 2>"$RUN/$STEM.gen.log" \
-    || { rm -f -- "$GEN.tmp"; die "fairseq-generate failed; see $RUN/$STEM.gen.log"; }
+    || {
+        rm -f -- "$GEN.tmp"
+        die "$("$QK_PY" -m qknorm_tools.evaluate explain-generate --log "$RUN/$STEM.gen.log" \
+            --checkpoint "$CHECKPOINT" --data "$BIN" || echo fairseq-generate failed); see $RUN/$STEM.gen.log"
+    }
 mv -- "$GEN.tmp" "$GEN"
 stop_watch
 "$QK_PY" -m qknorm_tools.evaluate extract --generate-output "$GEN" --output "$HYP.tmp" \

@@ -19,6 +19,7 @@
 #   qk_run_dir PAIR LABEL SYSTEM SEED [LR [bf16]]   where a run lives (LR: an lr override, qk_set_lr)
 #   qk_canonical_lr LR / qk_set_lr LR   one spelling of a learning rate / --lr over the profile's
 #   qk_lock_run RUN               hold RUN/.lock (flock) while this script runs, or die naming the holder
+#   qk_check_run_identity RUN LABEL  RUN/train.json is the run asked for (train.sh, evaluate.sh)
 #   qk_run CMD...                 run a child (own process group) and wait for it
 #   qk_pool_init N, qk_pool_submit NAME LOG CMD..., qk_pool_wait   run up to N children at once
 #   qk_on_exit FUNCTION           run FUNCTION when the script exits (also on Ctrl-C / TERM)
@@ -56,6 +57,15 @@ QK_WORK_DIR="${QKNORM_WORK_DIR:-$QK_REPO_ROOT}"
 [[ "$QK_WORK_DIR" == /* ]] || QK_WORK_DIR="$PWD/$QK_WORK_DIR"
 [[ -z "${QKNORM_WORK_DIR:-}" ]] || export QKNORM_WORK_DIR="$QK_WORK_DIR"
 QK_DATA="$QK_WORK_DIR/data"
+# the work dir is a directory, or a path that can be made one (not a file, nor below a file)
+_qk_up="$QK_WORK_DIR"
+while [[ ! -e "$_qk_up" && "$_qk_up" != / ]]; do _qk_up="$(dirname -- "$_qk_up")"; done
+if [[ ! -d "$_qk_up" ]]; then
+    printf 'error: QKNORM_WORK_DIR=%s: %s is not a directory (the work dir holds data/, runs/ and results/; point QKNORM_WORK_DIR at a directory)\n' \
+        "$QK_WORK_DIR" "$_qk_up" >&2
+    exit 1
+fi
+unset _qk_up
 # `python -m qknorm_tools.*` works from any directory, installed or not
 export PYTHONPATH="$QK_REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 
@@ -76,6 +86,7 @@ qk_usage_error() {
     printf 'error: %s\n' "$*" >&2
     if declare -F usage >/dev/null; then
         usage >&2
+        printf 'error: %s (usage above)\n' "$*" >&2  # again, last: the usage may scroll it off
     fi
     exit 2
 }
@@ -879,6 +890,19 @@ qk_train_cmd() {
         "${QK_LR_OVERRIDE:+ --lr $QK_LR_OVERRIDE}" "${QK_BF16_RUN:+ --bf16-autocast}"
 }
 
+# qk_check_run_identity RUN LABEL: RUN's train.json records the run asked for (the loaded pair
+# and system, profile label LABEL, SEED, the resolved precision, QK_LR_OVERRIDE), or die naming
+# the difference: a run directory copied or renamed (runs/.../cpu-proxy/... copied under
+# cpu-proxy-fast-max-update-60) is never reused, decoded or scored under another name. What
+# train.sh and evaluate.sh both check (python -m qknorm_tools.evaluate check-run).
+qk_check_run_identity() {
+    [[ -f "$1/train.json" ]] || return 0
+    "$QK_PY" -m qknorm_tools.evaluate check-run "$1" --pair "$PAIR" --profile "$2" \
+        --system "$SYSTEM" --seed "$SEED" --precision "${QK_BF16_RUN:-fp32}" \
+        ${QK_LR_OVERRIDE:+--variant "lr=$QK_LR_OVERRIDE"} \
+        || die "$1 is not the run of $(qk_train_cmd) (above): train it there with that command, or remove $1"
+}
+
 # qk_arch: the named arch of the loaded system (SYSTEM_ARCH, a family registered by
 # fairseq_qknorm/models/transformer_qknorm.py) at the loaded profile's size: FAMILY_proxy for
 # the CPU profiles; the pair's paper size for the paper profile (FAMILY_small for gl-en's 4+4
@@ -945,6 +969,14 @@ qk_canonical_lr() {
     printf '%se%s\n' "$m" "$x"
 }
 
+# qk_check_stops: usage error unless a training with the loaded profile and MAX_UPDATE stops
+# (--max-update 0 is no update limit, which only a profile with an epoch limit allows): what
+# train.sh, evaluate.sh, ablation.sh and reproduce.sh refuse up front, dry runs included.
+qk_check_stops() {
+    [[ "$MAX_UPDATE" != 0 || "${MAX_EPOCH:-0}" != 0 ]] \
+        || qk_usage_error "--max-update 0 with profile $PROFILE (max-epoch 0) would never stop training"
+}
+
 # qk_set_lr LR: the loaded profile (load_profile_config) trained at peak learning rate LR: the
 # value of --lr in OPTIM_FLAGS is replaced (the warmup and the schedule stay the profile's).
 # Sets QK_LR_OVERRIDE to LR in canonical spelling (qk_canonical_lr), or to "" when LR is the
@@ -952,8 +984,11 @@ qk_canonical_lr() {
 # profile sets no --lr.
 qk_set_lr() {
     local lr i own=""
-    lr="$(qk_canonical_lr "${1-}")" \
-        || qk_usage_error "--lr must be a non-negative decimal number (e.g. 3e-3, 0.003), got '${1-}'"
+    if ! lr="$(qk_canonical_lr "${1-}")"; then
+        [[ ! "${1-}" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)[eE]\+?[0-9]+$ ]] \
+            || qk_usage_error "--lr '${1-}' overflows: fairseq reads it as a double, at most about 1.8e308 (infinite above)"
+        qk_usage_error "--lr must be a non-negative decimal number (e.g. 3e-3, 0.003), got '${1-}'"
+    fi
     for i in "${!OPTIM_FLAGS[@]}"; do
         if [[ "${OPTIM_FLAGS[$i]}" == --lr ]]; then
             own="$(qk_canonical_lr "${OPTIM_FLAGS[$((i + 1))]}")" \

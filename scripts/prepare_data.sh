@@ -205,10 +205,20 @@ verify_local() {
 }
 
 # check_split SPLIT SRC_FILE TGT_FILE: corpus check (alignment, UTF-8, empty/CRLF/NUL/long lines)
+# (files extracted into the temporary dir are named as what they are, not by their .tmp path)
 check_split() {
-    local split="$1" s="$2" t="$3"
-    corpus_py check --src "$s" --tgt "$t" --max-len "$MAX_TOKENS_CHECK" >/dev/null \
-        || die "corpus check failed for $PAIR $split ($s / $t); see the messages above"
+    local split="$1" s="$2" t="$3" sn tn
+    sn="$(shown_name "$s")" tn="$(shown_name "$t")"
+    corpus_py check --src "$s" --tgt "$t" --src-name "$sn" --tgt-name "$tn" \
+        --max-len "$MAX_TOKENS_CHECK" >/dev/null \
+        || die "corpus check failed for $PAIR $split ($sn / $tn); see the messages above"
+}
+shown_name() {
+    if [[ "$1" == "$TMP/"* ]]; then
+        printf '%s (as extracted from the %s)\n' "${1##*/}" "${SOURCE_DESC:-source}"
+    else
+        printf '%s\n' "$1"
+    fi
 }
 
 # get_archive FILE URL BYTES SHA256: path of a verified archive (local, cached or downloaded).
@@ -237,10 +247,19 @@ extracted_dir() {
     fi
 }
 
-# copy_checked_splits SRC_TRAIN TGT_TRAIN SRC_DEV TGT_DEV SRC_TEST TGT_TEST: check each split,
-# then copy the six files into TMP/{train,dev,test}.{SRC,TGT}.
+# check_distinct FILE...: no two of the files are one file (a symlink or hard link; with
+# FILE_NAMES set, e.g. an own corpus's config fields, the messages name those)
+FILE_NAMES=()
+check_distinct() {
+    corpus_py distinct "$@" ${FILE_NAMES[@]+--names "${FILE_NAMES[@]}"} \
+        || die "the $PAIR corpus names one file twice (see above): every side and split needs its own file"
+}
+
+# copy_checked_splits SRC_TRAIN TGT_TRAIN SRC_DEV TGT_DEV SRC_TEST TGT_TEST: check the six are
+# different files and each split, then copy the six files into TMP/{train,dev,test}.{SRC,TGT}.
 copy_checked_splits() {
     local files=("$@") i split
+    check_distinct "${files[@]}"
     for i in 0 1 2; do
         check_split "${SPLIT_NAMES[$i]}" "${files[$((2 * i))]}" "${files[$((2 * i + 1))]}"
     done
@@ -430,7 +449,7 @@ iwslt_file() {
 }
 
 prepare_iwslt15() {
-    local split prefix s t
+    local split prefix s t inputs=()
     VERIFIED_MSG=""
     if ((EXPLICIT)) && ! find_input "$IWSLT15_LOCAL_DIR/$IWSLT15_DEV.$SRC" "$IWSLT15_DEV.$SRC" \
         "$IWSLT15_LOCAL_DIR/train.$SRC" "train.$SRC" >/dev/null; then
@@ -442,6 +461,8 @@ prepare_iwslt15() {
         if [[ "$split" == dev ]]; then prefix="$IWSLT15_DEV"; else prefix="$IWSLT15_TEST"; fi
         s="$(iwslt_file "$prefix.$SRC")"
         t="$(iwslt_file "$prefix.$TGT")"
+        inputs+=("$s" "$t")
+        check_distinct "${inputs[@]}"
         check_split "$split" "$s" "$t"
         cat -- "$s" >"$TMP/$split.$SRC"
         cat -- "$t" >"$TMP/$split.$TGT"
@@ -450,6 +471,7 @@ prepare_iwslt15() {
     VERIFIED_MSG=" (dev $IWSLT15_DEV and test $IWSLT15_TEST were verified OK; nothing was written)"
     s="$(iwslt_file "train.$SRC")"
     t="$(iwslt_file "train.$TGT")"
+    check_distinct "${inputs[@]}" "$s" "$t"
     check_split train "$s" "$t"
     cat -- "$s" >"$TMP/train.$SRC"
     cat -- "$t" >"$TMP/train.$TGT"
@@ -475,6 +497,10 @@ $found"
         done
     fi
     qk_log "own corpus of $PAIR_CONFIG: ${LOCAL_FILES[*]}"
+    for i in "${!LOCAL_FILES[@]}"; do
+        v="${QK_LOCAL_FILE_VARS[$i]}"
+        FILE_NAMES+=("$PAIR_CONFIG: $v=${LOCAL_FILES[$i]}")
+    done
     copy_checked_splits "${LOCAL_FILES[@]}"
     SOURCE_DESC="own corpus ($PAIR_CONFIG): ${LOCAL_FILES[*]}"
 }
@@ -485,6 +511,11 @@ case "$CORPUS" in
     local) prepare_local ;;
 esac
 rm -rf -- "$TMP/extracted" "$TMP/extract.log"
+
+# dev/test sentence pairs that also occur in the training data: a warning with counts (the
+# counts are kept in overlap.json)
+corpus_py overlap --dir "$TMP" --src "$SRC" --tgt "$TGT" --label "$PAIR" >"$TMP/overlap.json" \
+    || die "the dev/test overlap check of $PAIR failed (see above)"
 
 # ---------------------------------------------------------------------------------------------
 # expected line counts (warning only: the checksums are the guard), marker, install

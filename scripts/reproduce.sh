@@ -127,6 +127,10 @@ qk_parse_seeds SEEDS "$SEEDS_ARG"
 qk_require_name profiles "$PROFILE_ARG"
 PROFILE="$PROFILE_ARG"
 LABEL="$(qk_run_label "$PROFILE" "$MAX_UPDATE_ARG")"
+for _pair in "${PAIRS[@]}"; do  # a budget that never stops is refused before any cell (dry runs too)
+    (load_pair_config "$_pair"; load_profile_config "$PROFILE"; MAX_UPDATE="${MAX_UPDATE_ARG:-$MAX_UPDATE}"
+        qk_check_stops) || exit 2
+done
 # bf16 autocast or fp32 (the profile's PROFILE_BF16, QKNORM_BF16): decided once, here, for every cell
 if ((DRY_RUN || QK_STATUS || AGG_ONLY)); then qk_resolve_bf16_of "$PROFILE" --cached-only; else qk_resolve_bf16_of "$PROFILE"; fi
 # a budget other than the profile's reports to its own folder (never over the profile's results)

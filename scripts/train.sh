@@ -104,9 +104,7 @@ QK_LR_OVERRIDE=""
 [[ -z "$THREADS_ARG" ]] || THREADS="$THREADS_ARG"
 [[ -z "$MAX_UPDATE_ARG" ]] || qk_check_uint --max-update "$MAX_UPDATE_ARG"
 qk_check_posint --threads "$THREADS"
-if [[ "$MAX_UPDATE" == 0 && "${MAX_EPOCH:-0}" == 0 ]]; then
-    qk_usage_error "--max-update 0 with profile $PROFILE (max-epoch 0) would never stop training"
-fi
+qk_check_stops
 
 BIN="$QK_DATA/bin/$PAIR"
 BPE_DIR="$QK_DATA/bpe/$PAIR"
@@ -215,6 +213,18 @@ DROPOUT_FLAGS=()
 [[ -z "${TRAIN_DROPOUT:-}" ]] || DROPOUT_FLAGS=(--dropout "$TRAIN_DROPOUT")  # a profile's training setting
 EVAL_BLEU_FLAGS=()
 [[ " ${VALID_FLAGS[*]} " != *" --eval-bleu "* ]] || EVAL_BLEU_FLAGS=(--eval-bleu-remove-bpe "$REMOVE_BPE")
+# a short try (a budget other than the profile's: PROFILE-max-update-N) that validates by dev
+# BLEU decodes dev with the CPU profiles' length cap 1.5 * source + 10: an undertrained model
+# repeats tokens up to fairseq's default cap of 200 (the first validation of `--profile paper
+# --max-update 20` took more than 9 minutes on a CPU); the profile's own runs keep its settings
+# (docs/short-paper-try.md)
+if [[ "$LABEL" != "$PROFILE" ]]; then
+    for i in "${!VALID_FLAGS[@]}"; do
+        if [[ "${VALID_FLAGS[i]}" == --eval-bleu-args && "${VALID_FLAGS[i + 1]:-}" != *max_len* ]]; then
+            VALID_FLAGS[i + 1]="${VALID_FLAGS[i + 1]%\}}, \"max_len_a\": 1.5, \"max_len_b\": 10}"
+        fi
+    done
+fi
 
 CMD=(fairseq-train "$TRAIN_DATA"
     --user-dir "$QK_REPO_ROOT/fairseq_qknorm"
@@ -266,6 +276,7 @@ fi
 # a run (finished or resumable) made on other data is never reused; a new run records the data
 "$QK_PY" -m qknorm_tools.provenance run "$RUN" --identity "$BIN/identity.json" --record >/dev/null \
     || die "$RUN belongs to other data than the current $BIN: retrain it on the current data with $RETRAIN (or restore the data it was trained on)"
+qk_check_run_identity "$RUN" "$LABEL"
 if [[ -f "$RUN/train.json" ]]; then
     if [[ -f "$RUN/diverged" ]]; then
         qk_warn "skip: $RUN diverged ($(head -n 1 "$RUN/diverged")): a finished result; --force to retrain"
@@ -298,15 +309,16 @@ add_wall_time() {
 }
 qk_on_exit add_wall_time
 # train_with_eta: fairseq-train's output goes unchanged to train.log; what is shown gets an ETA
-# on each progress line (qknorm_tools.progress; tee -p keeps logging should the display end).
-# Run as its own process (qk_run), so bash's `times` then holds the CPU time (user + system) of
-# this attempt's training processes (fairseq-train and its workers, plus the display's): added
-# to RUN/cpu_seconds (train.json's cpu_seconds; an attempt that is killed is not counted).
+# on each progress line and leaves out dependency warnings and the model's repr (--quiet;
+# qknorm_tools.progress; tee -p keeps logging should the display end). Run as its own process
+# (qk_run), so bash's `times` then holds the CPU time (user + system) of this attempt's training
+# processes (fairseq-train and its workers, plus the display's): added to RUN/cpu_seconds
+# (train.json's cpu_seconds; an attempt that is killed is not counted).
 train_with_eta() {
     local rc=0 prev=0
     "${LAUNCH[@]+"${LAUNCH[@]}"}" "${CMD[@]}" "${PORT_FLAGS[@]+"${PORT_FLAGS[@]}"}" 2>&1 \
         | tee -p -a -- "$RUN/train.log" \
-        | "$QK_PY" -m qknorm_tools.progress train --max-update "$MAX_UPDATE" --max-epoch "${MAX_EPOCH:-0}" \
+        | "$QK_PY" -m qknorm_tools.progress train --max-update "$MAX_UPDATE" --max-epoch "${MAX_EPOCH:-0}" --quiet \
         || rc="${PIPESTATUS[0]}"
     times >"$RUN/cpu_times.tmp"  # line 2: the children's user and system time, e.g. 1m2.500s
     [[ ! -f "$RUN/cpu_seconds" ]] || prev="$(cat -- "$RUN/cpu_seconds")"

@@ -20,7 +20,17 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, cli_env, make_env, make_tiny_ted, out, run_script, sha256, write_sums
+from conftest import (
+    FAR_BOUND,
+    REPO,
+    cli_env,
+    make_env,
+    make_tiny_ted,
+    out,
+    run_script,
+    sha256,
+    write_sums,
+)
 
 
 def corpus_check(src: Path, tgt: Path) -> subprocess.CompletedProcess:
@@ -29,7 +39,7 @@ def corpus_check(src: Path, tgt: Path) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         env=cli_env(),
-        timeout=60,
+        timeout=FAR_BOUND,
     )
 
 
@@ -121,7 +131,7 @@ def test_missing_file_in_default_shared_copy_is_an_error_too(tmp_path):
         env=no_download_env(work, tmp_path, PYTHONPATH=str(REPO)),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=FAR_BOUND,
     )
     assert p.returncode == 1, out(p)
     assert "lacks dev.gl" in p.stderr and "downloading" not in p.stderr

@@ -15,6 +15,8 @@ import sacrebleu
 
 from qknorm_tools import ablation, aggregate, evaluate, scoring, significance, textio
 
+from conftest import FAR_BOUND
+
 FIX = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parents[1]
 
@@ -84,7 +86,7 @@ def cli_errors(tmp_path_factory):
     }
     out = {}
     for k, p in procs.items():
-        so, se = p.communicate(timeout=300)
+        so, se = p.communicate(timeout=FAR_BOUND)
         out[k] = (p.returncode, so, se)
     return {"results": out, "ref": ref, "short": short, "empty": empty, "bad": bad}
 
@@ -123,6 +125,7 @@ def test_cli_compare_validates_inputs(cli_errors, capsys):
             "10",
             "--n-ar",
             "10",
+            "--allow-few-lines",
         ]
     )
     assert rc == 2 and str(cli_errors["short"]) in capsys.readouterr().err
@@ -307,6 +310,7 @@ def test_compare_identical_and_better(systems):
         n_bootstrap=200,
         n_ar=500,
         seed=7,
+        allow_few_lines=True,  # 120 lines < MIN_SIG_LINES: flagged
     )
     by = {s["name"]: s for s in res["systems"]}
     assert res["baseline"] == "base" and by["base"]["p_ar"] is None
@@ -338,6 +342,7 @@ def test_compare_cli_json(systems, capsys):
             "50",
             "--tokenize",
             "13a",
+            "--allow-few-lines",
         ]
     )
     assert rc == 0

@@ -13,7 +13,7 @@ import pytest
 
 from qknorm_tools import plots
 
-from conftest import FIXTURES, REPO, cli_env
+from conftest import FAR_BOUND, FIXTURES, REPO, cli_env
 
 
 @pytest.fixture
@@ -196,7 +196,7 @@ def test_ablation_figures_name_runs_by_system_like_its_tables(tmp_path):
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=FAR_BOUND,
     )
     assert proc.returncode == 0, proc.stderr
     (curves,) = [

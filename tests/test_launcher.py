@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from conftest import (
+    FAR_BOUND,
     REPO,
     SCRIPTS,
     flags,
@@ -43,7 +44,7 @@ def bash(code: str, env) -> subprocess.CompletedProcess:
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=FAR_BOUND,
     )
 
 
@@ -443,7 +444,7 @@ def tiny_work(tmp_path_factory):
         ("bpe.sh", ["--merges", "60"]),
         ("binarize.sh", []),
     ):
-        p = run_script(step, "gl-en", *args, env=env, timeout=300)
+        p = run_script(step, "gl-en", *args, env=env)
         assert p.returncode == 0, out(p)
     return root / "work"
 
@@ -470,11 +471,10 @@ def test_train_nproc_2_equals_one_process_with_update_freq_2(tiny_work, tmp_path
         "--",
         *TINY,
         env=make_env(tiny_work, CUDA_VISIBLE_DEVICES=""),
-        timeout=600,
     )
     assert p.returncode == 0, out(p)
     q = run_script("train.sh", *base, "--", *TINY, "--max-tokens", "2048", "--update-freq", "2",
-                   env=make_env(one, CUDA_VISIBLE_DEVICES=""), timeout=600)  # fmt: skip
+                   env=make_env(one, CUDA_VISIBLE_DEVICES=""))  # fmt: skip
     assert q.returncode == 0, out(q)
     runs = [w / "runs/gl-en/cpu-proxy-max-update-6/twt/seed1" for w in (tiny_work, one)]
     log = (runs[0] / "train.log").read_text()

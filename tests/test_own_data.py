@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SCRIPTS, count_lines, make_env, make_tiny_ted, out, run_script
+from conftest import FAR_BOUND, REPO, SCRIPTS, count_lines, make_env, make_tiny_ted, out, run_script
 
 #: own file names: the side is not the language code, the dev split is "valid"
 OWN_NAMES = {
@@ -62,7 +62,7 @@ def run_steps(env, pair, merges=60):
         ("bpe.sh", [pair, "--merges", merges]),
         ("binarize.sh", [pair]),
     ):
-        p = run_script(step, *args, env=env, timeout=300)
+        p = run_script(step, *args, env=env)
         assert p.returncode == 0, out(p)
     return p
 
@@ -86,7 +86,7 @@ def test_own_corpus_from_the_readme_config_runs_the_pipeline(tmp_path, own_corpu
     p = run_script(
         "train.sh", "de-en", "qknorm_paper", "--max-update", 3, "--threads", 1,
         "--", "--log-interval", 1,  # a progress line per update (adds to what train.sh manages)
-        env=env, timeout=300,
+        env=env,
     )  # fmt: skip
     assert p.returncode == 0, out(p)
     run = work / "runs/de-en/cpu-proxy-max-update-3/qknorm_paper/seed1"
@@ -102,7 +102,7 @@ def test_own_corpus_from_the_readme_config_runs_the_pipeline(tmp_path, own_corpu
 
     p = run_script(
         "evaluate.sh", "de-en", "qknorm_paper", "--max-update", 3, "--threads", 1, env=env,
-        timeout=300,
+
     )  # fmt: skip
     assert p.returncode == 0, out(p)
     assert "read bleu_tok in" in p.stderr and "not the BLEU4 line" in p.stderr
@@ -128,7 +128,7 @@ def test_reverse_direction_en_gl_runs_demo_from_the_gl_en_files(tmp_path):
     sizes = make_tiny_ted(data, sizes=(200, 20, 23))
     work = tmp_path / "work"
     env = make_env(work, OMP_NUM_THREADS=1)
-    p = run_script("demo.sh", "en-gl", "--data-dir", data, "--max-update", 3, env=env, timeout=900)
+    p = run_script("demo.sh", "en-gl", "--data-dir", data, "--max-update", 3, env=env)
     assert p.returncode == 0, out(p)[-4000:]
     raw = work / "data/raw/en-gl"
     for split in ("train", "dev", "test"):
@@ -170,7 +170,7 @@ def bash_lib(code: str, env: dict) -> subprocess.CompletedProcess:
         env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=FAR_BOUND,
     )
 
 

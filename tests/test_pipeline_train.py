@@ -11,7 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHARED, count_lines, make_env, make_tiny_ted, out, prepare_pair, run_script
+from conftest import (
+    FAR_BOUND,
+    SHARED,
+    count_lines,
+    make_env,
+    make_tiny_ted,
+    out,
+    prepare_pair,
+    run_script,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -23,13 +32,9 @@ def _run_pipeline(work: Path, data_dir: Path, n_test: int, merges: int):
     prepare_pair(env, "--merges", merges)
     stats = json.loads((work / "data/bpe/gl-en/length_stats.json").read_text())
     for system in SYSTEMS:
-        p = run_script(
-            "train.sh", "gl-en", system, "--max-update", 3, "--threads", 1, env=env, timeout=300
-        )
+        p = run_script("train.sh", "gl-en", system, "--max-update", 3, "--threads", 1, env=env)
         assert p.returncode == 0, out(p)
-        p = run_script(
-            "evaluate.sh", "gl-en", system, "--max-update", 3, "--threads", 1, env=env, timeout=300
-        )
+        p = run_script("evaluate.sh", "gl-en", system, "--max-update", 3, "--threads", 1, env=env)
         assert p.returncode == 0, out(p)
     # a budget other than the profile's has its own runs (never the profile's runs/results)
     runs = [work / f"runs/gl-en/cpu-proxy-max-update-3/{s}/seed1" for s in SYSTEMS]
@@ -93,7 +98,7 @@ def _run_pipeline(work: Path, data_dir: Path, n_test: int, merges: int):
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=FAR_BOUND,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     table = (results / "demo.md").read_text()

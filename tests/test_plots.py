@@ -11,6 +11,8 @@ import pytest
 
 from qknorm_tools import plots, trainlog
 
+from conftest import FAR_BOUND
+
 FIX = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parents[1]
 BASE_LOG = FIX / "train_baseline.log"
@@ -184,7 +186,7 @@ def test_cli_module(tmp_path):
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=FAR_BOUND,
     )
     assert p.returncode == 0, p.stderr
     _png_ok(out)

@@ -154,7 +154,7 @@ def test_runs_and_scores_are_never_reused_on_changed_data(tmp_path):
     env = make_env(work, QKNORM_DATA_DIR=tmp_path / "data_in", OMP_NUM_THREADS=1)
 
     def step(name, *args, ok=True):
-        p = run_script(name, *args, env=env, timeout=300)
+        p = run_script(name, *args, env=env)
         assert (p.returncode == 0) == ok, out(p)
         return p
 

@@ -11,7 +11,7 @@ import sacrebleu
 
 from qknorm_tools import scoring, textio
 
-from conftest import SHARED, make_env, make_tiny_ted, out, run_script
+from conftest import FAR_BOUND, SHARED, make_env, make_tiny_ted, out, run_script
 
 REFS = [
     "the cat sat on the mat .",
@@ -26,7 +26,7 @@ def score_cli(*args):
         [sys.executable, "-m", "qknorm_tools.evaluate", "score", *map(str, args)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=FAR_BOUND,
     )
 
 
@@ -124,7 +124,7 @@ def prepared(tmp_path_factory):
             path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     (root / "data_in" / "SHA256SUMS").unlink()
     env = make_env(root / "work", QKNORM_DATA_DIR=root / "data_in", OMP_NUM_THREADS=1)
-    p = run_script("prepare_data.sh", "gl-en", env=env, timeout=300)
+    p = run_script("prepare_data.sh", "gl-en", env=env)
     assert p.returncode == 0, out(p)
     return root / "work", env, special
 

@@ -7,11 +7,13 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
 
 from conftest import (
+    FAR_BOUND,
     REPO,
     SCRIPTS,
     alive,
@@ -34,16 +36,17 @@ def bash(code: str, env=None, **kw) -> subprocess.CompletedProcess:
         env=env or make_env(REPO / "nonexistent"),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=FAR_BOUND,
         **kw,
     )
 
 
-def wait_for(predicate, timeout=60.0):
+def wait_for(predicate, timeout=FAR_BOUND):
+    """Wait for an event (PREDICATE true); TIMEOUT is only a far bound against a hang."""
     t0 = time.time()
     while not predicate():
         if time.time() - t0 > timeout:
-            raise AssertionError("timed out waiting")
+            raise AssertionError(f"no event after {timeout:.0f} s (far bound)")
         time.sleep(0.1)
 
 
@@ -52,8 +55,10 @@ def pids(pid_file):
 
 
 def start(args, env):
-    """A script in its own session (its own process group, as a terminal's foreground job)."""
-    return subprocess.Popen(
+    """A script in its own session (its own process group, as a terminal's foreground job);
+    its output (stdout and stderr) is read as it comes into ``proc.lines`` by a thread, so
+    that a test can wait for a line (``has_line``)."""
+    proc = subprocess.Popen(
         ["bash", *map(str, args)],
         env=env,
         cwd=REPO,
@@ -62,6 +67,15 @@ def start(args, env):
         text=True,
         start_new_session=True,
     )
+    proc.lines = []
+    proc.reader = threading.Thread(target=lambda: proc.lines.extend(proc.stdout), daemon=True)
+    proc.reader.start()
+    return proc
+
+
+def has_line(proc, pattern):
+    """Whether a started script has printed a line matching the regex PATTERN."""
+    return any(re.search(pattern, line) for line in list(proc.lines))
 
 
 def session_procs(sid: int) -> list:
@@ -70,10 +84,17 @@ def session_procs(sid: int) -> list:
     return [int(pid) for pid in found if alive(int(pid))]
 
 
+def finish(proc):
+    """Wait for a started script to exit; its whole output."""
+    proc.wait(timeout=FAR_BOUND)
+    proc.reader.join(timeout=FAR_BOUND)
+    return "".join(proc.lines)
+
+
 def ctrl_c(proc):
-    """What Ctrl-C in a terminal does: SIGINT to the foreground process group."""
+    """What Ctrl-C in a terminal does: SIGINT to the foreground process group; its output."""
     os.killpg(proc.pid, signal.SIGINT)
-    return proc.communicate(timeout=60)[0]
+    return finish(proc)
 
 
 # ------------------------------------------------------------------------------ usage, options
@@ -181,20 +202,14 @@ def test_pool_prefixes_output_and_reports_failures(tmp_path):
 def test_interrupted_pool_stops_every_job(tmp_path, sig):
     env = make_env(tmp_path, PIDS=tmp_path / "pids", LOGB="", SLOW="300")
     code = POOL.replace("0.2 0", "300 0").replace("0.5 3", "300 3")
-    proc = subprocess.Popen(
-        ["bash", "-c", f'source "{SCRIPTS}/lib.sh"; {code}', "test"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    wait_for(lambda: len(pids(tmp_path / "pids")) == 2)  # a and b run, c waits for a slot
+    proc = start(["-c", f'source "{SCRIPTS}/lib.sh"; {code}', "test"], env)
+    # a and b run (each has printed its first line), c waits for a slot
+    wait_for(lambda: has_line(proc, r"^\[a\] a started") and has_line(proc, r"^\[b\] b started"))
     if sig == signal.SIGINT:
         ctrl_c(proc)
     else:  # TERM to the script alone (kill PID), not to its group
         proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=60)
+        finish(proc)
     assert proc.returncode == {signal.SIGINT: 130, signal.SIGTERM: 143}[sig]
     assert len(pids(tmp_path / "pids")) == 2  # c never started
     assert not [pid for pid in pids(tmp_path / "pids") if alive(pid)]
@@ -235,8 +250,8 @@ def test_ctrl_c_stops_training_and_keeps_wall_time(binarized, fake_fairseq_train
     env = make_env(binarized, FAKE_TRAIN_PIDS=pid_file, PATH=f"{fake_bin}:{os.environ['PATH']}")
     run = binarized / "runs/gl-en/cpu-proxy-max-update-5/twt/seed1"
     proc = start([SCRIPTS / "train.sh", "gl-en", "twt", "--max-update", "5"], env)
-    wait_for(lambda: pids(pid_file))
-    time.sleep(2.2)
+    wait_for(lambda: has_line(proc, r"QKNorm g0 = 12\.5"))  # the training's lines are logged
+    time.sleep(2.2)  # a lower bound of the wall time kept (a slower machine only adds to it)
     output = ctrl_c(proc)
     assert proc.returncode == 130, output
     assert not alive(pids(pid_file)[0]), "fairseq-train left running"
@@ -264,8 +279,9 @@ def test_ctrl_c_on_demo_stops_both_trainings(tmp_path, fake_fairseq_train):
         tmp_path / "work", FAKE_TRAIN_PIDS=pid_file, PATH=f"{fake_bin}:{os.environ['PATH']}"
     )
     proc = start([SCRIPTS / "demo.sh", "gl-en", "--data-dir", data, "--max-update", "5"], env)
-    wait_for(lambda: len(pids(pid_file)) == 2, timeout=300)  # data prepared, both trainings on
-    time.sleep(0.5)
+    # data prepared, both trainings on: each has printed its first update
+    for system in ("twt", "qknorm_paper"):
+        wait_for(lambda s=system: has_line(proc, rf"^\[{s}\] .*train_inner.*num_updates=1"))
     output = ctrl_c(proc)
     assert proc.returncode == 130, output
     assert [pid for pid in pids(pid_file) if alive(pid)] == []

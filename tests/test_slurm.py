@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_env, make_tiny_ted, out, run_script, tiny_model
+from conftest import FAR_BOUND, make_env, make_tiny_ted, out, run_script, tiny_model
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +34,9 @@ DONE_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_
 def slurm(conf, *args, check=True):
     """A Slurm client command against the test cluster."""
     env = make_env(conf.parent, SLURM_CONF=conf)
-    p = subprocess.run([*map(str, args)], env=env, capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [*map(str, args)], env=env, capture_output=True, text=True, timeout=FAR_BOUND
+    )
     if check and p.returncode != 0:
         raise AssertionError(f"{args} failed: {p.stderr}")
     return p.stdout
@@ -54,7 +56,7 @@ def wait_for(what, predicate, timeout):
     return result
 
 
-def wait_job(conf, job_id, timeout=600):
+def wait_job(conf, job_id, timeout=FAR_BOUND):
     """Wait until a job (or array task) has ended; its fields."""
     return wait_for(
         f"job {job_id}",
@@ -77,7 +79,7 @@ def strip_wall(record):
 SAVED = re.compile(r"Saved checkpoint \S+checkpoint_last\.pt \(epoch \d+ @ (\d+) updates")
 
 
-def wait_for_checkpoint(run, timeout=300):
+def wait_for_checkpoint(run, timeout=FAR_BOUND):
     """Wait until the run's train.log reports a saved checkpoint_last.pt."""
     log = run / "train.log"
     wait_for("a first checkpoint", lambda: log.exists() and SAVED.search(log.read_text()), timeout)
@@ -111,7 +113,7 @@ def data_template(tmp_path_factory):
     make_tiny_ted(root / "data_in", sizes=(300, 30, 37))
     env = make_env(root / "work", QKNORM_DATA_DIR=root / "data_in")
     for step in ("prepare_data.sh", "bpe.sh", "binarize.sh"):
-        p = run_script(step, "gl-en", env=env, timeout=300)
+        p = run_script(step, "gl-en", env=env)
         assert p.returncode == 0, out(p)
     return root
 
@@ -134,13 +136,11 @@ def grid(slurm_cluster, data_template, tmp_path_factory):
     (bad / "command.txt").write_text("fairseq-train made with other settings\n")
     env = make_env(work, SLURM_CONF=slurm_cluster)
     args = [*GRID, "--systems", ",".join((*GOOD, BAD)), "--launcher", "slurm", ONE_CPU]
-    first = run_script(
-        "reproduce.sh", *args, f"{ONE_CPU} --hold", "--", *TINY, env=env, timeout=300
-    )
+    first = run_script("reproduce.sh", *args, f"{ONE_CPU} --hold", "--", *TINY, env=env)
     assert first.returncode == 0, out(first)
     cells, agg = submitted(first.stdout)
     assert cells and agg, first.stdout
-    again = run_script("reproduce.sh", *args, "--", *TINY, env=env, timeout=300)
+    again = run_script("reproduce.sh", *args, "--", *TINY, env=env)
     slurm(slurm_cluster, "scontrol", "release", cells, agg)
     wait_job(slurm_cluster, agg)
     return dict(work=work, env=env, args=args, first=first, again=again, cells=cells, agg=agg)
@@ -219,7 +219,7 @@ def test_slurm_grid_equals_the_local_launcher(grid, data_template, tmp_path):
     CPU): identical hypotheses, scores, training summaries and collected records."""
     local = work_copy(data_template, tmp_path / "local")
     args = [*GRID, "--systems", ",".join(GOOD), "--jobs", "2", "--", *TINY]
-    p = run_script("reproduce.sh", *args, env=make_env(local), timeout=600)
+    p = run_script("reproduce.sh", *args, env=make_env(local))
     assert p.returncode == 0, out(p)
     for s in GOOD:
         a, b = (w / "runs" / "gl-en" / LABEL / s / "seed1" for w in (grid["work"], local))
@@ -244,7 +244,7 @@ def test_resubmission_runs_only_the_unfinished_cell(grid, slurm_cluster):
     is then complete."""
     work = grid["work"]
     (work / "runs" / "gl-en" / LABEL / BAD / "seed1" / "command.txt").unlink()
-    p = run_script("reproduce.sh", *grid["args"], "--", *TINY, env=grid["env"], timeout=300)
+    p = run_script("reproduce.sh", *grid["args"], "--", *TINY, env=grid["env"])
     assert p.returncode == 0, out(p)
     cells, agg = submitted(p.stdout)
     assert f"job {cells} (1 cells" in p.stdout and f"after {cells}," in p.stdout
@@ -268,7 +268,7 @@ def test_requeued_cell_resumes_from_its_checkpoint(slurm_cluster, data_template,
     args = ["--pairs", "gl-en", "--systems", "twt", "--max-update", "300", "--no-significance",
             "--launcher", "slurm", ONE_CPU, "--", *TINY, "--save-interval-updates", "10",
             "--log-interval", "1"]  # fmt: skip
-    p = run_script("reproduce.sh", *args, env=env, timeout=300)
+    p = run_script("reproduce.sh", *args, env=env)
     assert p.returncode == 0, out(p)
     cells, agg = submitted(p.stdout)
     task = f"{cells}_0"
@@ -306,7 +306,7 @@ def test_cancelled_cell_resumes_when_resubmitted(slurm_cluster, data_template, t
     grid = ["--pairs", "gl-en", "--systems", "twt", "--max-update", "300", "--no-aggregate",
             "--launcher", "slurm", ONE_CPU]  # fmt: skip
     args = [*grid, "--", *TINY, "--save-interval-updates", "10", "--log-interval", "1"]
-    p = run_script("reproduce.sh", *args, env=env, timeout=300)
+    p = run_script("reproduce.sh", *args, env=env)
     assert p.returncode == 0, out(p)
     first = f"{submitted(p.stdout)[0]}_0"
     run = work / "runs" / "gl-en" / "cpu-proxy-max-update-300" / "twt" / "seed1"
@@ -318,7 +318,7 @@ def test_cancelled_cell_resumes_when_resubmitted(slurm_cluster, data_template, t
     (row,) = status.stdout.splitlines()[1:-1]
     assert row.split()[:3] == ["failed", "gl-en/twt/seed1", first] and "Slurm CANCELLED" in row
 
-    again = run_script("reproduce.sh", *args, env=env, timeout=300)
+    again = run_script("reproduce.sh", *args, env=env)
     assert again.returncode == 0, out(again)
     cells, agg = submitted(again.stdout)
     assert f"job {cells} (1 cells" in again.stdout and agg is None and f"{cells}_0" != first
@@ -345,11 +345,11 @@ def sweep(slurm_cluster, data_template, tmp_path_factory):
     profile's model) plus the 2 initial models, one CPU each; waits for the report job."""
     work = work_copy(data_template, tmp_path_factory.mktemp("sweep"))
     env = make_env(work, SLURM_CONF=slurm_cluster)
-    p = run_script("lr_sweep.sh", *SWEEP, "--launcher", "slurm", ONE_CPU, env=env, timeout=300)
+    p = run_script("lr_sweep.sh", *SWEEP, "--launcher", "slurm", ONE_CPU, env=env)
     assert p.returncode == 0, out(p)
     cells, agg = submitted(p.stdout)
     assert cells and agg, p.stdout
-    wait_job(slurm_cluster, agg, timeout=900)
+    wait_job(slurm_cluster, agg)
     return dict(work=work, env=env, proc=p, cells=cells, agg=agg)
 
 
@@ -383,7 +383,7 @@ def test_lr_sweep_on_slurm_equals_the_local_launcher(sweep, data_template, tmp_p
     """The same sweep with the local job pool (two at a time, one thread each, as the Slurm
     cells' one CPU): the same runs, losses, scores and LR sensitivities in lr_sweep.json."""
     local = work_copy(data_template, tmp_path / "local")
-    p = run_script("lr_sweep.sh", *SWEEP, "--jobs", "2", env=make_env(local), timeout=900)
+    p = run_script("lr_sweep.sh", *SWEEP, "--jobs", "2", env=make_env(local))
     assert p.returncode == 0, out(p)
     assert "diverged (finished results): gl-en/twt/seed1-lr1e6" in p.stderr
     a, b = (
@@ -426,7 +426,7 @@ def test_multi_gpu_cell_runs_one_slurm_task_per_process(slurm_cluster, data_temp
     p = run_script(
         "reproduce.sh", "--pairs", "gl-en", "--systems", "twt", "--profile", "paper",
         "--max-update", "5", "--no-aggregate", "--launcher", "slurm", "--nproc", "2",
-        "--sbatch-args=--gres=none --cpus-per-task=1 --mem=500M", env=env, timeout=300,
+        "--sbatch-args=--gres=none --cpus-per-task=1 --mem=500M", env=env,
     )  # fmt: skip
     assert p.returncode == 0, out(p)
     cells, agg = submitted(p.stdout)

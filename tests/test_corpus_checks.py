@@ -1,0 +1,202 @@
+"""Bad corpora that used to pass the checks (issue 22), each refused where it enters
+(``python -m qknorm_tools.corpus check`` / ``distinct``, run by ``prepare_data.sh`` for every
+corpus, own corpora included), each kind with its whole family: a tab, every character that
+``str.splitlines`` takes for a line break and every other control character; one file under two
+names (symlink, hard link) for every pair of the six files; dev/test sentences that also occur
+in the training data (a warning with counts, not an error)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import unicodedata
+
+import pytest
+
+from qknorm_tools import corpus
+
+from conftest import FAR_BOUND, cli_env, make_env, make_tiny_ted, out, run_script, write_sums
+
+SIX = [f"{split}.{lang}" for split in ("train", "dev", "test") for lang in ("gl", "en")]
+
+
+def run_corpus(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "qknorm_tools.corpus", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=FAR_BOUND,
+    )
+
+
+# ------------------------------------------------------------------------------ characters
+ALL_CHARS = [chr(i) for i in range(0x110000)]
+#: derived independently of corpus.py: where str.splitlines ends a line, and Unicode's Cc
+SPLITLINES_BREAKS = {c for c in ALL_CHARS if len(f"a{c}b".splitlines()) == 2}
+CONTROL = {c for c in ALL_CHARS if unicodedata.category(c) == "Cc"}
+#: \n ends the line; \r and NUL are reported on the raw bytes (their own messages)
+ON_BYTES = {"\n", "\r", "\x00"}
+
+
+def test_line_breaks_are_exactly_the_ones_of_str_splitlines():
+    assert SPLITLINES_BREAKS - {"\n", "\r"} == set(corpus.LINE_BREAK_CHARS)
+    assert len(corpus.LINE_BREAK_CHARS) == 8  # \v \f \x1c \x1d \x1e \x85 \u2028 \u2029
+
+
+def test_every_refused_character_and_only_those():
+    refused = (SPLITLINES_BREAKS | CONTROL | {"\t"}) - ON_BYTES
+    assert len(refused) == 65 + 2 - 3  # Cc (65, \t \v \f \x1c-\x1e \x85 among them), U+2028-9
+    wrong = [
+        f"U+{ord(c):04X}"
+        for c in ALL_CHARS
+        if (corpus.bad_character_problem(f"x y{c}") is not None) != (c in refused)
+    ]
+    assert wrong == []
+    for c in refused:
+        problem = corpus.bad_character_problem(f"ab c{c}d {c}")
+        assert f"(U+{ord(c):04X}) at character 5" in problem or (
+            f"character U+{ord(c):04X} at character 5" in problem
+        ), problem
+        assert problem.endswith("(1 more such character in the line)"), problem
+
+
+def test_check_names_file_line_and_character(tmp_path):
+    src, tgt = tmp_path / "x.gl", tmp_path / "x.en"
+    bad = ["\t", "\v", "\f", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029", "\x1b", "\x7f"]
+    src.write_text("".join(f"ola{c}mundo .\n" for c in bad), encoding="utf-8")
+    tgt.write_text("hello world .\n" * len(bad), encoding="utf-8")
+    p = run_corpus("check", "--src", src, "--tgt", tgt)
+    assert p.returncode == 2, out(p)
+    lines = p.stderr.splitlines()
+    assert len(lines) == len(bad), lines
+    assert lines[0] == (
+        f"error: {src}:1: tab (U+0009) at character 4: BPE tools split words on spaces only "
+        "(subword-nmt makes `word\\tword` one word with a stray @@); replace tabs by spaces "
+        "(`tr '\\t' ' '`)"
+    )
+    assert lines[7] == (
+        f"error: {src}:8: line separator (U+2028) at character 4: a line break for Python's "
+        "str.splitlines and the readers built on it (the line would be split there and the pair "
+        "misaligned); replace it by a space"
+    )
+    assert lines[2].startswith(f"error: {src}:3: form feed (\\f) (U+000C) at character 4")
+    assert lines[6].startswith(f"error: {src}:7: next line (NEL) (U+0085) at character 4")
+    assert lines[9] == (
+        f"error: {src}:10: control character U+001B at character 4: invisible, and BPE tools "
+        "take it as part of a word; remove it"
+    )
+    assert lines[10].startswith(f"error: {src}:11: control character U+007F at character 4")
+
+
+# ------------------------------------------------------------------------------ one file twice
+@pytest.mark.parametrize("link", ["symlink", "hardlink"])
+def test_every_pair_of_the_six_files_that_is_one_file_is_refused(tmp_path, link):
+    for i, j in itertools.combinations(range(6), 2):
+        d = tmp_path / f"{link}{i}{j}"
+        d.mkdir()
+        paths = [d / name for name in SIX]
+        for k, p in enumerate(paths):
+            if k != j:
+                p.write_text(f"line of {SIX[k]}\n")
+        (os.symlink if link == "symlink" else os.link)(paths[i], paths[j])
+        errors = corpus.same_file_errors([(SIX[k], str(p)) for k, p in enumerate(paths)])
+        assert [str(e) for e in errors] == [
+            f"{SIX[j]}: the same file as {SIX[i]} (the same path, a symlink or a hard link: "
+            "os.path.samefile); every side and split needs its own file"
+        ], (i, j)
+    # corpus check: train.en of the first case is the same file as its train.gl
+    src, tgt = tmp_path / f"{link}01/train.gl", tmp_path / f"{link}01/train.en"
+    p = run_corpus("check", "--src", src, "--tgt", tgt)
+    assert p.returncode == 2 and f"error: {tgt}: the same file as {src}" in p.stderr, out(p)
+    copy = tmp_path / "copy.en"
+    copy.write_bytes(src.read_bytes())  # two files with the same text are two files
+    assert run_corpus("check", "--src", src, "--tgt", copy).returncode == 0
+
+
+def test_prepare_refuses_a_source_that_is_the_target_under_another_name(tmp_path):
+    """The issue's case: ted-gl-en/train.gl a symlink to train.en (English -> English)."""
+    data = tmp_path / "data"
+    make_tiny_ted(data)
+    folder = data / "ted-gl-en"
+    (folder / "train.gl").unlink()
+    (folder / "train.gl").symlink_to("train.en")
+    write_sums(data)
+    work = tmp_path / "work"
+    p = run_script("prepare_data.sh", "gl-en", "--data-dir", data, env=make_env(work))
+    assert p.returncode == 1, out(p)
+    assert (
+        f"error: {folder}/train.en: the same file as {folder}/train.gl (the same path, a symlink "
+        "or a hard link: os.path.samefile)" in p.stderr
+    ), p.stderr
+    assert "gl-en corpus names one file twice" in p.stderr
+    assert not (work / "data" / "raw" / "gl-en").exists()
+
+
+def test_own_corpus_with_a_hard_link_is_refused_naming_the_fields(tmp_path):
+    make_tiny_ted(tmp_path / "ted")
+    corpus_dir = tmp_path / "mine"
+    corpus_dir.mkdir()
+    for split in ("train", "dev", "test"):
+        for side, lang in (("src", "gl"), ("tgt", "en")):
+            (corpus_dir / f"{split}.{side}").write_bytes(
+                (tmp_path / "ted" / "ted-gl-en" / f"{split}.{lang}").read_bytes()
+            )
+    (corpus_dir / "test.tgt").unlink()
+    os.link(corpus_dir / "dev.tgt", corpus_dir / "test.tgt")  # test target = dev target
+    work = tmp_path / "work"
+    cfg = work / "configs" / "pairs" / "mine.sh"
+    cfg.parent.mkdir(parents=True)
+    fields = "".join(
+        f"LOCAL_{split.upper()}_{side.upper()}={split}.{side}\n"
+        for split in ("train", "dev", "test")
+        for side in ("src", "tgt")
+    )
+    cfg.write_text(f"SRC=de\nTGT=en\nCORPUS=local\nLOCAL_DIR={corpus_dir}\n{fields}BPE_MERGES=50\n")
+    p = run_script("prepare_data.sh", "mine", env=make_env(work))
+    assert p.returncode == 1, out(p)
+    assert (
+        f"error: {cfg}: LOCAL_TEST_TGT={corpus_dir}/test.tgt: the same file as {cfg}: "
+        f"LOCAL_DEV_TGT={corpus_dir}/dev.tgt (the same path, a symlink or a hard link" in p.stderr
+    ), p.stderr
+    assert not (work / "data" / "raw" / "mine").exists()
+
+
+# ------------------------------------------------------------------------------ overlap
+def test_dev_test_overlap_with_training_data_is_a_warning_with_counts(tmp_path):
+    data = tmp_path / "data"
+    make_tiny_ted(data)
+    f = data / "ted-gl-en"
+    train = {lang: (f / f"train.{lang}").read_text().splitlines() for lang in ("gl", "en")}
+    dev = {lang: (f / f"dev.{lang}").read_text().splitlines() for lang in ("gl", "en")}
+    test = {lang: (f / f"test.{lang}").read_text().splitlines() for lang in ("gl", "en")}
+    # dev lines 2 and 5: training pair 7; dev line 9: training pair 11; test line 3: only the
+    # source of training pair 4 (its target differs)
+    for lang in ("gl", "en"):
+        dev[lang][1] = dev[lang][4] = train[lang][6]
+        dev[lang][8] = train[lang][10]
+    test["gl"][2] = train["gl"][3]
+    for split, lines in (("dev", dev), ("test", test)):
+        for lang in ("gl", "en"):
+            (f / f"{split}.{lang}").write_text("\n".join(lines[lang]) + "\n")
+    write_sums(data)
+    work = tmp_path / "work"
+    p = run_script("prepare_data.sh", "gl-en", "--data-dir", data, env=make_env(work))
+    assert p.returncode == 0, out(p)
+    warnings = [x for x in p.stderr.splitlines() if "also occur in the training data" in x]
+    assert warnings == [
+        "warning: gl-en dev: 3 of 30 sentence pairs (10.0%) also occur in the training data "
+        "(2 distinct; source side alone: 3 lines, target side alone: 3 lines); most frequent: "
+        f"{train['gl'][6]!r} / {train['en'][6]!r} (2x, lines 2, 5); "
+        f"{train['gl'][10]!r} / {train['en'][10]!r} (1x, line 9)",
+        "warning: gl-en test: 0 of 40 sentence pairs (0.0%) also occur in the training data "
+        "(0 distinct; source side alone: 1 lines, target side alone: 0 lines)",
+    ], p.stderr
+    report = json.loads((work / "data/raw/gl-en/overlap.json").read_text())
+    assert [(r["split"], r["pairs_in_train"], r["src_in_train"]) for r in report] == [
+        ("dev", 3, 3),
+        ("test", 0, 1),
+    ]

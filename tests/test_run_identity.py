@@ -1,0 +1,70 @@
+"""A run decoded under the wrong name (issue 22): a run directory copied under another
+profile label, seed or system is refused by evaluate.sh as by train.sh (one check,
+lib.sh qk_check_run_identity -> python -m qknorm_tools.evaluate check-run)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+from qknorm_tools.evaluate import run_identity_mismatches
+
+from conftest import make_data_chain, make_env, out, run_script
+
+
+def test_identity_fields_compared():
+    rec = {"pair": "gl-en", "profile": "cpu-proxy", "system": "twt", "seed": 1,
+           "precision": "fp32", "variant": {"lr": "0.001"}}  # fmt: skip
+    assert run_identity_mismatches(rec, dict(rec)) == []
+    asked = {**rec, "profile": "cpu-proxy-fast-max-update-60", "seed": 2, "variant": {}}
+    assert run_identity_mismatches(rec, asked) == [
+        "profile: trained as 'cpu-proxy', asked for 'cpu-proxy-fast-max-update-60'",
+        "seed: trained as 1, asked for 2",
+        "variant: trained as {'lr': '0.001'}, asked for {}",
+    ]
+    # a record from before a field was written: that field is not compared
+    old = {k: v for k, v in rec.items() if k not in ("precision", "variant")}
+    assert run_identity_mismatches(old, {**rec, "precision": "bf16", "variant": {}}) == []
+
+
+def test_a_copied_run_is_never_decoded_under_another_name(tmp_path, fake_fairseq_train):
+    fake_bin, pid_file = fake_fairseq_train
+    work = tmp_path / "work"
+    make_data_chain(work)
+    env = make_env(work, FAKE_TRAIN_PIDS=pid_file, FAKE_TRAIN_SECONDS=0,
+                   PATH=f"{fake_bin}:{os.environ['PATH']}")  # fmt: skip
+    p = run_script("train.sh", "gl-en", "twt", "--max-update", 5, env=env)
+    assert p.returncode == 0, out(p)
+    runs = work / "runs" / "gl-en"
+    run = runs / "cpu-proxy-max-update-5" / "twt" / "seed1"
+    assert json.loads((run / "train.json").read_text())["profile"] == "cpu-proxy-max-update-5"
+    # the issue's case: copied under cpu-proxy-fast-max-update-60
+    copy = runs / "cpu-proxy-fast-max-update-60" / "twt" / "seed1"
+    shutil.copytree(run, copy, ignore=shutil.ignore_patterns(".lock"))
+    p = run_script("evaluate.sh", "gl-en", "twt", "--profile", "cpu-proxy-fast",
+                   "--max-update", 60, env=env)  # fmt: skip
+    assert p.returncode == 1, out(p)
+    assert (
+        f"error: {copy} is another run than the one asked for ({copy}/train.json: profile: "
+        "trained as 'cpu-proxy-max-update-5', asked for 'cpu-proxy-fast-max-update-60'): a run "
+        "directory copied or renamed is never trained on, decoded or scored under another name"
+    ) in p.stderr, p.stderr
+    assert (
+        f"error: {copy} is not the run of QKNORM_BF16=0 scripts/train.sh gl-en twt --profile "
+        "cpu-proxy-fast --seed 1 --max-update 60 (above)" in p.stderr
+    ), p.stderr
+    assert not list(copy.glob("test.*"))  # nothing decoded or scored
+    # train.sh refuses the same directory (its command check comes first)
+    p = run_script("train.sh", "gl-en", "twt", "--profile", "cpu-proxy-fast", "--max-update", 60,
+                   env=env)  # fmt: skip
+    assert p.returncode == 1 and "was trained with another command" in p.stderr, out(p)
+    # another seed's name
+    seed2 = run.with_name("seed2")
+    shutil.copytree(run, seed2, ignore=shutil.ignore_patterns(".lock"))
+    p = run_script("evaluate.sh", "gl-en", "twt", "--max-update", 5, "--seed", 2, env=env)
+    assert p.returncode == 1 and "seed: trained as 1, asked for 2" in p.stderr, out(p)
+    # the run itself passes the check (and then lacks its checkpoint: a fake training)
+    p = run_script("evaluate.sh", "gl-en", "twt", "--max-update", 5, env=env)
+    assert p.returncode == 1 and "another run than the one asked for" not in p.stderr, out(p)
+    assert f"checkpoint {run}/checkpoints/checkpoint_best.pt not found" in p.stderr

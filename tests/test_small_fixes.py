@@ -1,0 +1,289 @@
+"""The smaller trips of issue 22: the usage error is repeated after the usage text, a work dir
+that is a file, messages that named .tmp paths, an output error's exit status (1, not the
+usage-error 2), and fairseq-generate failures explained (a truncated checkpoint, a checkpoint
+of another dictionary)."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+
+import pytest
+
+from qknorm_tools.textio import explain_generate_failure
+
+from conftest import FAR_BOUND, REPO, cli_env, make_env, out, run_script, write_sums
+
+
+@pytest.mark.parametrize("script", ["train.sh", "evaluate.sh", "prepare_data.sh"])
+def test_usage_error_is_the_last_line(tmp_path, script):
+    p = run_script(script, "gl-en", "--bogus", env=make_env(tmp_path))
+    assert p.returncode == 2, out(p)
+    lines = p.stderr.splitlines()
+    assert lines[0] == "error: unknown option '--bogus'"
+    assert lines[1].startswith(f"usage: scripts/{script}")
+    assert lines[-1] == "error: unknown option '--bogus' (usage above)"
+
+
+@pytest.mark.parametrize("below", [False, True])
+def test_work_dir_that_is_a_file(tmp_path, below):
+    f = tmp_path / "afile"
+    f.write_text("x\n")
+    work = f / "sub" if below else f
+    p = run_script("train.sh", "gl-en", "twt", "--dry-run", env=make_env(work))
+    assert p.returncode == 1, out(p)
+    assert p.stderr == (
+        f"error: QKNORM_WORK_DIR={work}: {f} is not a directory (the work dir holds data/, runs/ "
+        "and results/; point QKNORM_WORK_DIR at a directory)\n"
+    )
+
+
+def test_corpus_errors_of_extracted_files_name_no_tmp_path(tmp_path):
+    """(Extraction normalizes whitespace, str.split: a line break inside a field becomes a
+    space; a control character stays and is refused, named without the temporary path.)"""
+    from test_data_pipeline import TSV_ROWS, write_tsvs
+
+    data, work = tmp_path / "data", tmp_path / "work"
+    write_tsvs(data)
+    bad = data / "all_talks_train.tsv"
+    row = "\t".join(TSV_ROWS["train"][0])
+    bad.write_text(bad.read_text().replace(row, row.replace("Ahoj svet", "Ahoj\x1bsvet")))
+    write_sums(data)
+    p = run_script("prepare_data.sh", "sk-en", "--data-dir", data, env=make_env(work))
+    assert p.returncode == 1, out(p)
+    assert ".tmp" not in p.stderr, p.stderr
+    assert (
+        f"error: train.sk (as extracted from the TED all-talks TSVs in {data}):1: control "
+        "character U+001B at character 5" in p.stderr
+    ), p.stderr
+
+
+def test_an_output_error_exits_1(tmp_path):
+    ref = tmp_path / "ref"
+    ref.write_text("a b\n")
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    p = subprocess.run(
+        [sys.executable, "-m", "qknorm_tools.evaluate", "compare", "--ref", ref, "--baseline",
+         ref, "--system", ref, "--allow-few-lines", "--n-bootstrap", "5", "--n-ar", "5",
+         "--out", blocker / "cmp.txt"],
+        cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=FAR_BOUND,
+    )  # fmt: skip
+    assert p.returncode == 1, out(p)
+    assert f"error: {blocker}: " in p.stderr
+
+
+def test_generate_failures_are_explained_from_the_real_errors(tmp_path):
+    import torch
+
+    buf = io.BytesIO()
+    torch.save({"model": torch.zeros(100)}, buf)
+    cut = tmp_path / "checkpoint_best.pt"
+    cut.write_bytes(buf.getvalue()[:200])
+    with pytest.raises(Exception) as e:
+        torch.load(cut, weights_only=False)
+    log = f"Traceback (most recent call last):\n  ...\n{type(e.value).__name__}: {e.value}\n"
+    msg = explain_generate_failure(log, str(cut), "data/bin/gl-en")
+    assert msg.startswith(f"{cut} is truncated or not a checkpoint (RuntimeError: PytorchStream")
+    assert msg.endswith(
+        "restore it, or retrain (scripts/train.sh resumes from checkpoints/checkpoint_last.pt)"
+    )
+    # another dictionary: the embedding has another number of rows
+    with pytest.raises(RuntimeError) as e:
+        torch.nn.Embedding(10, 4).load_state_dict(torch.nn.Embedding(12, 4).state_dict())
+    log = f"Traceback (most recent call last):\nRuntimeError: {e.value}\n"
+    assert explain_generate_failure(log, "ck.pt", "data/bin/gl-en") == (
+        "ck.pt was made with another dictionary or model size than data/bin/gl-en (size "
+        "mismatch for weight: copying a param with shape torch.Size([12, 4]) from checkpoint, "
+        "the shape in current model is torch.Size([10, 4]).): decode it with the data it was "
+        "trained on (data/bin/PAIR), or retrain it on these"
+    )
+    assert explain_generate_failure("x\nValueError: odd\n", "ck.pt", "b") == (
+        "fairseq-generate failed (ValueError: odd)"
+    )
+    assert explain_generate_failure("", "ck.pt", "b") == "fairseq-generate failed"
+
+
+TB = "| INFO | fairseq.tasks.text_to_speech | Please install tensorboardX: pip install tensorboardX"
+LOG = f"""2026-12-01 20:37:15 {TB}
+/venv/hydra/experimental/initialize.py:45: Hydra14MigrationWarning:
+The version_base parameter is not specified.
+  self.delegate = real_initialize(
+sys:1: UserWarning:
+'config' is validated against ConfigStore schema with the same name.
+2026-12-01 20:37:26 | INFO | fairseq.tasks.translation | [gl] dictionary: 80 types
+2026-12-01 20:37:27 | INFO | fairseq_cli.train | TransformerQKNormModel(
+  (encoder): TransformerQKNormEncoder(
+  )
+)
+2026-12-01 20:37:27 | INFO | fairseq_cli.train | task: TranslationWordDropoutTask
+/venv/fairseq/tasks/fairseq_task.py:531: FutureWarning: `torch.cuda.amp.autocast` is deprecated.
+  with torch.cuda.amp.autocast(enabled=(isinstance(optimizer, AMPOptimizer))):
+2026-12-01 20:38:12 | INFO | train_inner | epoch 001:      2 / 10 loss=8.0, num_updates=2
+Traceback (most recent call last):
+  File "x.py", line 1, in <module>
+FloatingPointError: Minimum loss scale reached
+"""
+
+
+def test_terminal_leaves_out_fairseqs_noise_not_errors():
+    from qknorm_tools import progress
+
+    buf = io.BytesIO()
+    lines = [x.encode() + b"\n" for x in LOG.splitlines()]
+    progress.TrainEta(0, 1).filter(lines, buf, heartbeat=0, quiet=True)
+    assert buf.getvalue().decode().splitlines() == [
+        "(Python warnings of fairseq's dependencies: not shown, see train.log)",
+        "2026-12-01 20:37:26 | INFO | fairseq.tasks.translation | [gl] dictionary: 80 types",
+        "2026-12-01 20:37:27 | INFO | fairseq_cli.train | (the model's structure: see train.log)",
+        "2026-12-01 20:37:27 | INFO | fairseq_cli.train | task: TranslationWordDropoutTask",
+        "2026-12-01 20:38:12 | INFO | train_inner | epoch 001:      2 / 10 loss=8.0, "
+        "num_updates=2 | ETA ? (2/10 updates, at most: max-epoch 1)",
+        "Traceback (most recent call last):",
+        '  File "x.py", line 1, in <module>',
+        "FloatingPointError: Minimum loss scale reached",
+    ]
+    buf = io.BytesIO()  # without quiet (train.log's copy): every line
+    progress.TrainEta(0, 1).filter(lines, buf, heartbeat=0)
+    assert len(buf.getvalue().splitlines()) == len(lines)
+
+
+@pytest.mark.parametrize(
+    "script, args",
+    [
+        ("train.sh", ["gl-en", "twt", "--dry-run"]),
+        ("evaluate.sh", ["gl-en", "twt"]),
+        ("ablation.sh", ["gl-en", "--profile", "cpu-proxy", "--dry-run"]),
+        ("reproduce.sh", ["--pairs", "gl-en", "--systems", "twt", "--dry-run"]),
+    ],
+)
+def test_a_budget_that_never_stops_is_a_usage_error_up_front(tmp_path, script, args):
+    p = run_script(script, *args, "--max-update", 0, env=make_env(tmp_path))
+    assert p.returncode == 2, out(p)
+    assert p.stderr.splitlines()[-1] == (
+        "error: --max-update 0 with profile cpu-proxy (max-epoch 0) would never stop training "
+        "(usage above)"
+    )
+    assert not p.stdout  # nothing planned or run
+
+
+def test_lr_overflow_is_named(tmp_path):
+    p = run_script("train.sh", "gl-en", "twt", "--lr", "1e400", "--dry-run", env=make_env(tmp_path))
+    assert p.returncode == 2
+    assert p.stderr.splitlines()[0] == (
+        "error: --lr '1e400' overflows: fairseq reads it as a double, at most about 1.8e308 "
+        "(infinite above)"
+    )
+
+
+def test_translate_names_the_runs_that_exist(tmp_path):
+    runs = tmp_path / "runs" / "gl-en"
+    for rel in ("cpu-proxy-max-update-5/qknorm_paper/seed1-bf16", "cpu-proxy/qknorm_paper/seed2",
+                "cpu-proxy/twt/seed1", "cpu-proxy/qknorm_paper/seed3-lr3e-3"):  # fmt: skip
+        (runs / rel / "checkpoints").mkdir(parents=True)
+        (runs / rel / "checkpoints" / "checkpoint_best.pt").write_bytes(b"")
+    env = make_env(tmp_path)
+
+    def translate(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "fairseq_qknorm.translate", *args], input="ola\n", cwd=REPO,
+            env=env, capture_output=True, text=True, timeout=FAR_BOUND,
+        )  # fmt: skip
+
+    p = translate("gl-en", "qknorm_paper")
+    assert p.returncode == 1, out(p)
+    assert p.stderr.splitlines()[-1] == (
+        f"error: checkpoint {runs}/cpu-proxy/qknorm_paper/seed1/checkpoints/checkpoint_best.pt "
+        "not found: run scripts/train.sh gl-en qknorm_paper --profile cpu-proxy --seed 1 first; "
+        "runs of this pair and system that have one: runs/gl-en/cpu-proxy/qknorm_paper/seed2 "
+        "(--profile cpu-proxy --seed 2); runs/gl-en/cpu-proxy/qknorm_paper/seed3-lr3e-3; "
+        "runs/gl-en/cpu-proxy-max-update-5/qknorm_paper/seed1-bf16 (--profile cpu-proxy "
+        "--max-update 5 --seed 1 --bf16-autocast)"
+    )
+    p = translate("gl-en", "no_such_system")
+    assert p.returncode == 2 and "unknown system 'no_such_system'" in p.stderr, out(p)
+
+
+def test_train_loss_panel_shows_a_run_with_one_point(tmp_path, monkeypatch):
+    from qknorm_tools import plots
+
+    log = tmp_path / "train.log"
+    log.write_text(
+        "2026-12-01 00:00:00 | INFO | train_inner | epoch 001:      1 / 10 loss=9.0, "
+        "num_updates=1\n"
+        "2026-12-01 00:00:01 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.5 | "
+        "num_updates 1\n"
+    )
+    figs = []
+    monkeypatch.setattr(plots, "_save", lambda fig, out: figs.append(fig) or str(out))
+    plots.plot_curves({"demo": str(log)}, tmp_path / "c.png")
+    (line,) = figs[0].axes[0].lines
+    assert (list(line.get_xdata()), list(line.get_ydata()), line.get_marker()) == ([1], [9.0], "o")
+    two = tmp_path / "two.log"
+    two.write_text(log.read_text().replace("loss=9.0, num_updates=1", "loss=9.0, num_updates=1\n"
+                   "2026-12-01 00:00:00 | INFO | train_inner | epoch 001: 2 / 10 loss=8.0, "
+                   "num_updates=2"))  # fmt: skip
+    plots.plot_curves({"demo": str(two)}, tmp_path / "c2.png")
+    (line,) = figs[1].axes[0].lines
+    assert list(line.get_xdata()) == [1, 2] and line.get_marker() in ("", "None")
+
+
+def test_a_line_before_the_first_progress_line():
+    """Before fairseq's first train_inner line (every --log-interval updates) the terminal says
+    training runs; it stops at the first progress line."""
+    import queue
+    import re
+    import threading
+    import time
+
+    from qknorm_tools import progress
+
+    lines: queue.Queue = queue.Queue()
+    buf, lock = io.BytesIO(), threading.Lock()
+
+    class Out:
+        def write(self, b):
+            with lock:
+                buf.write(b)
+
+        def flush(self):
+            pass
+
+    def text():
+        with lock:
+            return buf.getvalue().decode()
+
+    def feed():
+        while (line := lines.get()) is not None:
+            yield line
+
+    t = threading.Thread(
+        target=progress.TrainEta(100).filter, args=(feed(), Out()), kwargs={"heartbeat": 0.2}
+    )
+    t.start()
+    lines.put(b"2026-12-01 20:00:00 | INFO | fairseq_cli.train | Start iterating over samples\n")
+    t0 = time.time()
+    while text().count("| training for ") < 2:  # the event: two lines; a far bound only
+        assert time.time() - t0 < FAR_BOUND, text()
+        time.sleep(0.05)
+    lines.put(b"2026-12-01 20:01:00 | INFO | train_inner | epoch 001:     50 / 100 loss=9.0, "
+              b"ups=1.0, num_updates=50, wall=60\n")  # fmt: skip
+    while "ETA" not in text():
+        assert time.time() - t0 < FAR_BOUND, text()
+        time.sleep(0.05)
+    shown = text().count("| training for ")
+    time.sleep(0.5)  # more than two heartbeats: none may come after the progress line
+    lines.put(None)
+    t.join(FAR_BOUND)
+    assert text().count("| training for ") == shown
+    got = text().splitlines()
+    assert all(
+        re.fullmatch(
+            r"\| training for \d+ s, no progress line yet: fairseq prints one every "
+            r"--log-interval updates, the ETA comes with the first",
+            x,
+        )
+        for x in got[1 : shown + 1]
+    ), got
+    assert got[-1].endswith("| ETA 0:01 (50/100 updates)")

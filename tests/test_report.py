@@ -5,14 +5,19 @@ page in a real headless Chromium (skipped, saying why, where there is none)."""
 
 import json
 import math
+import shutil
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from conftest import (
     PLUGIN_DIR,
+    REPO,
     head_norm_reference,
     run_cli,
+    run_without_torch,
     tiny_model,
     tiny_training,
 )
@@ -187,3 +192,212 @@ def test_dump_refuses_an_index_past_the_end_naming_the_size(checkpoints, toy_dat
     assert proc.returncode == 1
     assert "sentence(s) [21] out of range" in proc.stderr and "has 21 sentences" in proc.stderr
     assert not (tmp_path / "a.json").exists()
+
+
+# ----------------------------------------------------------------------------- the page
+RESULTS = REPO / "results"
+
+
+def page_data(page: Path) -> dict:
+    """The JSON the page embeds (``<script type="application/json" id="qknorm-report-data">``)."""
+    text = page.read_text(encoding="utf-8")
+    start = text.index('<script type="application/json" id="qknorm-report-data">')
+    start = text.index(">", start) + 1
+    return json.loads(text[start : text.index("</script>", start)].replace("<\\/", "</"))
+
+
+def build_page(src: Path, dst: Path, *extra) -> tuple[Path, dict]:
+    """Copy a results directory and build its page with torch and fairseq blocked."""
+    shutil.copytree(src, dst)
+    proc = run_without_torch("qknorm_tools.report", dst, *extra)
+    assert proc.returncode == 0, proc.stderr
+    page = dst / "report.html"
+    assert f"wrote {page}" in proc.stderr
+    return page, page_data(page)
+
+
+def figure(data: dict, prefix: str) -> dict:
+    found = [f for f in data["figures"] if f["id"].startswith(prefix)]
+    assert len(found) == 1, [f["id"] for f in data["figures"]]
+    return found[0]["spec"]
+
+
+def trace(spec: dict, **meta) -> dict:
+    found = [t for t in spec["data"] if all(t.get("meta", {}).get(k) == v for k, v in meta.items())]
+    assert len(found) == 1, meta
+    return found[0]
+
+
+def test_ablation_page_shows_the_numbers_of_its_json(tmp_path):
+    src = RESULTS / "cpu-proxy-fast" / "gl-en"
+    page, data = build_page(src, tmp_path / "gl-en")
+    assert page.stat().st_size > 3_000_000  # plotly.js inlined: nothing fetched at view time
+    html_text = page.read_text(encoding="utf-8")
+    from plotly.offline import get_plotlyjs
+
+    bundle = get_plotlyjs()
+    assert html_text.count(bundle) == 1  # plotly.js inlined once
+    ours = html_text.replace(bundle, "")
+    assert "src=" not in ours and 'href="http' not in ours and "<link" not in ours
+    for name in ("ablation.json", "aggregate.json", "runs.json"):
+        assert data["sources"][name] == json.loads((src / name).read_text()), name
+    ab = json.loads((src / "ablation.json").read_text())
+    cells = ["layernorm_dot", "layernorm_qknorm", "scalenorm_dot", "scalenorm_qknorm"]
+    means = trace(figure(data, "ablation-cells"), what="cell means")
+    assert means["x"] == cells
+    assert means["y"] == [ab["cells"][c]["mean"] for c in cells]
+    assert means["error_y"]["array"] == [ab["cells"][c]["sd"] for c in cells]
+    for seed in (1, 2, 3):
+        t = trace(figure(data, "ablation-cells"), what="seed values", seed=seed)
+        assert t["y"] == [ab["cells"][c]["values"][seed - 1] for c in cells]
+    eff = trace(figure(data, "ablation-effects"), what="effects")
+    assert dict(zip(eff["x"], eff["y"])) == {
+        k: v for k, v in ab["effects"].items() if not isinstance(v, dict)
+    }
+    i = eff["x"].index("paper_comparison")
+    assert eff["text"][i] == f"p={ab['significance']['paper_comparison']['p_ar']:.3f}" == "p=0.365"
+    agg = json.loads((src / "aggregate.json").read_text())["pairs"]["gl-en"]["systems"]
+    bars = trace(figure(data, "bleu-aggregate"), what="concat score, 95% CI")
+    assert bars["y"] == [agg[s]["concat"]["score"] for s in bars["x"]]
+    assert bars["error_y"]["array"] == pytest.approx(
+        [agg[s]["concat"]["ci_high"] - agg[s]["concat"]["score"] for s in bars["x"]], abs=1e-12
+    )
+    per_seed = trace(figure(data, "bleu-aggregate"), what="per-seed values", system="qknorm_paper")
+    assert per_seed["y"] == agg["qknorm_paper"]["bleu_tok"]["values"]
+    # the tables (HTML) show the same numbers, rounded
+    assert '<td>paper_comparison</td><td class="num">-0.196</td>' in html_text
+    assert "6.19 [5.86, 6.52]" in html_text and '<td class="num">0.3654</td>' in html_text
+    # and the page says what it lacks on a fresh clone: the run directories (train.log)
+    assert any("12 run(s) of runs.json: train.log not found" in n for n in data["notes"])
+    assert any("no attention.json here" in n for n in data["notes"])
+    g = trace(figure(data, "g-final"), what="qk_norm_g_final", run="qknorm_paper seed1")
+    runs = json.loads((src / "runs.json").read_text())["runs"]
+    rec = next(r for r in runs if r["system"] == "qknorm_paper" and r["seed"] == 1)
+    assert dict(zip(g["x"], g["y"])) == rec["qk_norm_g_final"]
+
+
+def test_lr_sweep_page_shows_loss_vs_lr_and_max_logit_over_training(tmp_path):
+    src = RESULTS / "cpu-proxy-fast-max-update-250" / "gl-en"
+    _, data = build_page(src, tmp_path / "gl-en")
+    sweep = json.loads((src / "lr-sweep" / "lr_sweep.json").read_text())
+    assert data["sources"]["lr-sweep/lr_sweep.json"] == sweep
+    loss = figure(data, "lr-loss")
+    for s in sweep["systems"]:
+        t = trace(loss, system=s["system"], what="capped_loss_mean")
+        assert t["x"] == sweep["lrs"] and t["y"] == [p["capped_loss_mean"] for p in s["points"]]
+    logit = figure(data, "lr-maxlogit-lr")
+    series = figure(data, "lr-maxlogit-series")
+    r = next(r for r in sweep["runs"] if r["system"] == "twt" and r["lr"] == 0.1 and r["seed"] == 2)
+    t = trace(logit, system="twt", what="max_attn_logit per run")
+    assert r["max_attn_logit"] in t["y"] and len(t["y"]) == 12
+    t = trace(series, system="twt", lr=0.1, seed=2, what="max_attn_logit_series")
+    assert [t["x"], t["y"]] == [[p[0] for p in r["max_attn_logit_series"]],
+                                [p[1] for p in r["max_attn_logit_series"]]]  # fmt: skip
+    assert t["visible"] == "legendonly" and r["run_dir"] in t["hovertext"][0]
+
+
+def test_demo_page_shows_bleu_with_ci_and_p_values(tmp_path):
+    src = RESULTS / "cpu-proxy" / "gl-en"
+    page, data = build_page(src, tmp_path / "gl-en")
+    cmp_ = json.loads((src / "demo_compare.json").read_text())
+    t = trace(figure(data, "bleu-demo-compare"), what="score, 95% CI")
+    assert t["x"] == ["twt", "qknorm_paper"]
+    assert t["y"] == [s["score"] for s in cmp_["systems"]]
+    assert t["error_y"]["arrayminus"] == pytest.approx(
+        [s["score"] - s["ci_low"] for s in cmp_["systems"]], abs=1e-12
+    )
+    assert "p(bs) 0.0050, p(ar) 0.0128" in t["hovertext"][1]
+    # runs.json and demo.json hold the same records: each run is listed once
+    assert page.read_text().count("<td>runs.json</td>") == 2
+    assert "<td>demo.json</td>" not in page.read_text()
+
+
+def test_curves_and_g_over_training_come_from_train_log_when_present(tmp_path):
+    """A run directory that exists: its train.log gives the training / dev curves and g."""
+    from qknorm_tools.trainlog import parse_log, series
+
+    fixture = REPO / "tests" / "fixtures" / "train_qknorm.log"
+    rec = {"pair": "gl-en", "system": "qknorm_paper", "seed": 1, "profile": "p",
+           "train_log": "run/train.log", "qk_norm_g_final": {"enc0_self": 12.0}}  # fmt: skip
+    d = tmp_path / "res"
+    (tmp_path / "run").mkdir()
+    shutil.copy(fixture, tmp_path / "run" / "train.log")
+    d.mkdir()
+    (d / "runs.json").write_text(json.dumps({"work_dir": "..", "runs": [rec]}))
+    _, data = build_page(d, tmp_path / "res2")  # copied: work_dir .. still points at tmp_path
+    records = parse_log(fixture)
+    curves = figure(data, "curves")
+    t = trace(curves, what="valid loss")
+    assert [t["x"], t["y"]] == list(map(list, series(records, "valid", "loss")))
+    assert trace(curves, what="train_inner loss")["y"] == series(records, "train_inner", "loss")[1]
+    g = figure(data, "g-curves")
+    assert {t["meta"]["what"] for t in g["data"]} >= {"qknorm_g_enc0_self"}
+    assert not any("train.log not found" in n for n in data["notes"])
+
+
+def test_report_errors_name_the_input(tmp_path):
+    proc = run_without_torch("qknorm_tools.report", tmp_path / "nope")
+    assert (
+        proc.returncode == 1 and f"results directory '{tmp_path / 'nope'}' not found" in proc.stderr
+    )
+    (tmp_path / "empty").mkdir()
+    proc = run_without_torch("qknorm_tools.report", tmp_path / "empty")
+    assert proc.returncode == 1 and "holds none of runs.json" in proc.stderr
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "ablation.json").write_text("{not json")
+    proc = run_without_torch("qknorm_tools.report", tmp_path / "bad")
+    assert proc.returncode == 1 and "ablation.json" in proc.stderr
+    assert not (tmp_path / "bad" / "report.html").exists()
+    proc = run_without_torch("qknorm_tools.report", tmp_path / "a", tmp_path / "b", "-o", "x.html")
+    assert proc.returncode == 2 and "-o/--output takes one RESULTS_DIR" in proc.stderr
+
+
+# ----------------------------------------------------------------------------- the browser
+def chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        if shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def run_chromium(page: Path, *flags) -> subprocess.CompletedProcess:
+    """Headless Chromium on ``file://page``; the timeout only bounds a hang."""
+    return subprocess.run(
+        [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+         "--enable-logging=stderr", "--v=0", "--virtual-time-budget=20000",
+         "--window-size=1280,2400", *flags, page.resolve().as_uri()],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+
+
+@pytest.mark.skipif(
+    chromium() is None, reason="no chromium (Debian package: apt-get install chromium)"
+)
+def test_page_renders_in_headless_chromium_without_console_errors(dump, tmp_path):
+    """The demo page with an attention viewer (the tiny models' dump) in a real browser."""
+    d = tmp_path / "gl-en"
+    shutil.copytree(RESULTS / "cpu-proxy" / "gl-en", d)
+    (d / "attention.json").write_text(json.dumps(dump))
+    page, data = build_page(d, tmp_path / "page")
+    assert data["attention"] == dump
+    proc = run_chromium(page, "--dump-dom")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    console = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
+    assert console == []
+    dom = proc.stdout
+    assert 'data-errors="[]"' in dom
+    assert f'data-rendered="{len(data["figures"])}"' in dom and len(data["figures"]) >= 2
+    # every figure and both attention heatmaps drawn by plotly.js
+    assert dom.count('class="plot-container plotly"') == len(data["figures"]) + 2
+    assert dom.count('class="hm"') >= 2 or dom.count("heatmaplayer") >= 2
+    shot = tmp_path / "shot.png"
+    proc = run_chromium(page, f"--screenshot={shot}")
+    assert proc.returncode == 0 and shot.is_file(), proc.stderr[-3000:]
+    assert [line for line in proc.stderr.splitlines() if ":CONSOLE" in line] == []
+    from PIL import Image, ImageStat
+
+    img = Image.open(shot).convert("L")
+    assert img.size == (1280, 2400)
+    stat = ImageStat.Stat(img)
+    assert stat.stddev[0] > 20  # not blank: text, tables and plots on white
+    assert len(img.getcolors(maxcolors=1 << 16) or range(1 << 16)) > 50

@@ -12,6 +12,9 @@ function reportMain() {
   if (data.attention) { attentionViewer(data.attention); }
   document.body.setAttribute('data-rendered', String(data.figures.length));
 }
+function esc(t) {  // plotly reads pseudo-HTML in labels: a token such as </s> must be escaped
+  return String(t).replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+}
 function opt(sel, values, labels) {
   sel.innerHTML = '';
   values.forEach(function (v, i) {
@@ -33,7 +36,9 @@ function attentionViewer(att) {
   opt(sSel, first.sentences.map(function (s, i) { return i; }),
       first.sentences.map(function (s) { return 'sentence ' + s.index; }));
   var mods = Object.keys(first.sentences[0].modules);
-  opt(mSel, mods, mods.map(function (k) { return k + ' (' + first.sentences[0].modules[k].kind + ')'; }));
+  opt(mSel, mods, mods.map(function (k) {
+    return k + ' (' + first.sentences[0].modules[k].kind + ')';
+  }));
   opt(vSel, ['probs', 'logits'], ['probabilities', 'logits (pre-softmax)']);
   function heads() {
     var m = first.sentences[+sSel.value].modules[mSel.value];
@@ -48,13 +53,15 @@ function attentionViewer(att) {
     if (!m) { el.textContent = model.name + ': no module ' + mSel.value; return; }
     var h = +hSel.value, z = m[vSel.value][h], ent = m.entropy[h];
     var isEnc = mSel.value.indexOf('enc') === 0, isCross = mSel.value.indexOf('cross') >= 0;
-    var qTok = isEnc ? s.src_tokens : s.tgt_tokens, kTok = (isEnc || isCross) ? s.src_tokens : s.tgt_tokens;
+    var qTok = (isEnc ? s.src_tokens : s.tgt_tokens).map(esc);
+    var kTok = (isEnc || isCross ? s.src_tokens : s.tgt_tokens).map(esc);
     var text = z.map(function (row, i) { return row.map(function (v, j) {
-      return 'query ' + i + ' ' + qTok[i] + '<br>key ' + j + ' ' + kTok[j] + '<br>' + vSel.value + ' ' +
+      return 'query ' + i + ' ' + qTok[i] + '<br>key ' + j + ' ' + kTok[j] + '<br>' +
+             vSel.value + ' ' +
              (v === null ? 'masked' : v.toFixed(4)) + '<br>row entropy ' + ent[i].toFixed(3) + ' nats'; }); });
     var meanEnt = ent.reduce(function (a, b) { return a + b; }, 0) / ent.length;
     var g = m.g === null ? '' : ', g ' + (Array.isArray(m.g) ? m.g[h].toFixed(2) : m.g.toFixed(2));
-    Plotly.react(el, [{type: 'heatmap', z: z, text: text, hoverinfo: 'text', colorscale: 'Blues',
+    Plotly.react(el, [{type: 'heatmap', z: z, text: text, hoverinfo: 'text', colorscale: 'Blues', reversescale: true,
                        zmin: vSel.value === 'probs' ? 0 : null, zmax: vSel.value === 'probs' ? 1 : null}],
       {title: {text: model.name + ': ' + mSel.value + ' head ' + h + ' (' + m.qk_norm_type + g +
                ', mean entropy ' + meanEnt.toFixed(2) + ')', font: {size: 13}},
@@ -62,7 +69,7 @@ function attentionViewer(att) {
                title: {text: 'key'}},
        yaxis: {tickmode: 'array', tickvals: qTok.map(function (t, i) { return i; }), ticktext: qTok,
                autorange: 'reversed', title: {text: 'query'}},
-       margin: {t: 40, l: 90, b: 90}}, {responsive: true, displaylogo: false});
+       margin: {t: 60, l: 90, b: 90}}, {responsive: true, displaylogo: false});
   }
   function all() { draw('att-a', +aSel.value); draw('att-b', +bSel.value); }
   [sSel, mSel].forEach(function (e) { e.addEventListener('change', function () { heads(); all(); }); });

@@ -84,6 +84,21 @@ _NUM = re.compile(r"^[-+\[]?[0-9.–][0-9.,eE+\-± \[\]–]*$")
 CELLS = ("layernorm_dot", "layernorm_qknorm", "scalenorm_dot", "scalenorm_qknorm")
 
 
+#: one colour per system in every figure of a page (plotly's default qualitative palette)
+_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+            "#7f7f7f", "#bcbd22", "#17becf")  # fmt: skip
+_SYSTEM_ORDER = ("twt", "qknorm_paper", "prenorm_fixnorm_layernorm", "scalenorm_qknorm",
+                 "qk_layernorm", "prenorm_layernorm", "postnorm_layernorm")  # fmt: skip
+
+
+def _color(system) -> str:
+    """The colour of ``system`` (stable across figures and pages)."""
+    name = str(system)
+    if name in _SYSTEM_ORDER:
+        return _PALETTE[_SYSTEM_ORDER.index(name)]
+    return _PALETTE[(len(_SYSTEM_ORDER) + sum(map(ord, name))) % len(_PALETTE)]
+
+
 class ReportInputError(ValueError):
     """Unusable input; the message names the file.
 
@@ -258,7 +273,12 @@ def _bleu_ci_figures(sources) -> list[dict]:
                             "name": f"{n} per seed",
                             "x": [n] * len(m.get("values") or []),
                             "y": m.get("values") or [],
-                            "marker": {"size": 9, "symbol": "diamond", "line": {"width": 1}},
+                            "marker": {
+                                "size": 9,
+                                "symbol": "diamond",
+                                "line": {"width": 1},
+                                "color": _color(n),
+                            },
                             "hovertext": [
                                 f"{n} seed {s}: {v:.2f}"
                                 for s, v in zip(seeds, m.get("values") or [])
@@ -423,6 +443,8 @@ def _lr_figures(sources) -> list[dict]:
                     "mode": "lines+markers",
                     "name": name,
                     "legendgroup": name,
+                    "line": {"color": _color(name)},
+                    "marker": {"color": _color(name)},
                     "x": [p.get("lr") for p in pts],
                     "y": [p.get("capped_loss_mean") for p in pts],
                     "hovertext": [
@@ -444,7 +466,7 @@ def _lr_figures(sources) -> list[dict]:
                     "showlegend": False,
                     "x": [r.get("lr") for r in mine],
                     "y": [r.get("capped_loss") for r in mine],
-                    "marker": {"size": 6, "opacity": 0.6},
+                    "marker": {"size": 6, "opacity": 0.6, "color": _color(name)},
                     "hovertext": [_hover(r) for r in mine],
                     "hoverinfo": "text",
                     "meta": {"source": rel, "system": name, "what": "capped_loss per run"},
@@ -462,7 +484,7 @@ def _lr_figures(sources) -> list[dict]:
                         _hover(r) + f"<br>max logit {r.get('max_attn_logit')}" for r in mine
                     ],
                     "hoverinfo": "text",
-                    "marker": {"size": 8},
+                    "marker": {"size": 8, "color": _color(name)},
                     "meta": {"source": rel, "system": name, "what": "max_attn_logit per run"},
                 }
             )
@@ -939,7 +961,7 @@ h1{font-size:1.5em}h2{border-bottom:1px solid #ccc;padding-bottom:4px;margin-top
 table{border-collapse:collapse;margin:8px 0 16px;font-size:13px}
 td,th{border:1px solid #ddd;padding:3px 7px;text-align:left}th{background:#f3f3f3}
 td.num{text-align:right;font-variant-numeric:tabular-nums}.fig{min-height:420px}
-.caption{color:#555;font-size:13px;margin:-4px 0 18px}.notes li{color:#8a4b00}
+.caption{color:#555;font-size:13px;margin:6px 0 22px}.notes li{color:#8a4b00}
 .att-controls{margin:8px 0;font-size:14px}.att-controls label{margin-right:12px}
 .att-row{display:flex;gap:8px;flex-wrap:wrap}.att-row>div{flex:1 1 560px;min-height:460px}
 nav a{margin-right:12px}

@@ -184,14 +184,21 @@ def test_dump_equals_the_models_own_weights_and_a_float64_reference(
                 assert logits[finite].abs().max() <= g + 1e-4
 
 
-def test_dump_refuses_an_index_past_the_end_naming_the_size(checkpoints, toy_data, tmp_path):
+def test_dump_refuses_an_index_past_the_end_naming_the_size(
+    checkpoints, toy_data, tmp_path, capsys
+):
+    from fairseq_qknorm.attention_dump import main
+
     _, bin_dir = toy_data
-    proc = run_cli([sys.executable, "-m", "fairseq_qknorm.attention_dump", checkpoints["twt"],
-                    "--data", bin_dir, "--sentences", "0,21", "-o", tmp_path / "a.json"],
-                   check=False)  # fmt: skip
-    assert proc.returncode == 1
-    assert "sentence(s) [21] out of range" in proc.stderr and "has 21 sentences" in proc.stderr
-    assert not (tmp_path / "a.json").exists()
+    out = tmp_path / "a.json"
+    args = [str(checkpoints["twt"]), "--data", str(bin_dir), "--sentences", "0,21", "-o", str(out)]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "sentence(s) [21] out of range" in err and "has 21 sentences (0-20)" in err
+    assert not out.exists()
+    assert main([*args[:3], "--sentences", "1,x", "-o", str(out)]) == 1
+    assert "--sentences '1,x': expected non-negative indices" in capsys.readouterr().err
+    assert main([*args[:3], "--names", "a,b", "-o", str(out)]) == 2
 
 
 # ----------------------------------------------------------------------------- the page

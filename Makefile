@@ -2,6 +2,7 @@
 #   make demo   - install (if needed), then gl-en from raw text to a BLEU table on CPU
 #   make test   - install (if needed), then the test suite (TESTS="-m 'not slow'": the quick loop)
 #   make lint   - install (if needed), then ruff (lint + format check, configured in pyproject.toml)
+#   make report - install (if needed), then one interactive HTML page per results/<profile>/<pair>/
 SHELL := /usr/bin/env bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -10,7 +11,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 FAIRSEQ_SPEC ?= ve-fairseq==0.12.3
 
-.PHONY: install test lint demo grid ablation lr-sweep bench
+.PHONY: install test lint demo grid ablation lr-sweep bench report
 
 install: $(VENV)/.installed
 
@@ -19,7 +20,7 @@ $(VENV)/.installed: setup.py pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
 	$(PY) -m pip install --quiet "$(FAIRSEQ_SPEC)"
-	$(PY) -m pip install --quiet -e ".[spm,tensorboard,test]"
+	$(PY) -m pip install --quiet -e ".[spm,tensorboard,test,report]"
 	$(PY) -c "import torch, fairseq, fairseq_qknorm; print('torch', torch.__version__, 'fairseq', fairseq.__version__)"
 	touch $@
 
@@ -73,6 +74,13 @@ LR_SWEEP_ARGS ?=
 lr-sweep: install
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/lr_sweep.sh "$(PAIR)" --jobs "$(LR_SWEEP_JOBS)" \
 	    $(LR_SWEEP_ARGS)
+
+# the interactive report (docs/report.md): DIR/report.html for every results/<profile>/<pair>/
+# (or REPORT_DIRS="results/cpu-proxy/gl-en ..."); an attention.json in a DIR adds the viewer
+REPORT_DIRS ?= $(sort $(patsubst %/,%,$(dir $(wildcard results/*/*/*.json))) \
+    $(patsubst %/,%,$(dir $(patsubst %/,%,$(dir $(wildcard results/*/*/*/*.json))))))
+report: install
+	$(PY) -m qknorm_tools.report $(REPORT_DIRS)
 
 bench: install
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m benchmarks.run

@@ -26,6 +26,8 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.9",
     packages=find_packages(include=["fairseq_qknorm", "fairseq_qknorm.*", "qknorm_tools"]),
+    # the report page's own script, inlined into each page (qknorm_tools/report.py)
+    package_data={"qknorm_tools": ["report.js"]},
     install_requires=[
         "sacrebleu>=2.3,<3",
         "sacremoses>=0.1",
@@ -39,6 +41,8 @@ setup(
         "spm": ["sentencepiece>=0.1.99"],
         "tensorboard": ["tensorboard"],
         "test": ["pytest>=7", "ruff==0.17.6"],
+        # the interactive HTML report (python -m qknorm_tools.report; plotly.js is inlined)
+        "report": ["plotly>=5.0"],
     },
     license="MIT",
 )

@@ -18,11 +18,13 @@ Modules, one role each:
 * :mod:`.lr_sweep` - the learning-rate sweep: LR sensitivity, divergence, loss and BLEU per LR
 * :mod:`.corpus` - raw-corpus checks, checksums, safe extraction, length percentile ``L``
 * :mod:`.progress` - time estimates (ETA) of training and decoding for the scripts
+* :mod:`.freshness` - made-by records: an output is reused only if what made it is unchanged
 
 Command lines: ``python -m qknorm_tools.evaluate {extract,score,compare,aggregate,ablation,
   lr-sensitivity}``,
 ``python -m qknorm_tools.collect``, ``python -m qknorm_tools.plots``,
-``python -m qknorm_tools.corpus``, ``python -m qknorm_tools.progress``.
+``python -m qknorm_tools.corpus``, ``python -m qknorm_tools.progress``,
+``python -m qknorm_tools.freshness {check,write}``.
 """
 
 __version__ = "0.1.0"

@@ -45,6 +45,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from .freshness import read_record
 from .textio import EvaluationError, warn
 
 __all__ = [
@@ -133,11 +134,14 @@ def _verify_done(step_dir: Path, fix: str) -> dict[str, str]:
 
 
 def _settings(step_dir: Path) -> dict[str, str]:
+    """A data step's made-by record (``STEP/.settings``, :func:`.freshness.read_record`).
+
+    ``{}`` when it is missing or unreadable (the chain check then names the step to rerun).
+    """
     try:
-        text = (step_dir / ".settings").read_text(encoding="utf-8")
-    except OSError:
+        return read_record(step_dir / ".settings") or {}
+    except (OSError, ValueError):
         return {}
-    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
 
 
 def _marker_fingerprint(step_dir: Path) -> str:

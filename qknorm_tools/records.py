@@ -4,7 +4,10 @@ A run directory (``runs/PAIR/PROFILE/SYSTEM/seedN``, see ``scripts/lib.sh:qk_run
 what ``scripts/train.sh`` and ``scripts/evaluate.sh`` wrote:
 
 * ``train.json`` - the run's identity and training facts (:func:`write_train_json`);
-* ``train.log`` - fairseq-train's log (QKNorm ``g0`` as the model logged it, the final ``g``);
+* ``train.log`` - fairseq-train's log (the final QKNorm ``g``; ``g0`` for runs made before
+  ``checkpoints/qknorm.json``);
+* ``checkpoints/qknorm.json`` - what the model was built with (QKNorm ``g0``, ``L``, type,
+  modules; :func:`qk_norm_g0_of_run`);
 * ``{split}.score.json`` and ``{split}.hyp`` - scores and hypotheses;
 * ``data_identity.json`` - the identity of the data it trained on (:mod:`.provenance`);
 * ``command.txt`` - the fairseq-train command (the peak learning rate ``--lr``);
@@ -391,14 +394,39 @@ def read_run(
     return rec
 
 
+#: what the model wrote into its --save-dir (fairseq_qknorm/models/transformer_qknorm.py:
+#: QKNORM_RECORD; the tools import no fairseq_qknorm)
+QKNORM_RECORD = "checkpoints/qknorm.json"
+
+
+def qk_norm_g0_of_run(run_dir, log_text: str | None = None) -> float | None:
+    """QKNorm's initial scale g0 of a run, as the model recorded it.
+
+    Read from ``RUN/checkpoints/qknorm.json`` (written by the model when it is built for
+    training: ``qk_norm_g0``, ``None`` for a model without l2 QKNorm); for a run made before
+    the model wrote that file, from its log line in ``log_text`` (:func:`.trainlog.qk_norm_g0`).
+
+    Raises:
+        ResultsError: a ``qknorm.json`` that is not valid JSON or whose g0 is not a number.
+    """
+    path = Path(run_dir) / QKNORM_RECORD
+    if not path.is_file():
+        return trainlog.qk_norm_g0(log_text or "")
+    g0 = _read_json(path).get("qk_norm_g0")
+    if g0 is not None and (isinstance(g0, bool) or not isinstance(g0, (int, float))):
+        raise ResultsError(f"{str(path)!r}: qk_norm_g0 is {g0!r}, expected a number or null")
+    return None if g0 is None else float(g0)
+
+
 def write_train_json(run_dir, identity: Mapping[str, object]) -> RunRecord:
     """Write ``run_dir/train.json`` for a finished training (what ``scripts/train.sh`` calls).
 
     Adds to ``identity`` (pair, profile, system, seed, arch, qk_norm_length, ...) the facts
     read from the run: ``updates`` (largest ``num_updates`` in ``train.log``),
     ``wall_seconds`` (accumulated over resumes in ``wall_seconds``), ``cpu_seconds`` (likewise
-    in ``cpu_seconds``, when ``scripts/train.sh`` recorded it), ``qk_norm_g0`` (the
-    model's log line; ``None`` when the model did not log one) and ``data_id`` (the data
+    in ``cpu_seconds``, when ``scripts/train.sh`` recorded it), ``qk_norm_g0``
+    (:func:`qk_norm_g0_of_run`: the model's ``qknorm.json``, for older runs its log line;
+    ``None`` without QKNorm) and ``data_id`` (the data
     identity ``scripts/train.sh`` recorded in ``data_identity.json``). Written atomically.
 
     Returns:
@@ -416,7 +444,7 @@ def write_train_json(run_dir, identity: Mapping[str, object]) -> RunRecord:
             rec.cpu_seconds = round(float(cpu.read_text().strip()), 2)
         except ValueError:
             raise ResultsError(f"{str(cpu)!r} is not a number of seconds") from None
-    rec.qk_norm_g0 = trainlog.qk_norm_g0(log)
+    rec.qk_norm_g0 = qk_norm_g0_of_run(run, log)
     if (run / RUN_IDENTITY_FILE).is_file():
         rec.data_id = _read_json(run / RUN_IDENTITY_FILE).get("data_id")
     keep = (

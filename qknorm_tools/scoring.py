@@ -107,8 +107,6 @@ def score_lines(
 
 def _score_checked(hyps, refs, src_lang, tgt_lang, warn, names) -> dict[str, object]:
     """:func:`score_lines` on inputs that passed :func:`~.textio.check_same_length`."""
-    from sacrebleu.metrics import BLEU, CHRF
-
     hyps = list(hyps)
     refs = list(refs)
     for name, lines in zip(names, (hyps, refs)):
@@ -120,6 +118,32 @@ def _score_checked(hyps, refs, src_lang, tgt_lang, warn, names) -> dict[str, obj
                 f"for tokenized BLEU ('bleu_tok') and chrF"
             )
 
+    m_tok, m_detok, m_chrf = _metrics(tgt_lang)
+    bleu_tok = m_tok.corpus_score(hyps, [refs])
+    bleu = m_detok.corpus_score(
+        detokenize_lines(hyps, tgt_lang), [detokenize_lines(refs, tgt_lang)]
+    )
+    chrf = m_chrf.corpus_score(hyps, [refs])
+    return {
+        "bleu_tok": float(bleu_tok.score),
+        "bleu": float(bleu.score),
+        "chrf": float(chrf.score),
+        "signatures": _signatures((m_tok, m_detok, m_chrf), src_lang, tgt_lang),
+        "n_lines": len(hyps),
+    }
+
+
+def _metrics(tgt_lang):
+    """The sacreBLEU metrics of :func:`score_lines`: tokenized BLEU, detokenized BLEU, chrF."""
+    from sacrebleu.metrics import BLEU, CHRF
+
+    # force=True: the input is tokenized on purpose; silences sacreBLEU's
+    # "forgot to detokenize" warning (does not change the score or signature)
+    return BLEU(tokenize="none", force=True), BLEU(tokenize="13a", trg_lang=tgt_lang), CHRF()
+
+
+def _signatures(metrics, src_lang, tgt_lang) -> dict[str, str]:
+    m_tok, m_detok, m_chrf = metrics
     lang = f"{src_lang}-{tgt_lang}" if src_lang else None
 
     def sig(metric):
@@ -128,31 +152,33 @@ def _score_checked(hyps, refs, src_lang, tgt_lang, warn, names) -> dict[str, obj
             s.update("lang", lang)
         return s.format()
 
-    # force=True: the input is tokenized on purpose; silences sacreBLEU's
-    # "forgot to detokenize" warning (does not change the score or signature)
-    m_tok = BLEU(tokenize="none", force=True)
-    bleu_tok = m_tok.corpus_score(hyps, [refs])
-    m_detok = BLEU(tokenize="13a", trg_lang=tgt_lang)
-    bleu = m_detok.corpus_score(
-        detokenize_lines(hyps, tgt_lang), [detokenize_lines(refs, tgt_lang)]
-    )
-    m_chrf = CHRF()
-    chrf = m_chrf.corpus_score(hyps, [refs])
     detok_label = (
         f"BLEU on detokenized text (sacremoses MosesDetokenizer lang={tgt_lang}, "
         f"escapes unescaped) = sacreBLEU"
     )
     return {
-        "bleu_tok": float(bleu_tok.score),
-        "bleu": float(bleu.score),
-        "chrf": float(chrf.score),
-        "signatures": {
-            "bleu_tok": f"BLEU on tokenized text as is (multi-bleu.perl-equivalent): {sig(m_tok)}",
-            "bleu": f"{detok_label}: {sig(m_detok)}",
-            "chrf": f"chrF on tokenized text as is: {sig(m_chrf)}",
-        },
-        "n_lines": len(hyps),
+        "bleu_tok": f"BLEU on tokenized text as is (multi-bleu.perl-equivalent): {sig(m_tok)}",
+        "bleu": f"{detok_label}: {sig(m_detok)}",
+        "chrf": f"chrF on tokenized text as is: {sig(m_chrf)}",
     }
+
+
+def scorer_signatures(src_lang: str | None, tgt_lang: str | None) -> dict[str, str]:
+    """The signatures :func:`score_lines` stores with its scores, without scoring anything.
+
+    Args:
+        src_lang: source language (the signatures' ``lang:``), or None.
+        tgt_lang: target language (the detokenizer's rules, ``lang:``).
+
+    Returns:
+        ``{"bleu_tok", "bleu", "chrf"}`` -> ``"<label>: <sacreBLEU signature>"`` (the signature
+        holds sacreBLEU's version and every metric setting; Post 2018, "A Call for Clarity in
+        Reporting BLEU Scores", Sec. 4). What a score was made by (:mod:`.freshness`).
+    """
+    metrics = _metrics(tgt_lang)
+    for m in metrics:  # a signature names the number of references: one, as score_lines scores
+        m.corpus_score(["a"], [["a"]])
+    return _signatures(metrics, src_lang, tgt_lang)
 
 
 def score_files(

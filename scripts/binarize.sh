@@ -45,12 +45,19 @@ target_lang=$TGT
 joined_dictionary=1
 bpe=$(qk_fingerprint "$BPE/.done")"
 
-if ((FORCE == 0)); then
-    if qk_is_done "$OUT" "$SETTINGS" && [[ -f "$OUT/identity.json" ]]; then
+# reused only if complete (.done checksums, identity.json) and made by the same settings and
+# BPE data (.settings, the one rule of python -m qknorm_tools.freshness); else rebuilt, the log
+# naming what changed
+if ((FORCE == 0)) && [[ -e "$OUT/.done" ]]; then
+    if ! qk_is_done "$OUT"; then
+        qk_log "rebuilding: $QK_DONE_REASON"
+    elif ! CHANGED="$("$QK_PY" -m qknorm_tools.freshness check "$OUT/.settings" --settings-lines "$SETTINGS" 2>&1)"; then
+        qk_log "rebuilding: $OUT was made with other settings or inputs: $CHANGED"
+    elif [[ ! -f "$OUT/identity.json" ]]; then
+        qk_log "rebuilding: $OUT has no identity.json (binarized before data identities)"
+    else
         echo "skip: $OUT already binarized from the current $BPE; use --force to rebuild"
         exit 0
-    elif [[ -e "$OUT/.done" ]]; then
-        qk_log "rebuilding: ${QK_DONE_REASON:-$OUT has no identity.json (binarized before data identities)}"
     fi
 fi
 

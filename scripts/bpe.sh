@@ -111,13 +111,17 @@ show_length_stats() {
     corpus_py length-stats --stats "$1" --paper-l "$PAPER_L"
 }
 
-if ((FORCE == 0)); then
-    if qk_is_done "$OUT" "$SETTINGS"; then
+# reused only if complete (.done checksums) and made by the same settings and inputs (.settings,
+# the one rule of python -m qknorm_tools.freshness); else rebuilt, the log naming what changed
+if ((FORCE == 0)) && [[ -e "$OUT/.done" ]]; then
+    if ! qk_is_done "$OUT"; then
+        qk_log "rebuilding: $QK_DONE_REASON"
+    elif CHANGED="$("$QK_PY" -m qknorm_tools.freshness check "$OUT/.settings" --settings-lines "$SETTINGS" 2>&1)"; then
         echo "skip: $OUT already complete for these settings ($TOOL); use --force to rebuild"
         show_length_stats "$OUT/length_stats.json"
         exit 0
-    elif [[ -e "$OUT/.done" ]]; then
-        qk_log "rebuilding: $QK_DONE_REASON"
+    else
+        qk_log "rebuilding: $OUT was made with other settings or inputs: $CHANGED"
     fi
 fi
 

@@ -13,7 +13,8 @@
 # The run is evaluated only on the data it was trained on (its data identity,
 # RUN/data_identity.json, equals the current data/bin/PAIR/identity.json; python -m
 # qknorm_tools.provenance), also with --force; the score records that identity.
-# Steps whose outputs are newer than the checkpoint and made on the same data are skipped. The
+# Outputs are reused only when everything that made them is unchanged (SPLIT.made_by.json:
+# python -m qknorm_tools.freshness), else decoded again, the log naming what changed. The
 # run's lock (RUN/.lock) is held while decoding, so a run being trained is never evaluated.
 # A run whose training diverged (RUN/diverged, scripts/train.sh) has nothing to decode: exit
 # status 3.
@@ -149,12 +150,31 @@ if [[ -n "$N_AVERAGE" ]]; then
     fi
 fi
 
-if [[ "$FORCE" == 0 && -s "$SCORE" && "$SCORE" -nt "$CHECKPOINT" && "$HYP" -nt "$CHECKPOINT" ]] \
-    && [[ "$("$QK_PY" -m qknorm_tools.provenance get "$SCORE" data_id)" == "$DATA_ID" ]]; then
-    qk_log "skip: $SCORE is up to date (data ${DATA_ID:0:12})"
-    cat "$SCORE"
-    exit 0
+# the outputs are reused only if what made them is unchanged (python -m qknorm_tools.freshness:
+# checkpoint file, checkpoint choice, split, every fairseq-generate setting, BPE removal, data,
+# scorer versions and signatures), else decoded again saying what changed
+MADE_BY="$RUN/$STEM.made_by.json"
+REMOVE_BPE="$("$QK_PY" -m qknorm_tools.evaluate bpe-symbol --bpe-dir "$QK_DATA/bpe/$PAIR")" \
+    || die "cannot read the BPE tool of $PAIR from $QK_DATA/bpe/$PAIR/bpe.json"
+MADE_BY_ARGS=("$MADE_BY" --file "checkpoint=$CHECKPOINT" --set "checkpoint_choice=$CKPT"
+    --set "split=$SPLIT" --set "remove_bpe=$REMOVE_BPE" --set "data_id=$DATA_ID" --scorer "$SRC" "$TGT"
+    --generate "${GEN_CMD[@]:1}")
+if ((FORCE)); then
+    [[ ! -f "$SCORE" ]] || qk_log "decoding again: --force"
+elif [[ -s "$SCORE" && -f "$HYP" ]]; then
+    FRESH=0
+    CHANGED="$("$QK_PY" -m qknorm_tools.freshness check "${MADE_BY_ARGS[@]}")" || FRESH=$?
+    case "$FRESH" in
+        0)
+            qk_log "skip: $SCORE is up to date (data ${DATA_ID:0:12}), made by the same checkpoint and settings ($MADE_BY)"
+            cat "$SCORE"
+            exit 0
+            ;;
+        1) qk_log "decoding again: $SCORE was made with other settings: $CHANGED" ;;
+        *) die "cannot tell what made $SCORE (above): remove $MADE_BY, or decode again with --force" ;;
+    esac
 fi
+rm -f -- "$MADE_BY"  # outputs being remade have no record until they are all written
 
 QK_CLEANUP+=("$GEN.tmp" "$HYP.tmp" "$SCORE.tmp")  # an interrupted step leaves nothing half-written
 N_REF="$(qk_count_lines "$REF")"
@@ -182,5 +202,7 @@ mv -- "$HYP.tmp" "$HYP"
     --src-lang "$SRC" --tgt-lang "$TGT" --data-id "$DATA_ID" >"$SCORE.tmp" \
     || { rm -f -- "$SCORE.tmp"; die "scoring $HYP against $REF failed"; }
 mv -- "$SCORE.tmp" "$SCORE"
+"$QK_PY" -m qknorm_tools.freshness write "${MADE_BY_ARGS[@]}" \
+    || die "cannot write $MADE_BY (what made $SCORE)"
 qk_log "read bleu_tok in $SCORE (words, against $REF; comparable to the papers), not the BLEU4 line at the end of $GEN (fairseq's scorer on BPE units: README \"Which BLEU to read\")"
 cat "$SCORE"

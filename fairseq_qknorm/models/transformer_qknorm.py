@@ -22,7 +22,9 @@ PreNorm is fairseq's own ``--encoder-normalize-before --decoder-normalize-before
 """
 
 import argparse
+import json
 import logging
+import os
 from typing import Optional
 
 from fairseq import metrics
@@ -172,6 +174,74 @@ def resolve_qk_norm_args(args) -> Optional[float]:
             )
         return None
     return qk_norm_initial_scale(args.qk_norm_length, args.qk_norm_scale)
+
+
+#: the file the model writes into ``--save-dir`` (:func:`write_qknorm_record`)
+QKNORM_RECORD = "qknorm.json"
+
+
+def qknorm_record(model, args) -> Optional[dict]:
+    """What a QK-norm model was built with (``None`` without ``--qk-norm``).
+
+    ``{"qk_norm_type", "qk_norm_length" (L or None), "qk_norm_g0" (l2 QKNorm's g0 = log2(L^2 -
+    L), Henry et al. 2020 Eq. 4, or --qk-norm-scale; None for the other types, which have no
+    g), "g0_source" ("qk_norm_length", "qk_norm_scale" or None), "qk_norm_scale_per_head",
+    "qk_norm_freeze_scale", "modules" (the attention modules' names, :meth:`attention_modules`,
+    as the logs name their g)}``.
+    """
+    if not safe_getattr(args, "qk_norm", False):
+        return None
+    g0 = safe_getattr(args, "qk_norm_g0", None)
+    source = None
+    if g0 is not None:
+        source = "qk_norm_scale" if args.qk_norm_length is None else "qk_norm_length"
+    return {
+        "qk_norm_type": args.qk_norm_type,
+        "qk_norm_length": args.qk_norm_length,
+        "qk_norm_g0": g0,
+        "g0_source": source,
+        "qk_norm_scale_per_head": bool(safe_getattr(args, "qk_norm_scale_per_head", False)),
+        "qk_norm_freeze_scale": bool(safe_getattr(args, "qk_norm_freeze_scale", False)),
+        "modules": list(model.attention_modules()),
+    }
+
+
+def write_qknorm_record(model, args) -> Optional[str]:
+    """Write :func:`qknorm_record` as ``SAVE_DIR/qknorm.json`` (g0 and L as the model has them).
+
+    Written when the model is built with a ``--save-dir`` that exists (fairseq-train creates
+    it before building the model), on the first process only, so that g0 and L are read from
+    a file, not parsed from a log line (``qknorm_tools.records``). A file that already holds
+    the same record is left alone (a model built again from its checkpoint, e.g. by
+    fairseq-generate, writes nothing); a failure to write is a warning, never an error of the
+    training.
+
+    Returns:
+        The path written, else ``None``.
+    """
+    record = qknorm_record(model, args)
+    save_dir = safe_getattr(args, "save_dir", None)
+    if record is None or not save_dir or not os.path.isdir(save_dir):
+        return None
+    if int(safe_getattr(args, "distributed_rank", 0) or 0) != 0:
+        return None
+    path = os.path.join(save_dir, QKNORM_RECORD)
+    text = json.dumps(record, indent=1) + "\n"
+    try:
+        with open(path, encoding="utf-8") as f:
+            if f.read() == text:
+                return None
+    except OSError:
+        pass
+    try:
+        tmp = f"{path}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        logger.warning(f"cannot write {path} (QKNorm g0 and L of this model): {e}")
+        return None
+    return path
 
 
 def qk_norm_g0_log_line(g0: float, length: Optional[float]) -> str:
@@ -544,6 +614,7 @@ class TransformerQKNormModel(TransformerModel):
                 apply_sigma_reparam(stack.layers)
         drop_none_parameters(model)  # no "detected shared parameter" lines for None
         model._stats_interval = int(args.attn_stats_interval or 0)
+        write_qknorm_record(model, args)
         return model
 
     @classmethod

@@ -41,7 +41,7 @@ from pathlib import Path
 
 from . import trainlog
 from .provenance import IDENTITY_FILE, RUN_IDENTITY_FILE, short_id
-from .records import PATH_FIELDS, RunRecord, read_run, run_status
+from .records import PATH_FIELDS, QKNORM_RECORD, RunRecord, read_run, run_status
 from .textio import ResultsError
 
 __all__ = [
@@ -58,7 +58,8 @@ __all__ = [
 
 RECORD_FILE = "record.json"
 #: files of a run directory copied as they are (the small ones the record readers need)
-COPIED = ("train.json", "command.txt", RUN_IDENTITY_FILE, "cpu_seconds", "wall_seconds", "diverged")
+COPIED = ("train.json", "command.txt", RUN_IDENTITY_FILE, "cpu_seconds", "wall_seconds", "diverged",
+          QKNORM_RECORD)  # fmt: skip
 #: fairseq-train options whose value is a path (differs between machines, not a setting)
 PATH_OPTIONS = ("--save-dir", "--tensorboard-logdir", "--user-dir")
 REPO = Path(__file__).resolve().parents[1]
@@ -184,6 +185,7 @@ def write_record(run_dir, rec_dir, split: str = "test", repo=REPO) -> RunRecord:
     tmp.mkdir(parents=True)
     for name in (*COPIED, f"{split}.hyp", f"{split}.score.json"):
         if (run / name).is_file():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(run / name, tmp / name)
     if (run / "train.log").is_file():
         log = (run / "train.log").read_text(encoding="utf-8", errors="replace")

@@ -14,12 +14,17 @@ Extends fairseq's legacy ``TransformerModel`` through its build hooks
   the encoder and decoder, layers and final norms (Nguyen & Salazar, 2019).
 * ``--fix-norm``: FixNorm word embeddings and output projection (TWT Sec. 2.3).
 * ``--attn-stats-interval N``: log attention entropy / max |logit| / g.
+* stability methods (:mod:`..modules.qknorm_attention`, docs/stability.md):
+  ``--qk-norm-type {lp,rmsnorm_full,rmsnorm_zc}`` (+ ``--qk-norm-p P``),
+  ``--attn-logit-softcap C``, ``--attn-normalization nap``, ``--qk-clip TAU`` (applied by
+  the ``translation_word_dropout`` task after each optimizer step).
 
 PreNorm is fairseq's own ``--encoder-normalize-before --decoder-normalize-before``.
 """
 
 import argparse
 import logging
+import math
 from typing import Optional
 
 from fairseq import metrics
@@ -41,6 +46,8 @@ from fairseq.modules.transformer_layer import (
 from fairseq.utils import safe_getattr
 
 from ..modules import (
+    ATTN_NORMALIZATIONS,
+    QK_G_TYPES,
     QK_NORM_TYPES,
     FixNormEmbedding,
     FixNormLinear,
@@ -98,16 +105,22 @@ def build_attention(cfg, embed_dim: int, num_heads: int, **kwargs) -> QKNormMult
     holds ``g0`` of l2 QKNorm. ``kwargs`` are fairseq's ``MultiheadAttention`` arguments.
     """
     qk_norm = bool(safe_getattr(cfg, "qk_norm", False))
-    qk_kwargs = {}
+    qk_kwargs = dict(
+        attn_logit_softcap=safe_getattr(cfg, "attn_logit_softcap", None),
+        attn_normalization=safe_getattr(cfg, "attn_normalization", None) or "softmax",
+        qk_clip=safe_getattr(cfg, "qk_clip", None),
+    )
     if qk_norm:
         qk_norm_type = safe_getattr(cfg, "qk_norm_type", "l2")
-        qk_kwargs = dict(qk_norm_type=qk_norm_type)
-        if qk_norm_type == "l2":
+        qk_kwargs.update(qk_norm_type=qk_norm_type)
+        if qk_norm_type in QK_G_TYPES:
             qk_kwargs.update(
                 qk_norm_scale=safe_getattr(cfg, "qk_norm_g0", None),
                 qk_norm_scale_per_head=bool(safe_getattr(cfg, "qk_norm_scale_per_head", False)),
                 qk_norm_freeze_scale=bool(safe_getattr(cfg, "qk_norm_freeze_scale", False)),
             )
+        if qk_norm_type == "lp":
+            qk_kwargs.update(qk_norm_p=safe_getattr(cfg, "qk_norm_p", None))
     return QKNormMultiheadAttention(
         embed_dim,
         num_heads,
@@ -154,16 +167,66 @@ def resolve_qk_norm_args(args) -> Optional[float]:
                 f"(off for --arch {safe_getattr(args, 'arch', '?')})"
             )
         return None
-    if qk_norm_type != "l2":
+    if qk_norm_type not in QK_G_TYPES:
         if g_flags:
             raise ValueError(
                 f"{' and '.join(g_flags)} only "
                 f"{'applies' if len(g_flags) == 1 else 'apply'} to --qk-norm-type "
                 f"l2 (QKNorm's scale g); --qk-norm-type {qk_norm_type} has no g "
-                "and scales logits by 1/sqrt(d_head)"
+                "and scales logits by 1/sqrt(d_head) (lp has g as l2)"
             )
         return None
     return qk_norm_initial_scale(args.qk_norm_length, args.qk_norm_scale)
+
+
+def check_stability_args(args) -> None:
+    """Check the stability flags of ``args`` (arch defaults filled in) against each other.
+
+    Raises:
+        ValueError: naming the flags: ``--qk-norm-p`` without ``--qk-norm --qk-norm-type lp``
+            or lp without it, p not finite or < 1; ``--attn-logit-softcap`` / ``--qk-clip``
+            not finite and > 0; an unknown ``--attn-normalization``; NAP with l2/lp QKNorm
+            (g cancels in NAP's standardization) or with a soft cap (no softmax); QK-clip
+            with any QK-norm (the rescaling of W_q, W_k changes no logit there) or NAP.
+    """
+    lp = bool(args.qk_norm) and args.qk_norm_type == "lp"
+    p = args.qk_norm_p
+    if lp != (p is not None):
+        raise ValueError(
+            "--qk-norm-type lp needs --qk-norm-p P (and --qk-norm-p applies only to it)"
+            if lp
+            else f"--qk-norm-p {p:g} would be ignored: it needs --qk-norm --qk-norm-type lp"
+        )
+    if p is not None and not (math.isfinite(p) and p >= 1.0):
+        raise ValueError(f"--qk-norm-p must be finite and >= 1, got {p!r}")
+    for flag, value in (
+        ("--attn-logit-softcap", args.attn_logit_softcap),
+        ("--qk-clip", args.qk_clip),
+    ):
+        if value is not None and not (math.isfinite(value) and value > 0.0):
+            raise ValueError(f"{flag} must be finite and > 0, got {value!r}")
+    nap = args.attn_normalization == "nap"
+    if args.attn_normalization not in ATTN_NORMALIZATIONS:
+        raise ValueError(
+            f"--attn-normalization must be one of {ATTN_NORMALIZATIONS}, "
+            f"got {args.attn_normalization!r}"
+        )
+    qk = f"--qk-norm-type {args.qk_norm_type}" if args.qk_norm else None
+    if nap and args.qk_norm and args.qk_norm_type in QK_G_TYPES:
+        raise ValueError(
+            f"--attn-normalization nap with {qk}: NAP standardizes each query's scores, so "
+            "QKNorm's g would cancel; use --qk-norm-type layernorm/rmsnorm/... or no QK-norm"
+        )
+    if nap and args.attn_logit_softcap is not None:
+        raise ValueError(
+            "--attn-logit-softcap with --attn-normalization nap: NAP has no softmax to cap"
+        )
+    if args.qk_clip is not None and (args.qk_norm or nap):
+        raise ValueError(
+            f"--qk-clip with {qk or '--attn-normalization nap'}: QK-clip rescales W_q and W_k, "
+            "which changes no logit under QK-norm and nothing NAP keeps; use it with "
+            "dot-product attention"
+        )
 
 
 def qk_norm_g0_log_line(g0: float, length: Optional[float]) -> str:
@@ -208,6 +271,20 @@ def _exit_with_usage_error(message: str) -> None:
     # parser, so its usage line cannot be printed.
     parser = argparse.ArgumentParser()
     parser.exit(2, f"{parser.prog}: error: {message}\n")
+
+
+def _check_qk_clip_setup(args) -> None:
+    # fairseq's --fp16/--bf16 optimizers keep an fp32 master copy that would overwrite the
+    # clipped weights at the next step. (The task is checked at the first training forward:
+    # decoding a QK-clip checkpoint with any task is fine.)
+    if (safe_getattr(args, "fp16", False) or safe_getattr(args, "bf16", False)) and not (
+        safe_getattr(args, "memory_efficient_fp16", False)
+        or safe_getattr(args, "memory_efficient_bf16", False)
+    ):
+        raise ValueError(
+            "--qk-clip with --fp16/--bf16: fairseq's fp32 master weights would undo the clip; "
+            "use --memory-efficient-fp16/--memory-efficient-bf16, or --bf16-autocast on CPU"
+        )
 
 
 def _wrap_layer(layer, cfg):
@@ -482,6 +559,35 @@ class TransformerQKNormModel(TransformerModel):
             help="QKNorm (l2): keep g fixed at g0 (not trained)",
         )
         parser.add_argument(
+            "--qk-norm-p",
+            type=float,
+            metavar="P",
+            help="--qk-norm-type lp: Lp-normalized QKNorm, logits g * (q/||q||_p).(k/||k||_p) "
+            "with g as l2 (arXiv 2602.05006); P >= 1 (2 = QKNorm)",
+        )
+        parser.add_argument(
+            "--attn-logit-softcap",
+            type=float,
+            metavar="C",
+            help="soft-cap every attention logit as C*tanh(logit/C) before the softmax "
+            "(Gemma 2; Rybakov et al. 2024, arXiv 2410.16682); with any --qk-norm-type",
+        )
+        parser.add_argument(
+            "--attn-normalization",
+            choices=ATTN_NORMALIZATIONS,
+            help="softmax (default) or nap: normalized attention without softmax, each "
+            "query's scores standardized over its keys, times a learned gain plus a bias "
+            "per head (Richter & Wattenhofer 2020, arXiv 2005.09561)",
+        )
+        parser.add_argument(
+            "--qk-clip",
+            type=float,
+            metavar="TAU",
+            help="QK-clip (Kimi K2's MuonClip; Megatron-LM qk_clip): after each optimizer step "
+            "rescale W_q and W_k of every head whose max logit passed TAU by sqrt(TAU/max) "
+            "each; dot-product attention only; needs --task translation_word_dropout",
+        )
+        parser.add_argument(
             "--norm-type",
             choices=NORM_TYPES,
             help="normalization of every encoder/decoder norm: layernorm (default) or "
@@ -518,12 +624,16 @@ class TransformerQKNormModel(TransformerModel):
         base_qknorm_architecture(args)  # fills flags missing from older checkpoints
         if args.norm_type not in NORM_TYPES:
             raise ValueError(f"--norm-type must be one of {NORM_TYPES}, got {args.norm_type!r}")
+        check_stability_args(args)
+        if args.qk_clip is not None:
+            _check_qk_clip_setup(args)
         args.qk_norm_g0 = resolve_qk_norm_args(args)
         if args.qk_norm_g0 is not None:
             logger.info(qk_norm_g0_log_line(args.qk_norm_g0, args.qk_norm_length))
         model = super().build_model(args, task)
         drop_none_parameters(model)  # no "detected shared parameter" lines for None
         model._stats_interval = int(args.attn_stats_interval or 0)
+        model._qk_clip = args.qk_clip is not None
         return model
 
     @classmethod
@@ -552,6 +662,16 @@ class TransformerQKNormModel(TransformerModel):
         return TransformerQKNormDecoder(
             args, tgt_dict, embed_tokens, no_encoder_attn=args.no_cross_attention
         )
+
+    # ------------------------------------------------------------- QK-clip
+    def apply_qk_clip(self) -> int:
+        """QK-clip every attention module after an optimizer step (``--qk-clip TAU``).
+
+        Calls :meth:`QKNormMultiheadAttention.qk_clip_` of each module and returns the number
+        of heads rescaled (0 without ``--qk-clip``). The task calls it after
+        ``optimizer.step()`` (``TranslationWordDropoutTask.optimizer_step``).
+        """
+        return sum(m.qk_clip_() for m in self.attention_modules().values())
 
     # ------------------------------------------------------ attention health
     def attention_modules(self):
@@ -583,6 +703,12 @@ class TransformerQKNormModel(TransformerModel):
         Logged every ``--attn-stats-interval`` training forwards and every validation
         forward.
         """
+        if self.training and getattr(self, "_qk_clip", False):
+            if not getattr(self, "qk_clip_hooked", False):
+                raise RuntimeError(
+                    "--qk-clip needs --task translation_word_dropout: that task applies the "
+                    "clip after each optimizer step (this training runs without it)"
+                )
         interval = getattr(self, "_stats_interval", 0)
         record = False
         if interval > 0:
@@ -609,10 +735,14 @@ class TransformerQKNormModel(TransformerModel):
         for name, m in modules.items():
             stats = m.last_stats
             if stats:
-                # averaged over the recorded batches of the logging interval
-                metrics.log_scalar(
-                    f"attn_entropy_{name}", float(stats["entropy"]), round=3, priority=STAT_PRIORITY
-                )
+                # averaged over the recorded batches of the logging interval (NAP: no entropy)
+                if "entropy" in stats:
+                    metrics.log_scalar(
+                        f"attn_entropy_{name}",
+                        float(stats["entropy"]),
+                        round=3,
+                        priority=STAT_PRIORITY,
+                    )
                 metrics.log_scalar(
                     f"attn_maxlogit_{name}",
                     float(stats["max_logit"]),
@@ -651,10 +781,15 @@ def base_qknorm_architecture(args):
     args.norm_type = safe_getattr(args, "norm_type", "layernorm")
     args.fix_norm = safe_getattr(args, "fix_norm", False)
     args.attn_stats_interval = safe_getattr(args, "attn_stats_interval", 0)
+    args.qk_norm_p = safe_getattr(args, "qk_norm_p", None)
+    args.attn_logit_softcap = safe_getattr(args, "attn_logit_softcap", None)
+    args.attn_normalization = safe_getattr(args, "attn_normalization", "softmax")
+    args.qk_clip = safe_getattr(args, "qk_clip", None)
     base_architecture(args)
     if safe_getattr(args, _FROM_CLI, False):
         delattr(args, _FROM_CLI)  # checked once; the model config does not carry the mark
         try:
+            check_stability_args(args)
             resolve_qk_norm_args(args)
         except ValueError as err:
             _exit_with_usage_error(str(err))

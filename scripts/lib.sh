@@ -787,6 +787,10 @@ load_system_config() {
     local system="${1-}"
     qk_require_name systems "$system"
     SYSTEM_FLAGS=()
+    # a system's own criterion (train.sh: --criterion; default label_smoothed_cross_entropy)
+    # and flags after --label-smoothing (twt_zloss.sh)
+    SYSTEM_CRITERION=""
+    SYSTEM_CRITERION_FLAGS=()
     # shellcheck disable=SC1090
     source "$QK_REPO_ROOT/configs/systems/$system.sh"
     SYSTEM="$system"

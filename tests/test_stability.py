@@ -316,3 +316,39 @@ def test_fairseq_train_with_softcap_zloss_and_qk_clip_then_hub_translates(toy_da
     assert len(out) == 2 and all(isinstance(o, str) and o for o in out)
     cross = hub.models[0].decoder.layers[0].encoder_attn
     assert cross.attn_logit_softcap == 30.0 and cross.qk_clip == 1e-3
+
+
+# --------------------------------------------------------------------------- named systems
+NEW_SYSTEMS = {
+    # system: (arch family, what the built model has)
+    "twt_softcap": ("transformer_twt_softcap", dict(attn_logit_softcap=50.0, qk_norm=False)),
+    "twt_zloss": ("transformer_twt", dict(attn_logit_softcap=None, qk_norm=False)),
+    "qk_rmsnorm_full": ("transformer_qk_rmsnorm_full", dict(qk_norm_type="rmsnorm_full")),
+    "qk_rmsnorm_zc": ("transformer_qk_rmsnorm_zc", dict(qk_norm_type="rmsnorm_zc")),
+}
+
+
+@pytest.mark.parametrize("system", sorted(NEW_SYSTEMS))
+def test_new_systems_train_the_described_model(system, toy_data, tmp_path):
+    """train.sh --dry-run of each new system: its arch (and for twt_zloss the z-loss criterion
+    with W = 1e-4) on the command line, and that command builds the described model."""
+    from fairseq import options, tasks
+    from test_grid import _toy_argv, dry_run_cmd
+
+    family, attrs = NEW_SYSTEMS[system]
+    cmd = dry_run_cmd("gl-en", system, "cpu-proxy", tmp_path)
+    assert cmd[cmd.index("--arch") + 1] == family + "_proxy"
+    criterion = cmd[cmd.index("--criterion") + 1]
+    if system == "twt_zloss":
+        assert criterion == "label_smoothed_cross_entropy_zloss"
+        assert cmd[cmd.index("--z-loss") + 1] == "1e-4"
+    else:
+        assert criterion == "label_smoothed_cross_entropy" and "--z-loss" not in cmd
+    args = options.parse_args_and_arch(options.get_training_parser(), _toy_argv(cmd, toy_data[1]))
+    task = tasks.setup_task(args)
+    model = task.build_model(args)
+    for m in model.attention_modules().values():
+        for name, value in attrs.items():
+            assert getattr(m, name) == value, (name, getattr(m, name))
+    crit = task.build_criterion(args)
+    assert getattr(crit, "z_loss", 0.0) == (1e-4 if system == "twt_zloss" else 0.0)

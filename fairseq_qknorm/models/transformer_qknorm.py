@@ -907,6 +907,40 @@ def _qk_layernorm(args):
     args.qk_norm_type = safe_getattr(args, "qk_norm_type", "layernorm")
 
 
+#: Gemma 2's attention-logit soft cap (Gemma Team 2024, Sec. 2: 50.0 on attention logits)
+GEMMA2_ATTN_SOFTCAP = 50.0
+
+
+def _twt_softcap(args):
+    """TWT Table 3 row (4) with soft-capped attention logits: 50 tanh(x / 50) (Gemma 2).
+
+    PreNorm + FixNorm + ScaleNorm, dot-product attention, every logit capped before the
+    softmax (Rybakov et al. 2024, arXiv 2410.16682, "softmax capping").
+    """
+    _twt(args)
+    args.attn_logit_softcap = safe_getattr(args, "attn_logit_softcap", GEMMA2_ATTN_SOFTCAP)
+
+
+def _qk_rmsnorm_full(args):
+    """OLMo 2's QK-norm on the QKNorm paper's model: PreNorm + FixNorm + LayerNorm.
+
+    q and k RMS-normalized over the full width before the head split (Team OLMo 2024), then
+    ``q.k / sqrt(d_head)``.
+    """
+    _norms(args, prenorm=True, norm_type="layernorm", fix_norm=True, qk_norm=True)
+    args.qk_norm_type = safe_getattr(args, "qk_norm_type", "rmsnorm_full")
+
+
+def _qk_rmsnorm_zc(args):
+    """Gemma 3's QK-norm on the QKNorm paper's model: PreNorm + FixNorm + LayerNorm.
+
+    Per-head RMSNorm of q and k with the weight initialised at 0 and applied as 1 + w (Gemma
+    Team 2025), then ``q.k / sqrt(d_head)``.
+    """
+    _norms(args, prenorm=True, norm_type="layernorm", fix_norm=True, qk_norm=True)
+    args.qk_norm_type = safe_getattr(args, "qk_norm_type", "rmsnorm_zc")
+
+
 transformer_postnorm_layernorm = _register_family(
     "transformer_postnorm_layernorm", _postnorm_layernorm
 )
@@ -920,3 +954,6 @@ transformer_twt = _register_family("transformer_twt", _twt)
 transformer_qknorm_paper = _register_family("transformer_qknorm_paper", _qknorm_paper)
 transformer_scalenorm_qknorm = _register_family("transformer_scalenorm_qknorm", _scalenorm_qknorm)
 transformer_qk_layernorm = _register_family("transformer_qk_layernorm", _qk_layernorm)
+transformer_twt_softcap = _register_family("transformer_twt_softcap", _twt_softcap)
+transformer_qk_rmsnorm_full = _register_family("transformer_qk_rmsnorm_full", _qk_rmsnorm_full)
+transformer_qk_rmsnorm_zc = _register_family("transformer_qk_rmsnorm_zc", _qk_rmsnorm_zc)

@@ -486,6 +486,15 @@ class QKNormMultiheadAttention(MultiheadAttention):
         return k
 
     @property
+    def fused_capable(self) -> bool:
+        """Whether ``scaled_dot_product_attention`` computes this attention at all.
+
+        False with a soft cap or NAP (the kernel has neither): every call takes the explicit
+        path then.
+        """
+        return self.attn_logit_softcap is None and self.attn_normalization == "softmax"
+
+    @property
     def logit_scale(self) -> float:
         """Factor applied to ``normalize_queries(q) . normalize_keys(k)``.
 
@@ -733,8 +742,7 @@ class QKNormMultiheadAttention(MultiheadAttention):
             and not before_softmax
             and not self.record_stats
             and not clip_record  # QK-clip needs each head's max logit
-            and self.attn_logit_softcap is None  # SDPA has no soft cap
-            and self.attn_normalization == "softmax"
+            and self.fused_capable
             and (q.size(2) >= self.fused_min_queries or not q.is_cpu)
         ):
             out = F.scaled_dot_product_attention(

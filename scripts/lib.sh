@@ -878,9 +878,10 @@ qk_resolve_bf16_of() {
 qk_train_cmd() {
     local env=""
     [[ -n "${QK_BF16_RUN:-}" || "${QK_BF16_GIVEN:-}" != 0 ]] || env="QKNORM_BF16=0 "
-    printf '%sscripts/train.sh %s %s --profile %s --seed %s%s%s%s\n' "$env" "$PAIR" "$SYSTEM" \
+    printf '%sscripts/train.sh %s %s --profile %s --seed %s%s%s%s%s\n' "$env" "$PAIR" "$SYSTEM" \
         "$PROFILE" "$SEED" "${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG}" \
-        "${QK_LR_OVERRIDE:+ --lr $QK_LR_OVERRIDE}" "${QK_BF16_RUN:+ --bf16-autocast}"
+        "${QK_LR_OVERRIDE:+ --lr $QK_LR_OVERRIDE}" "${SIZE_ARG:+ --size $SIZE_ARG}" \
+        "${QK_BF16_RUN:+ --bf16-autocast}"
 }
 
 # qk_arch: the named arch of the loaded system (SYSTEM_ARCH, a family registered by

@@ -833,8 +833,31 @@ def _proxy(args):
     args.decoder_attention_heads = safe_getattr(args, "decoder_attention_heads", 4)
 
 
+def _sweep_size(layers: int, dim: int):
+    # the size axis of the LR sweep (scripts/lr_sweep.sh --sizes; Wortsman et al. 2023 Fig. 1):
+    # layers scaled with the width, FFN 4 d, heads of 64 (the proxy, d 256, is the middle size)
+    def size(args):
+        args.encoder_layers = safe_getattr(args, "encoder_layers", layers)
+        args.decoder_layers = safe_getattr(args, "decoder_layers", layers)
+        args.encoder_embed_dim = safe_getattr(args, "encoder_embed_dim", dim)
+        args.decoder_embed_dim = safe_getattr(args, "decoder_embed_dim", dim)
+        args.encoder_ffn_embed_dim = safe_getattr(args, "encoder_ffn_embed_dim", 4 * dim)
+        args.decoder_ffn_embed_dim = safe_getattr(args, "decoder_ffn_embed_dim", 4 * dim)
+        args.encoder_attention_heads = safe_getattr(args, "encoder_attention_heads", dim // 64)
+        args.decoder_attention_heads = safe_getattr(args, "decoder_attention_heads", dim // 64)
+
+    return size
+
+
+#: the LR sweep's extra sizes (arch suffix: (layers, d)); the proxy (3+3, d 256) is the third
+SWEEP_SIZES = {"_d128": (2, 128), "_d384": (4, 384)}
+
+
 def _register_family(name, system):
-    """Register the archs ``name`` (base size), ``name_small`` and ``name_proxy``.
+    """Register the archs ``name``, ``name_small``, ``name_proxy``, ``name_d128``, ``name_d384``.
+
+    ``name_d128`` (2+2 layers, d 128, 2 heads) and ``name_d384`` (4+4, d 384, 6 heads) are the
+    LR sweep's size axis around the proxy (3+3, d 256, 4 heads).
 
     ``system(args)`` sets the system's own flags (norms, FixNorm, QKNorm) with
     ``safe_getattr`` defaults; each arch sets its size first, then the system, then the base
@@ -852,9 +875,9 @@ def _register_family(name, system):
         arch.__doc__ = system.__doc__
         return arch
 
-    archs = {
-        suffix: make(size) for suffix, size in (("", None), ("_small", _small), ("_proxy", _proxy))
-    }
+    sizes = [("", None), ("_small", _small), ("_proxy", _proxy)]
+    sizes += [(suffix, _sweep_size(*dims)) for suffix, dims in SWEEP_SIZES.items()]
+    archs = {suffix: make(size) for suffix, size in sizes}
     for suffix, arch in archs.items():
         register_model_architecture("transformer_qknorm", name + suffix)(arch)
     return archs[""]

@@ -979,7 +979,7 @@ _qk_cell_split() {
     QK_CELL_OPTS=() QK_CELL_TRAIN_OPTS=() QK_CELL_EXTRA=() QK_CELL_TRAIN_ONLY=0
     while (($#)) && [[ "$1" != -- ]]; do
         case "$1" in
-            --nproc | --launch) QK_CELL_TRAIN_OPTS+=("$1" "${2-}"); shift 2 ;;
+            --nproc | --launch | --size) QK_CELL_TRAIN_OPTS+=("$1" "${2-}"); shift 2 ;;
             --train-only) QK_CELL_TRAIN_ONLY=1; shift ;;
             *) QK_CELL_OPTS+=("$1"); shift ;;
         esac

@@ -97,3 +97,35 @@ def test_lr_sweep_sizes_dry_run_prints_the_whole_grid(tmp_path):
     assert "scripts/evaluate.sh" not in text and "fairseq-generate" not in text  # dev loss only
     assert "qknorm_tools.lr_sweep_sizes --out-dir" in text and "--size 128=" in text
     assert "lr-bleu" not in text
+
+
+@pytest.mark.slow
+def test_tiny_real_sweep_over_two_sizes(tmp_path):
+    """scripts/lr_sweep.sh --sizes 128,256 for real on tiny generated data: 1 system x 2 lrs x
+    1 seed x 2 sizes, 5 updates per run, two at a time; each size's report, no decoding, and the
+    size axis made from them."""
+    from conftest import make_tiny_ted
+
+    make_tiny_ted(tmp_path / "data_in", sizes=(300, 30, 37))
+    env = make_env(tmp_path / "work", QKNORM_DATA_DIR=tmp_path / "data_in")
+    args = ["gl-en", "--sizes", "128,256", "--systems", "twt", "--lrs", "1e-3,1e-2"]
+    args += ["--seeds", "1", "--max-update", "5", "--jobs", "2"]
+    p = run_script("lr_sweep.sh", *args, env=env, timeout=900)
+    assert p.returncode == 0, out(p)[-4000:]
+    work = tmp_path / "work"
+    runs = work / "runs/gl-en"
+    for label in ("cpu-proxy-fast-max-update-5-d128", "cpu-proxy-fast-max-update-5"):
+        for name in ("seed1", "seed1-lr1e-2"):
+            run = runs / label / "twt" / name
+            assert (run / "train.json").is_file(), run
+            assert not (run / "test.hyp").exists()  # dev loss only
+    log = (runs / "cpu-proxy-fast-max-update-5-d128/twt/seed1/train.log").read_text()
+    assert "transformer_twt_d128" in log
+    res = work / "results/cpu-proxy-fast-max-update-5/gl-en/lr-sweep"
+    sizes = json.loads((res / "lr_sweep_sizes.json").read_text())
+    assert [s["d"] for s in sizes["sizes"]] == [128, 256]
+    (twt,) = sizes["systems"]
+    for point, d in zip(twt["points"], ("d128", "d256")):
+        per_size = json.loads((res / d / "lr_sweep.json").read_text())
+        assert point["lr_sensitivity"] == per_size["systems"][0]["lr_sensitivity"]
+    assert (res / "lr_sweep_sizes.png").stat().st_size > 10_000

@@ -27,6 +27,8 @@ import logging
 import math
 from typing import Optional
 
+import torch
+import torch.distributed as dist
 from fairseq import metrics
 from fairseq.distributed import fsdp_wrap
 from fairseq.logging.meters import AverageMeter
@@ -669,9 +671,26 @@ class TransformerQKNormModel(TransformerModel):
 
         Calls :meth:`QKNormMultiheadAttention.qk_clip_` of each module and returns the number
         of heads rescaled (0 without ``--qk-clip``). The task calls it after
-        ``optimizer.step()`` (``TranslationWordDropoutTask.optimizer_step``).
+        ``optimizer.step()`` (``TranslationWordDropoutTask.optimizer_step``). Under
+        torch.distributed the recorded per-head maxima are first all-reduced (max) over the
+        ranks, so that every replica rescales the same heads by the same factors.
         """
-        return sum(m.qk_clip_() for m in self.attention_modules().values())
+        modules = list(self.attention_modules().values())
+        if modules and modules[0].qk_clip is not None:
+            if dist.is_available() and dist.is_initialized():
+                ref = self.encoder.embed_tokens.weight
+                heads = max(m.num_heads for m in modules)
+                stacked = torch.full(
+                    (len(modules), heads), float("-inf"), dtype=torch.float32, device=ref.device
+                )
+                for i, m in enumerate(modules):
+                    if m.qk_clip_max_logit is not None:
+                        stacked[i, : m.num_heads] = m.qk_clip_max_logit
+                dist.all_reduce(stacked, op=dist.ReduceOp.MAX)
+                for i, m in enumerate(modules):
+                    row = stacked[i, : m.num_heads]
+                    m.qk_clip_max_logit = row if bool(torch.isfinite(row).any()) else None
+        return sum(m.qk_clip_() for m in modules)
 
     # ------------------------------------------------------ attention health
     def attention_modules(self):

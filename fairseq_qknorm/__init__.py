@@ -20,5 +20,6 @@ distributed_compat.install()
 resume_compat.install()
 
 from . import bpe  # noqa: E402,F401  (registers --bpe pipeline)
+from .criterions import label_smoothed_cross_entropy_zloss  # noqa: E402,F401  (registers the z-loss criterion)
 from .models import transformer_qknorm  # noqa: E402,F401  (registers model + archs)
 from .tasks import translation_word_dropout  # noqa: E402,F401  (registers task translation_word_dropout)

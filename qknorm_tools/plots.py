@@ -809,6 +809,39 @@ def lr_bleu_figure(sweep, metric: str = "bleu_tok", title: str = ""):
     return fig
 
 
+def plot_lr_sizes(res, out, title: str = "") -> str:
+    """LR sensitivity against non-embedding parameters, one line per system (log x axis).
+
+    Wortsman et al. 2023 (arXiv:2309.14322), Fig. 1. ``res``: :func:`.lr_sweep_sizes.size_axis`
+    (a dict, or the path of ``lr_sweep_sizes.json``). Returns the path of the PNG written.
+
+    Raises:
+        PlotInputError: no system has a point.
+    """
+    if not isinstance(res, Mapping):
+        res = json.loads(Path(res).read_text(encoding="utf-8"))
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.0, 4.0))
+    drawn = 0
+    for s in res.get("systems", []):
+        pts = [p for p in s["points"] if p.get("lr_sensitivity") is not None]
+        if not pts:
+            continue
+        x = [p["non_embedding_params"] for p in pts]
+        ax.plot(x, [p["lr_sensitivity"] for p in pts], marker="o", label=s["system"])
+        drawn += 1
+    if not drawn:
+        plt.close(fig)
+        raise PlotInputError("size axis: no system has an LR sensitivity")
+    ax.set_xscale("log")
+    ax.set_xlabel("non-embedding parameters")
+    ax.set_ylabel("LR sensitivity (dev loss, bits)")
+    ax.set_title(title or f"{res.get('pair') or ''}: LR sensitivity vs model size")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return _save(fig, out)
+
+
 def plot_lr_bleu(sweep, out, metric: str = "bleu_tok", title: str = "") -> str:
     """Test BLEU vs peak learning rate (log x axis).
 

@@ -798,6 +798,10 @@ load_system_config() {
     local system="${1-}"
     qk_require_name systems "$system"
     SYSTEM_FLAGS=()
+    # a system's own criterion (train.sh: --criterion; default label_smoothed_cross_entropy)
+    # and flags after --label-smoothing (twt_zloss.sh)
+    SYSTEM_CRITERION=""
+    SYSTEM_CRITERION_FLAGS=()
     # shellcheck disable=SC1090
     source "$QK_REPO_ROOT/configs/systems/$system.sh"
     SYSTEM="$system"
@@ -885,9 +889,10 @@ qk_resolve_bf16_of() {
 qk_train_cmd() {
     local env=""
     [[ -n "${QK_BF16_RUN:-}" || "${QK_BF16_GIVEN:-}" != 0 ]] || env="QKNORM_BF16=0 "
-    printf '%sscripts/train.sh %s %s --profile %s --seed %s%s%s%s\n' "$env" "$PAIR" "$SYSTEM" \
+    printf '%sscripts/train.sh %s %s --profile %s --seed %s%s%s%s%s\n' "$env" "$PAIR" "$SYSTEM" \
         "$PROFILE" "$SEED" "${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG}" \
-        "${QK_LR_OVERRIDE:+ --lr $QK_LR_OVERRIDE}" "${QK_BF16_RUN:+ --bf16-autocast}"
+        "${QK_LR_OVERRIDE:+ --lr $QK_LR_OVERRIDE}" "${SIZE_ARG:+ --size $SIZE_ARG}" \
+        "${QK_BF16_RUN:+ --bf16-autocast}"
 }
 
 # qk_check_run_identity RUN LABEL: RUN's train.json records the run asked for (the loaded pair
@@ -1009,7 +1014,7 @@ _qk_cell_split() {
     QK_CELL_OPTS=() QK_CELL_TRAIN_OPTS=() QK_CELL_EXTRA=() QK_CELL_TRAIN_ONLY=0
     while (($#)) && [[ "$1" != -- ]]; do
         case "$1" in
-            --nproc | --launch) QK_CELL_TRAIN_OPTS+=("$1" "${2-}"); shift 2 ;;
+            --nproc | --launch | --size) QK_CELL_TRAIN_OPTS+=("$1" "${2-}"); shift 2 ;;
             --train-only) QK_CELL_TRAIN_ONLY=1; shift ;;
             *) QK_CELL_OPTS+=("$1"); shift ;;
         esac

@@ -28,6 +28,13 @@
 #
 # Budget (the defaults; README "Does QK normalization widen the stable learning-rate range?"):
 # see the comments at SWEEP_MAX_UPDATE below.
+#
+# The size axis (issue 23; Wortsman et al. 2023 Fig. 1): --sizes 128,256,384 repeats the whole
+# grid at each model width (train.sh --size: 2+2 layers d 128, the proxy's 3+3 d 256, 4+4 d 384;
+# heads of 64), runs under LABEL-dD (d 256: the profile's own LABEL), results under
+# RESULTS/dD/, dev loss only (every size cell is --train-only: no test decoding), and
+# python -m qknorm_tools.lr_sweep_sizes then writes RESULTS/lr_sweep_sizes.{md,json,png}: LR
+# sensitivity against non-embedding parameters per system. Budget: docs/lr_sweep.md.
 set -euo pipefail
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
 # shellcheck source=scripts/lib.sh
@@ -67,7 +74,7 @@ SWEEP_MAX_UPDATE=250
 usage() {
     cat <<EOF
 usage: scripts/lr_sweep.sh PAIR [--systems S1,S2,...] [--lrs LR1,LR2,...] [--seeds 1,2]
-                           [--profile P] [--max-update N] [--results-dir DIR]
+                           [--sizes 128,256,384] [--profile P] [--max-update N] [--results-dir DIR]
                            [--data-dir DIR] [--report-only] [--dry-run | --status]
                            [--launcher local|slurm] [--jobs N] [--gpus LIST] [--nproc N]
                            [--nodes M] [--partition P] [--account A] [--sbatch-args="OPTS"]
@@ -77,6 +84,9 @@ usage: scripts/lr_sweep.sh PAIR [--systems S1,S2,...] [--lrs LR1,LR2,...] [--see
   --lrs L        comma-separated peak learning rates > 0 (default $SWEEP_LRS); each replaces
                  the profile's --lr, the warmup stays
   --seeds L      comma-separated seeds (default 1,2)
+  --sizes L      model widths among 128, 256 (the proxy), 384: the grid at each size, dev loss
+                 only (no test decoding), plus LR sensitivity vs non-embedding parameters
+                 (Wortsman et al. 2023 Fig. 1); default: the profile's one size, decoded
   --profile P    one of: $(qk_known_profiles) (default $SWEEP_PROFILE)
   --max-update N updates per run (default $SWEEP_MAX_UPDATE; runs and results go to
                  PROFILE-max-update-N/ unless N is the profile's budget)
@@ -92,8 +102,8 @@ EOF
 }
 
 SYSTEMS_ARG="$SWEEP_SYSTEMS" LRS_ARG="$SWEEP_LRS" SEEDS_ARG=1,2 PROFILE_ARG="$SWEEP_PROFILE"
-MAXU="$SWEEP_MAX_UPDATE" RESULTS_DIR_ARG="" DATA_DIR_ARG="" REPORT_ONLY=0 DRY_RUN=0
-qk_parse_args "@PAIR_ARG" "--systems SYSTEMS_ARG" "--lrs LRS_ARG" "--seeds SEEDS_ARG" \
+MAXU="$SWEEP_MAX_UPDATE" RESULTS_DIR_ARG="" DATA_DIR_ARG="" REPORT_ONLY=0 DRY_RUN=0 SIZES_ARG=""
+qk_parse_args "@PAIR_ARG" "--systems SYSTEMS_ARG" "--lrs LRS_ARG" "--seeds SEEDS_ARG" "--sizes SIZES_ARG" \
     "--profile PROFILE_ARG" "--max-update MAXU" "--results-dir RESULTS_DIR_ARG" \
     "--data-dir DATA_DIR_ARG" "--report-only REPORT_ONLY=1" "--dry-run DRY_RUN=1" \
     "${QK_LAUNCH_SPECS[@]}" -- "$@"
@@ -118,8 +128,25 @@ for lr in "${LR_ITEMS[@]}"; do
         || qk_usage_error "bad --lrs list '$LRS_ARG': lr 0 is the loss at initialization, which the sweep measures itself"
     [[ " ${LRS[*]} " == *" $c "* ]] || LRS+=("$c")
 done
+# SIZES: train.sh --size values ("" = the profile's own proxy size, d 256); one "" without --sizes
+SIZES=("")
+SIZE_WIDTHS=()
+if [[ -n "$SIZES_ARG" ]]; then
+    split_list SIZE_ITEMS "$SIZES_ARG" || qk_usage_error "bad --sizes list '$SIZES_ARG' (empty item)"
+    SIZES=()
+    for w in "${SIZE_ITEMS[@]}"; do
+        case "$w" in
+            128 | 384) sz="d$w" ;;
+            256) sz="" ;;
+            *) qk_usage_error "bad --sizes list '$SIZES_ARG': '$w' is not one of 128, 256, 384 (model widths)" ;;
+        esac
+        [[ " ${SIZE_WIDTHS[*]} " != *" $w "* ]] || continue
+        SIZES+=("$sz") SIZE_WIDTHS+=("$w")
+    done
+fi
 load_pair_config "$PAIR_ARG"
 load_profile_config "$PROFILE_ARG"
+[[ -z "$SIZES_ARG" || "$PROFILE_ARCH" == proxy ]] || qk_usage_error "--sizes needs a CPU profile (proxy size), not $PROFILE"
 MAX_UPDATE="$MAXU"
 # bf16 autocast or fp32 (the profile's PROFILE_BF16, QKNORM_BF16): decided once, here, for every cell
 if ((DRY_RUN || QK_STATUS || REPORT_ONLY)); then qk_resolve_bf16 --cached-only; else qk_resolve_bf16; fi
@@ -146,36 +173,54 @@ for lr in "${LRS[@]}"; do
     LR_DIR[$lr]="$(qk_set_lr "$lr" && printf '%s' "$QK_LR_OVERRIDE")"
 done
 RUN_NAMES=() INIT_NAMES=()
-declare -A RUN_OF=()
-for seed in "${SEEDS[@]}"; do
-    for s in "${SYSTEMS[@]}"; do
-        name="$PAIR/$s/seed$seed-init"
-        INIT_NAMES+=("$name")
-        RUN_OF[$name]="$(qk_run_dir "$PAIR" "$INIT_LABEL" "$s" "$seed" 0)"
-    done
-    for lr in "${LRS[@]}"; do
+declare -A RUN_OF=() SIZE_OF=()
+# size_tag SIZE: the cell-name part and results subfolder of a size ("" without --sizes)
+size_tag() {
+    if [[ -z "$SIZES_ARG" ]]; then printf ''; elif [[ -z "$1" ]]; then printf 'd256'; else printf '%s' "$1"; fi
+}
+for sz in "${SIZES[@]}"; do
+    tag="$(size_tag "$sz")"
+    for seed in "${SEEDS[@]}"; do
         for s in "${SYSTEMS[@]}"; do
-            name="$PAIR/$s/seed$seed-lr$lr"
-            RUN_NAMES+=("$name")
-            RUN_OF[$name]="$(qk_run_dir "$PAIR" "$LABEL" "$s" "$seed" "${LR_DIR[$lr]}")"
+            name="$PAIR/$s/${tag:+$tag/}seed$seed-init"
+            INIT_NAMES+=("$name")
+            SIZE_OF[$name]="$sz"
+            RUN_OF[$name]="$(qk_run_dir "$PAIR" "$INIT_LABEL${sz:+-$sz}" "$s" "$seed" 0)"
+        done
+        for lr in "${LRS[@]}"; do
+            for s in "${SYSTEMS[@]}"; do
+                name="$PAIR/$s/${tag:+$tag/}seed$seed-lr$lr"
+                RUN_NAMES+=("$name")
+                SIZE_OF[$name]="$sz"
+                RUN_OF[$name]="$(qk_run_dir "$PAIR" "$LABEL${sz:+-$sz}" "$s" "$seed" "${LR_DIR[$lr]}")"
+            done
         done
     done
 done
 
-# add_cells: the initial models (train only), then the sweep's cells, each in seed-major order
+# add_cells: per size, the initial models (train only), then the sweep's cells, each in
+# seed-major order; with --sizes every cell is train-only (dev loss) and names its size
 add_cells() {
-    local seed s lr
-    for seed in "${SEEDS[@]}"; do
-        for s in "${SYSTEMS[@]}"; do
-            qk_cell_add "$PAIR/$s/seed$seed-init" "${RUN_OF[$PAIR/$s/seed$seed-init]}" \
-                "$PAIR" "$s" --seed "$seed" "${INIT_OPTS[@]}" "${INIT_EXTRA[@]}"
-        done
-    done
-    for seed in "${SEEDS[@]}"; do
-        for lr in "${LRS[@]}"; do
+    local seed s lr sz tag name size_opts
+    for sz in "${SIZES[@]}"; do
+        tag="$(size_tag "$sz")"
+        size_opts=()
+        [[ -z "$sz" ]] || size_opts=(--size "$sz")
+        [[ -z "$SIZES_ARG" ]] || size_opts+=(--train-only)
+        for seed in "${SEEDS[@]}"; do
             for s in "${SYSTEMS[@]}"; do
-                qk_cell_add "$PAIR/$s/seed$seed-lr$lr" "${RUN_OF[$PAIR/$s/seed$seed-lr$lr]}" \
-                    "$PAIR" "$s" --seed "$seed" --lr "$lr" "${CELL_OPTS[@]}"
+                name="$PAIR/$s/${tag:+$tag/}seed$seed-init"
+                qk_cell_add "$name" "${RUN_OF[$name]}" "$PAIR" "$s" --seed "$seed" \
+                    "${size_opts[@]+"${size_opts[@]}"}" "${INIT_OPTS[@]}" "${INIT_EXTRA[@]}"
+            done
+        done
+        for seed in "${SEEDS[@]}"; do
+            for lr in "${LRS[@]}"; do
+                for s in "${SYSTEMS[@]}"; do
+                    name="$PAIR/$s/${tag:+$tag/}seed$seed-lr$lr"
+                    qk_cell_add "$name" "${RUN_OF[$name]}" "$PAIR" "$s" --seed "$seed" \
+                        --lr "$lr" "${size_opts[@]+"${size_opts[@]}"}" "${CELL_OPTS[@]}"
+                done
             done
         done
     done
@@ -185,15 +230,31 @@ add_cells() {
 REPORT_JOB=(bash "$SCRIPT_DIR/lr_sweep.sh" "$PAIR" --systems "$(IFS=,; echo "${SYSTEMS[*]}")"
     --lrs "$(IFS=,; echo "${LRS[*]}")" --seeds "$(IFS=,; echo "${SEEDS[*]}")" --profile "$PROFILE"
     --max-update "$MAX_UPDATE" --results-dir "$OUT" --report-only)
+[[ -z "$SIZES_ARG" ]] || REPORT_JOB+=(--sizes "$(IFS=,; echo "${SIZE_WIDTHS[*]}")")
 
-COLLECT=("$QK_PY" -m qknorm_tools.collect runs --keep-unscored --work-dir "$QK_WORK_DIR"
-    --out-dir "$OUT" --ref "$PAIR=$REF")
-for name in "${INIT_NAMES[@]}" "${RUN_NAMES[@]}"; do
-    COLLECT+=(--run "${RUN_OF[$name]}")
+# report_cmds SIZE: COLLECT, REPORT and FIGURES for one size's runs, into SIZE_OUT (OUT itself
+# without --sizes, OUT/dD with them; no test BLEU figure there: the size cells are not decoded)
+report_cmds() {
+    local sz="$1" tag name
+    tag="$(size_tag "$sz")"
+    SIZE_OUT="$OUT${tag:+/$tag}"
+    SIZE_LABEL="$LABEL${sz:+-$sz}"
+    COLLECT=("$QK_PY" -m qknorm_tools.collect runs --keep-unscored --work-dir "$QK_WORK_DIR"
+        --out-dir "$SIZE_OUT" --ref "$PAIR=$REF")
+    for name in "${INIT_NAMES[@]}" "${RUN_NAMES[@]}"; do
+        [[ "${SIZE_OF[$name]}" != "$sz" ]] || COLLECT+=(--run "${RUN_OF[$name]}")
+    done
+    REPORT=("$QK_PY" -m qknorm_tools.evaluate lr-sensitivity --results "$SIZE_OUT/runs.json"
+        --pair "$PAIR" --systems "$(IFS=,; echo "${SYSTEMS[*]}")" --out-dir "$SIZE_OUT")
+    FIGURES=(loss maxlogit bleu)
+    [[ -z "$SIZES_ARG" ]] || FIGURES=(loss maxlogit)
+}
+# the size axis' summary (--sizes): LR sensitivity against non-embedding parameters per system
+SIZES_REPORT=("$QK_PY" -m qknorm_tools.lr_sweep_sizes --out-dir "$OUT" --pair "$PAIR"
+    --title "$PAIR ($LABEL, CPU proxy sizes): LR sensitivity vs non-embedding parameters")
+for i in "${!SIZE_WIDTHS[@]}"; do
+    SIZES_REPORT+=(--size "${SIZE_WIDTHS[$i]}=$OUT/$(size_tag "${SIZES[$i]}")/lr_sweep.json")
 done
-REPORT=("$QK_PY" -m qknorm_tools.evaluate lr-sensitivity --results "$OUT/runs.json" --pair "$PAIR"
-    --systems "$(IFS=,; echo "${SYSTEMS[*]}")" --out-dir "$OUT")
-FIGURES=(loss maxlogit bleu)
 PROXY_NOTE=""
 [[ "$PROFILE_ARCH" != proxy ]] || PROXY_NOTE=", CPU proxy"  # on every figure of a proxy model
 # figure_cmd FIG: FIG_CMD = the command drawing RESULTS/lr_sweep_FIG.png
@@ -204,8 +265,8 @@ figure_cmd() {
         maxlogit) what="max attention logit over training" ;;
         bleu) what="test BLEU vs peak learning rate" ;;
     esac
-    FIG_CMD=("$QK_PY" -m qknorm_tools.plots "lr-$1" --json "$OUT/lr_sweep.json"
-        --out "$OUT/lr_sweep_$1.png" --title "$PAIR ($LABEL$PROXY_NOTE): $what")
+    FIG_CMD=("$QK_PY" -m qknorm_tools.plots "lr-$1" --json "$SIZE_OUT/lr_sweep.json"
+        --out "$SIZE_OUT/lr_sweep_$1.png" --title "$PAIR ($SIZE_LABEL$PROXY_NOTE): $what")
 }
 
 N_RUNS=${#RUN_NAMES[@]}
@@ -228,13 +289,20 @@ if ((DRY_RUN)); then
         qk_launch --dry-run "$PROFILE" "${REPORT_JOB[@]}"
     fi
     if [[ "$QK_LAUNCHER" == local || "$REPORT_ONLY" == 1 ]]; then
-        echo "# report -> $OUT/{runs.json,lr_sweep.md,lr_sweep.json,lr_sweep_*.png}"
-        qk_print_cmd "${COLLECT[@]}"
-        qk_print_cmd "${REPORT[@]}"
-        for fig in "${FIGURES[@]}"; do
-            figure_cmd "$fig"
-            qk_print_cmd "${FIG_CMD[@]}"
+        for sz in "${SIZES[@]}"; do
+            report_cmds "$sz"
+            echo "# report -> $SIZE_OUT/{runs.json,lr_sweep.md,lr_sweep.json,lr_sweep_*.png}"
+            qk_print_cmd "${COLLECT[@]}"
+            qk_print_cmd "${REPORT[@]}"
+            for fig in "${FIGURES[@]}"; do
+                figure_cmd "$fig"
+                qk_print_cmd "${FIG_CMD[@]}"
+            done
         done
+        if [[ -n "$SIZES_ARG" ]]; then
+            echo "# size axis -> $OUT/lr_sweep_sizes.{md,json,png}"
+            qk_print_cmd "${SIZES_REPORT[@]}"
+        fi
     fi
     exit 0
 fi
@@ -263,19 +331,25 @@ fi
 # ---------------------------------------------------------------------------------------------
 # report
 
-if "${COLLECT[@]}" && "${REPORT[@]}"; then
-    : >"$OUT/plots.log"
-    for fig in "${FIGURES[@]}"; do  # secondary outputs: a failure is a warning
-        figure_cmd "$fig"
-        if "${FIG_CMD[@]}" >>"$OUT/plots.log" 2>&1; then
-            qk_log "$(tail -n 1 "$OUT/plots.log")"
-        else
-            qk_warn "figure failed: $(tail -n 1 "$OUT/plots.log") (see $OUT/plots.log)"
-        fi
-    done
-    qk_log "results in $OUT"
-else
-    FAILED+=("report")
+for sz in "${SIZES[@]}"; do
+    report_cmds "$sz"
+    if "${COLLECT[@]}" && "${REPORT[@]}"; then
+        : >"$SIZE_OUT/plots.log"
+        for fig in "${FIGURES[@]}"; do  # secondary outputs: a failure is a warning
+            figure_cmd "$fig"
+            if "${FIG_CMD[@]}" >>"$SIZE_OUT/plots.log" 2>&1; then
+                qk_log "$(tail -n 1 "$SIZE_OUT/plots.log")"
+            else
+                qk_warn "figure failed: $(tail -n 1 "$SIZE_OUT/plots.log") (see $SIZE_OUT/plots.log)"
+            fi
+        done
+        qk_log "results in $SIZE_OUT"
+    else
+        FAILED+=("report${sz:+ $sz}")
+    fi
+done
+if [[ -n "$SIZES_ARG" && ${#FAILED[@]} == 0 ]]; then
+    "${SIZES_REPORT[@]}" || FAILED+=("size-axis report")
 fi
 ((${#FAILED[@]} == 0)) || die "failed: ${FAILED[*]} (rerun the same command to resume)"
 qk_log "done"

@@ -28,7 +28,7 @@ source "$SCRIPT_DIR/lib.sh"
 usage() {
     cat <<EOF
 usage: scripts/train.sh PAIR SYSTEM [--profile P] [--seed N] [--max-update N] [--lr LR]
-                        [--threads N] [--nproc N [--launch auto|torchrun|srun]] [--bf16-autocast]
+                        [--size d128|d384] [--threads N] [--nproc N [--launch auto|torchrun|srun]] [--bf16-autocast]
                         [--dry-run] [--force] [-- EXTRA_FAIRSEQ_TRAIN_ARGS...]
   PAIR         one of: $(qk_known_pairs)
   SYSTEM       one of: $(qk_known_systems)
@@ -38,6 +38,9 @@ usage: scripts/train.sh PAIR SYSTEM [--profile P] [--seed N] [--max-update N] [-
                runs/PAIR/PROFILE-max-update-N/, never over the profile's runs)
   --lr LR      peak learning rate instead of the profile's --lr (warmup and schedule stay; the
                run goes to runs/PAIR/LABEL/SYSTEM/seedN-lrLR/)
+  --size S     a CPU profile's model at another size of the LR sweep's size axis: d128
+               (2+2 layers, d 128) or d384 (4+4, d 384) instead of the proxy's 3+3, d 256 (arch
+               FAMILY_S); the run goes to runs/PAIR/LABEL-S/ (scripts/lr_sweep.sh --sizes)
   --threads N  intra-op CPU threads (default: the profile's THREADS; --nproc N: shared out)
   --nproc N    N training processes (torch.distributed DDP; default 1). The profile's tokens
                per update are kept: each process batches MAX_TOKENS/N tokens. CPU: torchrun,
@@ -64,9 +67,9 @@ EOF
 }
 
 PROFILE_ARG=cpu-proxy SEED=1 MAX_UPDATE_ARG="" LR_ARG="" THREADS_ARG="" DRY_RUN=0 FORCE=0 BF16=0
-NPROC=1 LAUNCH_ARG=auto
+NPROC=1 LAUNCH_ARG=auto SIZE_ARG=""
 qk_parse_args "@PAIR_ARG SYSTEM_ARG" "--profile PROFILE_ARG" "--seed SEED" \
-    "--max-update MAX_UPDATE_ARG" "--lr LR_ARG" "--threads THREADS_ARG" "--nproc NPROC" \
+    "--max-update MAX_UPDATE_ARG" "--lr LR_ARG" "--size SIZE_ARG" "--threads THREADS_ARG" "--nproc NPROC" \
     "--launch LAUNCH_ARG" "--bf16-autocast BF16=1" "--dry-run DRY_RUN=1" "--force FORCE=1" -- "$@"
 EXTRA=("${QK_REST[@]+"${QK_REST[@]}"}")
 # The `--` guard: extra fairseq-train arguments may add settings, never replace the ones this
@@ -94,6 +97,10 @@ for ((i = 0; i < ${#EXTRA[@]}; i++)); do
     qk_usage_error "$arg after -- would override a setting train.sh manages: use $use"
 done
 qk_check_uint --seed "$SEED"
+case "$SIZE_ARG" in
+    "" | d128 | d384) ;;
+    *) qk_usage_error "--size must be d128 or d384 (the LR sweep's sizes besides the proxy), got '$SIZE_ARG'" ;;
+esac
 
 load_pair_config "$PAIR_ARG"
 load_system_config "$SYSTEM_ARG"
@@ -176,11 +183,16 @@ else
 fi
 
 LABEL="$(qk_run_label)"
+if [[ -n "$SIZE_ARG" ]]; then
+    [[ "$PROFILE_ARCH" == proxy ]] || qk_usage_error "--size $SIZE_ARG needs a CPU profile (proxy size), not $PROFILE"
+    LABEL="$LABEL-$SIZE_ARG"
+fi
 ((BF16 == 0)) || QKNORM_BF16=1
 if ((DRY_RUN)); then qk_resolve_bf16 --cached-only; else qk_resolve_bf16; fi
 RUN="$(qk_run_dir "$PAIR" "$LABEL" "$SYSTEM" "$SEED" "$QK_LR_OVERRIDE")"
 RETRAIN="$(qk_train_cmd) --force"
 ARCH="$(qk_arch)"
+[[ -z "$SIZE_ARG" ]] || ARCH="${SYSTEM_ARCH}_$SIZE_ARG"
 
 QKNORM_FLAGS=()
 L=""
@@ -234,7 +246,8 @@ CMD=(fairseq-train "$TRAIN_DATA"
     "${PROFILE_MODEL_FLAGS[@]+"${PROFILE_MODEL_FLAGS[@]}"}"
     "${DROPOUT_FLAGS[@]+"${DROPOUT_FLAGS[@]}"}"
     "${OPTIM_FLAGS[@]}"
-    --criterion label_smoothed_cross_entropy --label-smoothing "$LABEL_SMOOTHING"
+    --criterion "${SYSTEM_CRITERION:-label_smoothed_cross_entropy}" --label-smoothing "$LABEL_SMOOTHING"
+    "${SYSTEM_CRITERION_FLAGS[@]+"${SYSTEM_CRITERION_FLAGS[@]}"}"
     --max-tokens "$MAX_TOKENS" --max-update "$MAX_UPDATE" --max-epoch "$MAX_EPOCH"
     "${VALID_FLAGS[@]}" "${EVAL_BLEU_FLAGS[@]+"${EVAL_BLEU_FLAGS[@]}"}"
     # fairseq (upstream main) drops a last batch that is not a multiple of this value, also in

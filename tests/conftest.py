@@ -435,8 +435,19 @@ VARIANTS = {
     "l2_frozen": dict(qk_norm=True, qk_norm_scale=3.0, qk_norm_freeze_scale=True),
     "layernorm": dict(qk_norm=True, qk_norm_type="layernorm"),
     "rmsnorm": dict(qk_norm=True, qk_norm_type="rmsnorm"),
+    # the stability methods (docs/stability.md): Lp QKNorm, OLMo 2's full-width RMSNorm, Gemma
+    # 3's zero-centred RMSNorm, Gemma 2's soft cap (alone and on QKNorm, whose g = 3 > cap 2),
+    # NAP (alone and on per-head LayerNorm)
+    "lp3": dict(qk_norm=True, qk_norm_type="lp", qk_norm_scale=3.0, qk_norm_p=3.0),
+    "rmsnorm_full": dict(qk_norm=True, qk_norm_type="rmsnorm_full"),
+    "rmsnorm_zc": dict(qk_norm=True, qk_norm_type="rmsnorm_zc"),
+    "softcap": dict(qk_norm=False, attn_logit_softcap=1.5),
+    "l2_softcap": dict(qk_norm=True, qk_norm_scale=3.0, attn_logit_softcap=2.0),
+    "nap": dict(qk_norm=False, attn_normalization="nap"),
+    "nap_layernorm": dict(qk_norm=True, qk_norm_type="layernorm", attn_normalization="nap"),
 }
-QK_VARIANTS = [v for v in VARIANTS if v != "off"]
+#: the variants with a QK-norm (soft cap and NAP alone are dot-product attention)
+QK_VARIANTS = [v for v, options in VARIANTS.items() if options.get("qk_norm")]
 
 
 def make(variant="l2", g0=None, **kw):
@@ -457,6 +468,9 @@ def make(variant="l2", g0=None, **kw):
         for norm in (mha.q_norm, mha.k_norm):
             if norm is not None:
                 norm.weight.uniform_(0.5, 1.5)
+        if mha.nap_gain is not None:
+            mha.nap_gain.uniform_(0.5, 1.5)
+            mha.nap_bias.uniform_(-0.5, 0.5)
     return mha
 
 
@@ -475,17 +489,45 @@ def reference_logits(mha, qh, kh, h):
     """float64 logits of head ``h`` for ``qh`` ``(T, D)``, ``kh`` ``(S, D)``:
     ``g_h cos(q, k)`` (l2), ``N_q(q).N_k(k) / sqrt(D)`` (layernorm/rmsnorm), ``q.k / sqrt(D)``."""
     kind = mha.qk_norm_type
-    if kind is None:
-        return qh @ kh.T / math.sqrt(D)
-    if kind == "l2":
+    # NAP standardizes the scores: no 1/sqrt(D) there (the authors' code)
+    d_scale = 1.0 if mha.attn_normalization == "nap" else math.sqrt(D)
+    if kind is None or kind == "rmsnorm_full":  # rmsnorm_full: q, k normalized before the split
+        return qh @ kh.T / d_scale
+    if kind in ("l2", "lp"):
         g = mha.qk_norm_g.detach().double()
         g = g[h] if g.dim() else g
+        p = 2.0 if kind == "l2" else mha.qk_norm_p
+
+        def norm_p(x):  # (sum |x|^p)^(1/p), written out
+            return (x.abs() ** p).sum(-1, keepdim=True) ** (1.0 / p)
+
         # clamp: a zero vector has zero cosine with everything (documented eps)
-        qn = qh / qh.norm(dim=-1, keepdim=True).clamp_min(L2_EPS)
-        kn = kh / kh.norm(dim=-1, keepdim=True).clamp_min(L2_EPS)
+        qn = qh / norm_p(qh).clamp_min(L2_EPS)
+        kn = kh / norm_p(kh).clamp_min(L2_EPS)
         return g * qn @ kn.T
     wq, wk = mha.q_norm.weight.detach().double(), mha.k_norm.weight.detach().double()
-    return head_norm_reference(kind, qh, wq) @ head_norm_reference(kind, kh, wk).T / math.sqrt(D)
+    if kind == "rmsnorm_zc":  # Gemma 3: weight applied as 1 + w
+        kind, wq, wk = "rmsnorm", 1.0 + wq, 1.0 + wk
+    return head_norm_reference(kind, qh, wq) @ head_norm_reference(kind, kh, wk).T / d_scale
+
+
+def nap_reference(mha, scores, valid, h):
+    """NAP weights of head ``h`` (Richter & Wattenhofer 2020, Sec. 5) for float64 ``scores``
+    ``(T, S)`` and a bool ``valid`` ``(T, S)`` (True = attend), one query row at a time."""
+    import torch
+
+    gain = float(mha.nap_gain.detach()[h])
+    bias = float(mha.nap_bias.detach()[h])
+    out = torch.zeros_like(scores)
+    for t in range(scores.shape[0]):
+        keep = valid[t]
+        if not keep.any():
+            continue
+        row = scores[t][keep]
+        mean = row.sum() / row.numel()
+        std = math.sqrt(float(((row - mean) ** 2).sum()) / row.numel())  # population std
+        out[t][keep] = gain * (row - mean) / (std + 1e-3) + bias
+    return out
 
 
 def reference_attention(mha, query, key, key_padding_mask=None, attn_mask=None, logits_out=None):
@@ -500,6 +542,9 @@ def reference_attention(mha, query, key, key_padding_mask=None, attn_mask=None, 
     q = F.linear(query.double(), *lin["q"])
     k = F.linear(key.double(), *lin["k"])
     v = F.linear(key.double(), *lin["v"])
+    if mha.qk_norm_type == "rmsnorm_full":  # OLMo 2: over the whole width, before the head split
+        q = head_norm_reference("rmsnorm", q, mha.q_norm.weight.detach().double())
+        k = head_norm_reference("rmsnorm", k, mha.k_norm.weight.detach().double())
     T, B, _ = q.shape
     S = k.shape[0]
     out = torch.zeros(T, B, E, dtype=torch.float64)
@@ -509,13 +554,20 @@ def reference_attention(mha, query, key, key_padding_mask=None, attn_mask=None, 
             sl = slice(h * D, (h + 1) * D)
             qh, kh, vh = q[:, b, sl], k[:, b, sl], v[:, b, sl]  # (T, D), (S, D)
             logits = reference_logits(mha, qh, kh, h)
+            cap = mha.attn_logit_softcap
+            if cap is not None:  # Gemma 2: cap * tanh(logits / cap), before masking
+                logits = cap * torch.tanh(logits / cap)
             if attn_mask is not None:
                 logits = logits + attn_mask.double()
             if key_padding_mask is not None:
                 logits = logits.masked_fill(key_padding_mask[b][None, :], float("-inf"))
             all_logits[b, h] = logits
-            # a query whose keys are all masked attends to nothing (zeros, not NaN)
-            out[:, b, sl] = torch.nan_to_num(torch.softmax(logits, dim=-1), nan=0.0) @ vh
+            if mha.attn_normalization == "nap":
+                weights = nap_reference(mha, logits, torch.isfinite(logits), h)
+            else:
+                # a query whose keys are all masked attends to nothing (zeros, not NaN)
+                weights = torch.nan_to_num(torch.softmax(logits, dim=-1), nan=0.0)
+            out[:, b, sl] = weights @ vh
     if logits_out is not None:
         logits_out.append(all_logits)
     return F.linear(out, *lin["out"]).float()

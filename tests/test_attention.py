@@ -117,7 +117,12 @@ def test_head_weights_shape_and_rows_sum_to_one(variant):
     query, key, pad = inputs()
     _, w = mha(query, key, key, key_padding_mask=pad, need_head_weights=True)
     assert w.shape == (H, 3, 5, 7)
-    torch.testing.assert_close(w.sum(-1), torch.ones(H, 3, 5))
+    if mha.attn_normalization == "nap":  # standardized scores sum to 0: rows sum to n beta_h
+        n_keys = (~pad).sum(-1).float()  # (B,)
+        expected = mha.nap_bias.detach()[:, None, None] * n_keys[None, :, None]
+        torch.testing.assert_close(w.sum(-1), expected.expand(H, 3, 5))
+    else:
+        torch.testing.assert_close(w.sum(-1), torch.ones(H, 3, 5))
     assert float(w[:, 2, :, :4].abs().max()) == 0.0  # padded keys get no weight
 
 
@@ -133,11 +138,19 @@ def test_qk_norm_parameters_train_unless_frozen(variant):
     x = x * 100.0  # large activations: dot-product logits would be huge
     logits, _ = mha(x, x, x, key_padding_mask=pad, before_softmax=True)
     finite = logits[torch.isfinite(logits)]
-    if mha.qk_norm_type == "l2":
+    kind = mha.qk_norm_type
+    if kind == "l2":
         bound = float(mha.qk_norm_g.detach().abs().max())
         assert 1.0 < float(finite.abs().max()) <= bound + 1e-4
+    elif kind == "lp":  # ||x||_2 <= D^(1/2 - 1/p) ||x||_p: |g q.k| <= g D^(1 - 2/p)
+        bound = float(mha.qk_norm_g.detach().abs().max()) * D ** (1 - 2 / mha.qk_norm_p)
+        assert 1.0 < float(finite.abs().max()) <= bound + 1e-4
     else:  # |N(q).N(k)| / sqrt(D) <= ||N(q)|| ||N(k)|| / sqrt(D) <= sqrt(D) max|w|^2
-        assert float(finite.abs().max()) <= math.sqrt(D) * 1.5**2 + 1e-4
+        w_max = 2.5 if kind == "rmsnorm_zc" else 1.5  # zc: 1 + w, w in [0.5, 1.5]
+        # full width: one head may hold all of the RMS: ||N(q)_h||^2 <= E max|w|^2
+        width = E if kind == "rmsnorm_full" else D
+        d_scale = 1.0 if mha.attn_normalization == "nap" else math.sqrt(D)
+        assert float(finite.abs().max()) <= width * w_max**2 / d_scale + 1e-4
     out, _ = mha(x, x, x, key_padding_mask=pad, need_weights=False)  # fused training path
     out.pow(2).sum().backward()
     if mha.qk_norm_g is not None:
@@ -150,7 +163,8 @@ def test_qk_norm_parameters_train_unless_frozen(variant):
             assert mha.qk_norm_g.grad is not None and bool((mha.qk_norm_g.grad != 0).all())
     else:
         for norm in (mha.q_norm, mha.k_norm):
-            assert norm.weight.shape == (D,)  # one weight of size head_dim, shared by heads
+            # one weight of size head_dim shared by heads; OLMo 2's full width: embed_dim
+            assert norm.weight.shape == ((E,) if kind == "rmsnorm_full" else (D,))
             assert norm.weight.grad is not None and float(norm.weight.grad.abs().max()) > 0
             assert not any("bias" in n for n, _ in norm.named_parameters())  # no bias
 
@@ -193,7 +207,7 @@ def test_incremental_self_attention_equals_full(variant):
     # keys are cached as they enter the logits (normalized once)
     cached = mha._get_input_buffer(state)["prev_key"]
     with torch.no_grad():
-        keys = mha._split_heads(mha.k_proj(x), x.size(1))
+        keys = mha._project(x, mha.k_proj, mha.k_norm, x.size(1))  # full-width norm there
         torch.testing.assert_close(cached, mha.normalize_keys(keys))
     if mha.qk_norm_type == "l2":
         torch.testing.assert_close(cached.norm(dim=-1), torch.ones(cached.shape[:-1]))
@@ -292,12 +306,12 @@ def test_logit_invariance_to_rescaling_q_and_k(variant):
     base = _logits_after_rescaling(mha, query, key, ones_q, ones_k)
     scaled = _logits_after_rescaling(mha, query, key, a_q, a_k)
     shifted = _logits_after_rescaling(mha, query, key, ones_q, ones_k, shift=shift)
-    scale_invariant = variant != "off"
-    shift_invariant = variant == "layernorm"
+    scale_invariant = mha.qk_norm  # every QK-norm type; soft cap and NAP alone are not
+    shift_invariant = mha.qk_norm_type == "layernorm"
     assert torch.allclose(scaled, base, atol=1e-5, rtol=1e-5) == scale_invariant
     assert torch.allclose(shifted, base, atol=1e-5, rtol=1e-5) == shift_invariant
     # layernorm: scale and shift at once
-    if variant == "layernorm":
+    if shift_invariant:
         both = _logits_after_rescaling(mha, query, key, a_q, a_k, shift=shift)
         torch.testing.assert_close(both, base, atol=1e-5, rtol=1e-5)
 
@@ -370,14 +384,26 @@ def test_every_qk_norm_type_handles_tiny_and_zero_vectors(variant, dtype):
     assert got_q.dtype == dtype and torch.isfinite(got_q.float()).all()
     assert torch.isfinite(got_k.float()).all()
     x64 = xl.double()  # the same rounded inputs, in float64
-    if variant.startswith("l2"):
+    kind = low.qk_norm_type
+    if kind in ("l2", "lp"):
         gain = low.qk_norm_g.detach().double()
         gain = gain.view(-1, 1, 1) if gain.dim() else gain
-        unit = x64 / x64.norm(dim=-1, keepdim=True).clamp_min(L2_EPS)
+        p = 2.0 if kind == "l2" else low.qk_norm_p
+        norm = (x64.abs() ** p).sum(-1, keepdim=True) ** (1 / p)
+        unit = x64 / norm.clamp_min(L2_EPS)
         ref_q, ref_k = gain * unit, unit
+    elif kind == "rmsnorm_full":  # before the head split: (B, T, E) rows, weight (E,)
+        xl, x64 = (t.transpose(1, 2).reshape(2, 5, E) for t in (xl, x64))
+        with torch.no_grad():
+            got_q, got_k = low.q_norm(xl), low.k_norm(xl)
+        ref_q = head_norm_reference("rmsnorm", x64, low.q_norm.weight.detach().double())
+        ref_k = head_norm_reference("rmsnorm", x64, low.k_norm.weight.detach().double())
     else:
-        ref_q = head_norm_reference(variant, x64, low.q_norm.weight.detach().double())
-        ref_k = head_norm_reference(variant, x64, low.k_norm.weight.detach().double())
+        wq, wk = low.q_norm.weight.detach().double(), low.k_norm.weight.detach().double()
+        if kind == "rmsnorm_zc":
+            kind, wq, wk = "rmsnorm", 1.0 + wq, 1.0 + wk
+        ref_q = head_norm_reference(kind, x64, wq)
+        ref_k = head_norm_reference(kind, x64, wk)
     tol = 1e-2 if dtype == torch.float16 else 3e-2
     scale = float(ref_q.abs().max())
     torch.testing.assert_close(got_q.double(), ref_q, atol=tol * scale, rtol=tol)
@@ -396,6 +422,9 @@ def test_attention_stats_are_computed_on_the_actual_logits(variant):
     reference_attention(mha, query, key, key_padding_mask=pad, logits_out=ref)
     finite = ref[0][torch.isfinite(ref[0])]
     assert float(stats["max_logit"]) == pytest.approx(float(finite.abs().max()), rel=1e-5)
+    if mha.attn_normalization == "nap":  # no distribution, so no entropy
+        assert set(stats) == {"max_logit"}
+        return
     w = weights.double()  # (H, B, T, S)
     entropy = -(w * torch.log(w.clamp_min(1e-30))).sum(-1).mean()
     assert float(stats["entropy"]) == pytest.approx(float(entropy), rel=1e-5)

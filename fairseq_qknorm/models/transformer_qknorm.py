@@ -17,6 +17,10 @@ Extends fairseq's legacy ``TransformerModel`` through its build hooks
 * ``--sigma-reparam``: σReparam of every linear layer of the encoder and decoder layers,
   ``W -> gamma / sigma(W) * W`` (Zhai et al., 2023, Eq. 3).
 * ``--attn-stats-interval N``: log attention entropy / max |logit| / g.
+* stability methods (:mod:`..modules.qknorm_attention`, docs/stability.md):
+  ``--qk-norm-type {lp,rmsnorm_full,rmsnorm_zc}`` (+ ``--qk-norm-p P``),
+  ``--attn-logit-softcap C``, ``--attn-normalization nap``, ``--qk-clip TAU`` (applied by
+  the ``translation_word_dropout`` task after each optimizer step).
 
 PreNorm is fairseq's own ``--encoder-normalize-before --decoder-normalize-before``.
 """
@@ -24,9 +28,12 @@ PreNorm is fairseq's own ``--encoder-normalize-before --decoder-normalize-before
 import argparse
 import json
 import logging
+import math
 import os
 from typing import Optional
 
+import torch
+import torch.distributed as dist
 from fairseq import metrics
 from fairseq.distributed import fsdp_wrap
 from fairseq.logging.meters import AverageMeter
@@ -46,6 +53,8 @@ from fairseq.modules.transformer_layer import (
 from fairseq.utils import safe_getattr
 
 from ..modules import (
+    ATTN_NORMALIZATIONS,
+    QK_G_TYPES,
     QK_NORM_TYPES,
     FixNormEmbedding,
     FixNormLinear,
@@ -108,16 +117,22 @@ def build_attention(cfg, embed_dim: int, num_heads: int, **kwargs) -> QKNormMult
     holds ``g0`` of l2 QKNorm. ``kwargs`` are fairseq's ``MultiheadAttention`` arguments.
     """
     qk_norm = bool(safe_getattr(cfg, "qk_norm", False))
-    qk_kwargs = {}
+    qk_kwargs = dict(
+        attn_logit_softcap=safe_getattr(cfg, "attn_logit_softcap", None),
+        attn_normalization=safe_getattr(cfg, "attn_normalization", None) or "softmax",
+        qk_clip=safe_getattr(cfg, "qk_clip", None),
+    )
     if qk_norm:
         qk_norm_type = safe_getattr(cfg, "qk_norm_type", "l2")
-        qk_kwargs = dict(qk_norm_type=qk_norm_type)
-        if qk_norm_type == "l2":
+        qk_kwargs.update(qk_norm_type=qk_norm_type)
+        if qk_norm_type in QK_G_TYPES:
             qk_kwargs.update(
                 qk_norm_scale=safe_getattr(cfg, "qk_norm_g0", None),
                 qk_norm_scale_per_head=bool(safe_getattr(cfg, "qk_norm_scale_per_head", False)),
                 qk_norm_freeze_scale=bool(safe_getattr(cfg, "qk_norm_freeze_scale", False)),
             )
+        if qk_norm_type == "lp":
+            qk_kwargs.update(qk_norm_p=safe_getattr(cfg, "qk_norm_p", None))
     return QKNormMultiheadAttention(
         embed_dim,
         num_heads,
@@ -164,13 +179,13 @@ def resolve_qk_norm_args(args) -> Optional[float]:
                 f"(off for --arch {safe_getattr(args, 'arch', '?')})"
             )
         return None
-    if qk_norm_type != "l2":
+    if qk_norm_type not in QK_G_TYPES:
         if g_flags:
             raise ValueError(
                 f"{' and '.join(g_flags)} only "
                 f"{'applies' if len(g_flags) == 1 else 'apply'} to --qk-norm-type "
                 f"l2 (QKNorm's scale g); --qk-norm-type {qk_norm_type} has no g "
-                "and scales logits by 1/sqrt(d_head)"
+                "and scales logits by 1/sqrt(d_head) (lp has g as l2)"
             )
         return None
     return qk_norm_initial_scale(args.qk_norm_length, args.qk_norm_scale)
@@ -244,6 +259,56 @@ def write_qknorm_record(model, args) -> Optional[str]:
     return path
 
 
+def check_stability_args(args) -> None:
+    """Check the stability flags of ``args`` (arch defaults filled in) against each other.
+
+    Raises:
+        ValueError: naming the flags: ``--qk-norm-p`` without ``--qk-norm --qk-norm-type lp``
+            or lp without it, p not finite or < 1; ``--attn-logit-softcap`` / ``--qk-clip``
+            not finite and > 0; an unknown ``--attn-normalization``; NAP with l2/lp QKNorm
+            (g cancels in NAP's standardization) or with a soft cap (no softmax); QK-clip
+            with any QK-norm (the rescaling of W_q, W_k changes no logit there) or NAP.
+    """
+    lp = bool(args.qk_norm) and args.qk_norm_type == "lp"
+    p = args.qk_norm_p
+    if lp != (p is not None):
+        raise ValueError(
+            "--qk-norm-type lp needs --qk-norm-p P (and --qk-norm-p applies only to it)"
+            if lp
+            else f"--qk-norm-p {p:g} would be ignored: it needs --qk-norm --qk-norm-type lp"
+        )
+    if p is not None and not (math.isfinite(p) and p >= 1.0):
+        raise ValueError(f"--qk-norm-p must be finite and >= 1, got {p!r}")
+    for flag, value in (
+        ("--attn-logit-softcap", args.attn_logit_softcap),
+        ("--qk-clip", args.qk_clip),
+    ):
+        if value is not None and not (math.isfinite(value) and value > 0.0):
+            raise ValueError(f"{flag} must be finite and > 0, got {value!r}")
+    nap = args.attn_normalization == "nap"
+    if args.attn_normalization not in ATTN_NORMALIZATIONS:
+        raise ValueError(
+            f"--attn-normalization must be one of {ATTN_NORMALIZATIONS}, "
+            f"got {args.attn_normalization!r}"
+        )
+    qk = f"--qk-norm-type {args.qk_norm_type}" if args.qk_norm else None
+    if nap and args.qk_norm and args.qk_norm_type in QK_G_TYPES:
+        raise ValueError(
+            f"--attn-normalization nap with {qk}: NAP standardizes each query's scores, so "
+            "QKNorm's g would cancel; use --qk-norm-type layernorm/rmsnorm/... or no QK-norm"
+        )
+    if nap and args.attn_logit_softcap is not None:
+        raise ValueError(
+            "--attn-logit-softcap with --attn-normalization nap: NAP has no softmax to cap"
+        )
+    if args.qk_clip is not None and (args.qk_norm or nap):
+        raise ValueError(
+            f"--qk-clip with {qk or '--attn-normalization nap'}: QK-clip rescales W_q and W_k, "
+            "which changes no logit under QK-norm and nothing NAP keeps; use it with "
+            "dot-product attention"
+        )
+
+
 def qk_norm_g0_log_line(g0: float, length: Optional[float]) -> str:
     """The line the model logs for l2 QKNorm's ``g0`` (parsed by the pipeline's tools).
 
@@ -286,6 +351,20 @@ def _exit_with_usage_error(message: str) -> None:
     # parser, so its usage line cannot be printed.
     parser = argparse.ArgumentParser()
     parser.exit(2, f"{parser.prog}: error: {message}\n")
+
+
+def _check_qk_clip_setup(args) -> None:
+    # fairseq's --fp16/--bf16 optimizers keep an fp32 master copy that would overwrite the
+    # clipped weights at the next step. (The task is checked at the first training forward:
+    # decoding a QK-clip checkpoint with any task is fine.)
+    if (safe_getattr(args, "fp16", False) or safe_getattr(args, "bf16", False)) and not (
+        safe_getattr(args, "memory_efficient_fp16", False)
+        or safe_getattr(args, "memory_efficient_bf16", False)
+    ):
+        raise ValueError(
+            "--qk-clip with --fp16/--bf16: fairseq's fp32 master weights would undo the clip; "
+            "use --memory-efficient-fp16/--memory-efficient-bf16, or --bf16-autocast on CPU"
+        )
 
 
 def _wrap_layer(layer, cfg):
@@ -560,6 +639,35 @@ class TransformerQKNormModel(TransformerModel):
             help="QKNorm (l2): keep g fixed at g0 (not trained)",
         )
         parser.add_argument(
+            "--qk-norm-p",
+            type=float,
+            metavar="P",
+            help="--qk-norm-type lp: Lp-normalized QKNorm, logits g * (q/||q||_p).(k/||k||_p) "
+            "with g as l2 (arXiv 2602.05006); P >= 1 (2 = QKNorm)",
+        )
+        parser.add_argument(
+            "--attn-logit-softcap",
+            type=float,
+            metavar="C",
+            help="soft-cap every attention logit as C*tanh(logit/C) before the softmax "
+            "(Gemma 2; Rybakov et al. 2024, arXiv 2410.16682); with any --qk-norm-type",
+        )
+        parser.add_argument(
+            "--attn-normalization",
+            choices=ATTN_NORMALIZATIONS,
+            help="softmax (default) or nap: normalized attention without softmax, each "
+            "query's scores standardized over its keys, times a learned gain plus a bias "
+            "per head (Richter & Wattenhofer 2020, arXiv 2005.09561)",
+        )
+        parser.add_argument(
+            "--qk-clip",
+            type=float,
+            metavar="TAU",
+            help="QK-clip (Kimi K2's MuonClip; Megatron-LM qk_clip): after each optimizer step "
+            "rescale W_q and W_k of every head whose max logit passed TAU by sqrt(TAU/max) "
+            "each; dot-product attention only; needs --task translation_word_dropout",
+        )
+        parser.add_argument(
             "--norm-type",
             choices=NORM_TYPES,
             help="normalization of every encoder/decoder norm: layernorm (default), "
@@ -605,6 +713,9 @@ class TransformerQKNormModel(TransformerModel):
         base_qknorm_architecture(args)  # fills flags missing from older checkpoints
         if args.norm_type not in NORM_TYPES:
             raise ValueError(f"--norm-type must be one of {NORM_TYPES}, got {args.norm_type!r}")
+        check_stability_args(args)
+        if args.qk_clip is not None:
+            _check_qk_clip_setup(args)
         args.qk_norm_g0 = resolve_qk_norm_args(args)
         if args.qk_norm_g0 is not None:
             logger.info(qk_norm_g0_log_line(args.qk_norm_g0, args.qk_norm_length))
@@ -615,6 +726,7 @@ class TransformerQKNormModel(TransformerModel):
         drop_none_parameters(model)  # no "detected shared parameter" lines for None
         model._stats_interval = int(args.attn_stats_interval or 0)
         write_qknorm_record(model, args)
+        model._qk_clip = args.qk_clip is not None
         return model
 
     @classmethod
@@ -643,6 +755,33 @@ class TransformerQKNormModel(TransformerModel):
         return TransformerQKNormDecoder(
             args, tgt_dict, embed_tokens, no_encoder_attn=args.no_cross_attention
         )
+
+    # ------------------------------------------------------------- QK-clip
+    def apply_qk_clip(self) -> int:
+        """QK-clip every attention module after an optimizer step (``--qk-clip TAU``).
+
+        Calls :meth:`QKNormMultiheadAttention.qk_clip_` of each module and returns the number
+        of heads rescaled (0 without ``--qk-clip``). The task calls it after
+        ``optimizer.step()`` (``TranslationWordDropoutTask.optimizer_step``). Under
+        torch.distributed the recorded per-head maxima are first all-reduced (max) over the
+        ranks, so that every replica rescales the same heads by the same factors.
+        """
+        modules = list(self.attention_modules().values())
+        if modules and modules[0].qk_clip is not None:
+            if dist.is_available() and dist.is_initialized():
+                ref = self.encoder.embed_tokens.weight
+                heads = max(m.num_heads for m in modules)
+                stacked = torch.full(
+                    (len(modules), heads), float("-inf"), dtype=torch.float32, device=ref.device
+                )
+                for i, m in enumerate(modules):
+                    if m.qk_clip_max_logit is not None:
+                        stacked[i, : m.num_heads] = m.qk_clip_max_logit
+                dist.all_reduce(stacked, op=dist.ReduceOp.MAX)
+                for i, m in enumerate(modules):
+                    row = stacked[i, : m.num_heads]
+                    m.qk_clip_max_logit = row if bool(torch.isfinite(row).any()) else None
+        return sum(m.qk_clip_() for m in modules)
 
     # ------------------------------------------------------ attention health
     def attention_modules(self):
@@ -674,6 +813,12 @@ class TransformerQKNormModel(TransformerModel):
         Logged every ``--attn-stats-interval`` training forwards and every validation
         forward.
         """
+        if self.training and getattr(self, "_qk_clip", False):
+            if not getattr(self, "qk_clip_hooked", False):
+                raise RuntimeError(
+                    "--qk-clip needs --task translation_word_dropout: that task applies the "
+                    "clip after each optimizer step (this training runs without it)"
+                )
         interval = getattr(self, "_stats_interval", 0)
         record = False
         if interval > 0:
@@ -700,10 +845,14 @@ class TransformerQKNormModel(TransformerModel):
         for name, m in modules.items():
             stats = m.last_stats
             if stats:
-                # averaged over the recorded batches of the logging interval
-                metrics.log_scalar(
-                    f"attn_entropy_{name}", float(stats["entropy"]), round=3, priority=STAT_PRIORITY
-                )
+                # averaged over the recorded batches of the logging interval (NAP: no entropy)
+                if "entropy" in stats:
+                    metrics.log_scalar(
+                        f"attn_entropy_{name}",
+                        float(stats["entropy"]),
+                        round=3,
+                        priority=STAT_PRIORITY,
+                    )
                 metrics.log_scalar(
                     f"attn_maxlogit_{name}",
                     float(stats["max_logit"]),
@@ -743,10 +892,15 @@ def base_qknorm_architecture(args):
     args.fix_norm = safe_getattr(args, "fix_norm", False)
     args.sigma_reparam = safe_getattr(args, "sigma_reparam", False)
     args.attn_stats_interval = safe_getattr(args, "attn_stats_interval", 0)
+    args.qk_norm_p = safe_getattr(args, "qk_norm_p", None)
+    args.attn_logit_softcap = safe_getattr(args, "attn_logit_softcap", None)
+    args.attn_normalization = safe_getattr(args, "attn_normalization", "softmax")
+    args.qk_clip = safe_getattr(args, "qk_clip", None)
     base_architecture(args)
     if safe_getattr(args, _FROM_CLI, False):
         delattr(args, _FROM_CLI)  # checked once; the model config does not carry the mark
         try:
+            check_stability_args(args)
             resolve_qk_norm_args(args)
         except ValueError as err:
             _exit_with_usage_error(str(err))
@@ -790,8 +944,31 @@ def _proxy(args):
     args.decoder_attention_heads = safe_getattr(args, "decoder_attention_heads", 4)
 
 
+def _sweep_size(layers: int, dim: int):
+    # the size axis of the LR sweep (scripts/lr_sweep.sh --sizes; Wortsman et al. 2023 Fig. 1):
+    # layers scaled with the width, FFN 4 d, heads of 64 (the proxy, d 256, is the middle size)
+    def size(args):
+        args.encoder_layers = safe_getattr(args, "encoder_layers", layers)
+        args.decoder_layers = safe_getattr(args, "decoder_layers", layers)
+        args.encoder_embed_dim = safe_getattr(args, "encoder_embed_dim", dim)
+        args.decoder_embed_dim = safe_getattr(args, "decoder_embed_dim", dim)
+        args.encoder_ffn_embed_dim = safe_getattr(args, "encoder_ffn_embed_dim", 4 * dim)
+        args.decoder_ffn_embed_dim = safe_getattr(args, "decoder_ffn_embed_dim", 4 * dim)
+        args.encoder_attention_heads = safe_getattr(args, "encoder_attention_heads", dim // 64)
+        args.decoder_attention_heads = safe_getattr(args, "decoder_attention_heads", dim // 64)
+
+    return size
+
+
+#: the LR sweep's extra sizes (arch suffix: (layers, d)); the proxy (3+3, d 256) is the third
+SWEEP_SIZES = {"_d128": (2, 128), "_d384": (4, 384)}
+
+
 def _register_family(name, system):
-    """Register the archs ``name`` (base size), ``name_small`` and ``name_proxy``.
+    """Register the archs ``name``, ``name_small``, ``name_proxy``, ``name_d128``, ``name_d384``.
+
+    ``name_d128`` (2+2 layers, d 128, 2 heads) and ``name_d384`` (4+4, d 384, 6 heads) are the
+    LR sweep's size axis around the proxy (3+3, d 256, 4 heads).
 
     ``system(args)`` sets the system's own flags (norms, FixNorm, QKNorm) with
     ``safe_getattr`` defaults; each arch sets its size first, then the system, then the base
@@ -809,9 +986,9 @@ def _register_family(name, system):
         arch.__doc__ = system.__doc__
         return arch
 
-    archs = {
-        suffix: make(size) for suffix, size in (("", None), ("_small", _small), ("_proxy", _proxy))
-    }
+    sizes = [("", None), ("_small", _small), ("_proxy", _proxy)]
+    sizes += [(suffix, _sweep_size(*dims)) for suffix, dims in SWEEP_SIZES.items()]
+    archs = {suffix: make(size) for suffix, size in sizes}
     for suffix, arch in archs.items():
         register_model_architecture("transformer_qknorm", name + suffix)(arch)
     return archs[""]
@@ -872,6 +1049,40 @@ def _qk_layernorm(args):
     args.qk_norm_type = safe_getattr(args, "qk_norm_type", "layernorm")
 
 
+#: Gemma 2's attention-logit soft cap (Gemma Team 2024, Sec. 2: 50.0 on attention logits)
+GEMMA2_ATTN_SOFTCAP = 50.0
+
+
+def _twt_softcap(args):
+    """TWT Table 3 row (4) with soft-capped attention logits: 50 tanh(x / 50) (Gemma 2).
+
+    PreNorm + FixNorm + ScaleNorm, dot-product attention, every logit capped before the
+    softmax (Rybakov et al. 2024, arXiv 2410.16682, "softmax capping").
+    """
+    _twt(args)
+    args.attn_logit_softcap = safe_getattr(args, "attn_logit_softcap", GEMMA2_ATTN_SOFTCAP)
+
+
+def _qk_rmsnorm_full(args):
+    """OLMo 2's QK-norm on the QKNorm paper's model: PreNorm + FixNorm + LayerNorm.
+
+    q and k RMS-normalized over the full width before the head split (Team OLMo 2024), then
+    ``q.k / sqrt(d_head)``.
+    """
+    _norms(args, prenorm=True, norm_type="layernorm", fix_norm=True, qk_norm=True)
+    args.qk_norm_type = safe_getattr(args, "qk_norm_type", "rmsnorm_full")
+
+
+def _qk_rmsnorm_zc(args):
+    """Gemma 3's QK-norm on the QKNorm paper's model: PreNorm + FixNorm + LayerNorm.
+
+    Per-head RMSNorm of q and k with the weight initialised at 0 and applied as 1 + w (Gemma
+    Team 2025), then ``q.k / sqrt(d_head)``.
+    """
+    _norms(args, prenorm=True, norm_type="layernorm", fix_norm=True, qk_norm=True)
+    args.qk_norm_type = safe_getattr(args, "qk_norm_type", "rmsnorm_zc")
+
+
 transformer_postnorm_layernorm = _register_family(
     "transformer_postnorm_layernorm", _postnorm_layernorm
 )
@@ -888,3 +1099,6 @@ transformer_twt = _register_family("transformer_twt", _twt)
 transformer_qknorm_paper = _register_family("transformer_qknorm_paper", _qknorm_paper)
 transformer_scalenorm_qknorm = _register_family("transformer_scalenorm_qknorm", _scalenorm_qknorm)
 transformer_qk_layernorm = _register_family("transformer_qk_layernorm", _qk_layernorm)
+transformer_twt_softcap = _register_family("transformer_twt_softcap", _twt_softcap)
+transformer_qk_rmsnorm_full = _register_family("transformer_qk_rmsnorm_full", _qk_rmsnorm_full)
+transformer_qk_rmsnorm_zc = _register_family("transformer_qk_rmsnorm_zc", _qk_rmsnorm_zc)

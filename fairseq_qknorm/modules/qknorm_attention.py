@@ -51,9 +51,51 @@ default; Gemma 3's and OLMo 2's ``rms_norm_eps``), torch's own ``F.layer_norm`` 
 ``F.rms_norm`` (``nn.LayerNorm`` / ``nn.RMSNorm``), which compute in float32 for
 fp16/bf16 inputs.
 
+Members added for the stability work (Wortsman et al. 2023 and the large models since):
+
+* ``lp``: Lp-normalized QKNorm (arXiv 2602.05006): ``g * (q / ||q||_p) . (k / ||k||_p)``
+  with ``||x||_p = (sum_i |x_i|^p)^(1/p)`` over the head dimension, ``p >= 1``
+  (``qk_norm_p``), ``g`` exactly as l2 (``qk_norm_scale``, per head, frozen). p = 2 is
+  QKNorm. For p > 2 a unit-Lp vector can have an l2 norm up to ``d^(1/2 - 1/p)``, so the
+  logits are bounded by ``g * d^(1 - 2/p)`` instead of ``g``.
+* ``rmsnorm_full``: OLMo 2's QK-norm (Team OLMo, "2 OLMo 2 Furious", 2024, Sec. 3.1):
+  RMSNorm of the whole q projection and the whole k projection (width ``embed_dim``,
+  all heads at once, learnable weight of size ``embed_dim``) *before* the head split,
+  then ``q.k / sqrt(d_head)`` per head.
+* ``rmsnorm_zc``: Gemma 3's per-head RMSNorm as Gemma stores it: weight ``w`` of size
+  ``d_head`` initialised at **0** and applied as ``(1 + w)`` (zero-centred), so that
+  weight decay pulls the gain to 1 instead of 0 (Gemma Team 2025; the ``rmsnorm`` type
+  is the same function with ``w`` initialised at 1).
+
+Independent of the QK-norm type:
+
+* ``attn_logit_softcap=C``: soft capping of the attention logits,
+  ``C * tanh(logits / C)`` before the softmax (Gemma 2, Gemma Team 2024, Sec. 2;
+  Rybakov et al. 2024, arXiv 2410.16682, "softmax capping"); every logit then lies in
+  ``(-C, C)``. Composable with every QK-norm type and with none.
+* ``attn_normalization="nap"``: normalized attention pooling without the softmax
+  (Richter & Wattenhofer 2020, "Normalized Attention Without Probability Cage",
+  arXiv 2005.09561, Sec. 5, and the authors' ``NormalizeAttention``): for each query
+  the raw scores ``s_j = q . k_j`` (no ``1/sqrt(d_head)``: the normalization makes the
+  scale irrelevant) over its unmasked keys are standardized and scaled,
+  ``a_j = gamma_h (s_j - mean(s)) / (std(s) + 1e-3) + beta_h``, ``a_j = 0`` at masked
+  keys, with the population std, one learnable gain ``gamma_h`` (init 1) and bias
+  ``beta_h`` (init 0) per head (``self.nap_gain``, ``self.nap_bias``); the output is
+  ``sum_j a_j v_j``. The weights are not probabilities (they sum to ``n beta_h``, may be
+  negative). Not combinable with l2/lp QKNorm (``g`` would cancel in the
+  standardization) or with soft capping (there is no softmax to cap).
+* ``qk_clip=TAU``: QK-clip (Kimi K2's MuonClip, Kimi Team 2025, Sec. 2.1; Megatron-LM
+  ``qk_clip``): training forwards record each head's largest logit ``S_h`` (before any
+  capping), and :meth:`QKNormMultiheadAttention.qk_clip_` (called by the task after the
+  optimizer step) rescales the q and k projection rows of each head with
+  ``S_h > TAU`` by ``sqrt(TAU / S_h)`` each, so that head's logits shrink by
+  ``TAU / S_h``. Only without QK-norm (every QK-norm type is invariant to that
+  rescaling, so the clip would do nothing) and without NAP.
+
 Which rescaling of the projected q and k leaves the logits unchanged (per vector,
-``a > 0``, ``c`` any real; exact up to ``eps``): l2 ``a q``; layernorm
-``a q + c 1``; rmsnorm ``a q``; dot product (QK-norm off) none.
+``a > 0``, ``c`` any real; exact up to ``eps``): l2 and lp ``a q``;
+layernorm ``a q + c 1``; rmsnorm and rmsnorm_zc ``a q``; rmsnorm_full ``a q`` of the whole
+projection (all heads by the same ``a``); dot product (QK-norm off) none.
 """
 
 import math
@@ -72,7 +114,13 @@ QK_NORM_EPS = 1e-6
 #: eps of the per-head LayerNorm/RMSNorm of q and k (flax LayerNorm default; Gemma 3, OLMo 2)
 QK_HEAD_NORM_EPS = 1e-6
 #: ``--qk-norm-type`` choices; the first is the default
-QK_NORM_TYPES = ("l2", "layernorm", "rmsnorm")
+QK_NORM_TYPES = ("l2", "layernorm", "rmsnorm", "lp", "rmsnorm_full", "rmsnorm_zc")
+#: the QK-norm types with QKNorm's learnable logit scale ``g`` (and no 1/sqrt(d_head))
+QK_G_TYPES = ("l2", "lp")
+#: ``--attn-normalization`` choices; the first is the default
+ATTN_NORMALIZATIONS = ("softmax", "nap")
+#: eps added to the std of NAP's standardization (Richter & Wattenhofer's code: 0.001)
+NAP_EPS = 1e-3
 
 
 def qk_norm_initial_scale(length: Optional[float] = None, scale: Optional[float] = None) -> float:
@@ -132,10 +180,71 @@ def qk_scaled_queries(q: Tensor, g: Tensor, eps: float = QK_NORM_EPS) -> Tensor:
     return scaled_l2_normalize(q, eps, g)
 
 
-def _head_norm(qk_norm_type: str, head_dim: int) -> nn.Module:
-    # per-head norm of q or k: statistics over head_dim, weight (head_dim,) shared by heads
+def lp_normalize(x: Tensor, p: float, scale: Optional[Tensor] = None, eps: float = QK_NORM_EPS):
+    """``scale * x / max(||x||_p, eps)`` over the last dimension (Lp QKNorm, arXiv 2602.05006).
+
+    ``||x||_p = (sum_i |x_i|^p)^(1/p)``. fp16/bf16 inputs are computed in float32 and cast
+    back (as :func:`scaled_l2_normalize`); autograd gives the backward.
+
+    Args:
+        x: ``(..., d)``, any float dtype.
+        p: the norm's order, finite and >= 1.
+        scale: None or a tensor broadcastable to ``(..., 1)`` (QKNorm's ``g``).
+        eps: lower clamp of ``||x||_p``.
+
+    Returns: a tensor of ``x``'s shape and dtype.
+    """
+    compute = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
+    xc = x.to(compute)
+    norm = torch.linalg.vector_norm(xc, ord=p, dim=-1, keepdim=True)  # (..., 1)
+    factor = norm.clamp_min(eps).reciprocal()
+    if scale is not None:
+        factor = scale.to(compute) * factor
+    return (xc * factor).to(x.dtype)
+
+
+class ZeroCenteredRMSNorm(nn.Module):
+    """Zero-centred RMSNorm: ``x / sqrt(mean(x^2) + eps) * (1 + w)``, ``w = 0`` at init.
+
+    Gemma 3's q/k norm as Gemma stores it (Gemma Team, "Gemma 3 Technical Report", 2025;
+    RMSNorm: Zhang & Sennrich, NeurIPS 2019): the same function as :class:`torch.nn.RMSNorm`
+    with weight ``1 + w``, but weight decay pulls the gain towards 1 instead of 0. Computed in
+    float32 for fp16/bf16 inputs (float64 stays float64), result in the input's dtype.
+
+    Args:
+        dim: size of the normalized last dimension (``d_head``).
+        eps: added to ``mean(x^2)``.
+
+    Shapes: ``(..., dim)`` in, same out.
+    """
+
+    def __init__(self, dim: int, eps: float = QK_HEAD_NORM_EPS):
+        super().__init__()
+        self.eps = eps
+        # zero init: the norm starts as a plain RMS normalization (gain 1 + 0)
+        self.weight = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``x / sqrt(mean(x^2) + eps) * (1 + w)`` over the last dimension."""
+        compute = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
+        xc = x.to(compute)
+        out = xc * torch.rsqrt(xc.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (out * (1.0 + self.weight.to(compute))).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        """Size and eps for ``repr(module)``."""
+        return f"{self.weight.numel()}, eps={self.eps}, weight applied as 1 + w"
+
+
+def _head_norm(qk_norm_type: str, head_dim: int, embed_dim: int) -> nn.Module:
+    # norm of q or k: per head (statistics over head_dim, weight (head_dim,) shared by heads),
+    # or over the full projection width for OLMo 2's rmsnorm_full
     if qk_norm_type == "layernorm":
         return nn.LayerNorm(head_dim, eps=QK_HEAD_NORM_EPS, bias=False)
+    if qk_norm_type == "rmsnorm_zc":
+        return ZeroCenteredRMSNorm(head_dim, eps=QK_HEAD_NORM_EPS)
+    if qk_norm_type == "rmsnorm_full":
+        return nn.RMSNorm(embed_dim, eps=QK_HEAD_NORM_EPS)
     return nn.RMSNorm(head_dim, eps=QK_HEAD_NORM_EPS)
 
 
@@ -180,12 +289,19 @@ class QKNormMultiheadAttention(MultiheadAttention):
         qk_norm_type: one of :data:`QK_NORM_TYPES`.
         qk_norm_scale_per_head: l2 only: one ``g`` per head.
         qk_norm_freeze_scale: l2 only: ``g`` is not trained (``requires_grad=False``).
+            (The three ``g`` options apply to lp as to l2.)
+        qk_norm_p: lp only (required there): the order ``p`` of the norm, finite, >= 1.
+        attn_logit_softcap: ``C`` of ``C * tanh(logits / C)`` (finite, > 0), or None.
+        attn_normalization: ``"softmax"`` or ``"nap"`` (module docstring).
+        qk_clip: QK-clip threshold ``TAU`` (finite, > 0), or None.
 
     Raises:
-        ValueError: at construction for an unknown ``qk_norm_type``, l2 without a
-            scale, options that do not apply to the chosen type (or any QK-norm
-            option with ``qk_norm=False``), or parent features this forward does
-            not implement (``add_bias_kv``, ``add_zero_attn``, xFormers).
+        ValueError: at construction for an unknown ``qk_norm_type`` or
+            ``attn_normalization``, l2/lp without a scale, lp without p, a cap or threshold
+            not finite and > 0, NAP with l2/lp or a cap, QK-clip with QK-norm or NAP,
+            options that do not apply to the chosen type (or any QK-norm option with
+            ``qk_norm=False``), or parent features this forward does not implement
+            (``add_bias_kv``, ``add_zero_attn``, xFormers).
             In ``forward``, wrong shapes (ValueError) or dtypes (TypeError).
     """
 
@@ -199,6 +315,10 @@ class QKNormMultiheadAttention(MultiheadAttention):
         qk_norm_type: str = "l2",
         qk_norm_scale_per_head: bool = False,
         qk_norm_freeze_scale: bool = False,
+        qk_norm_p: Optional[float] = None,
+        attn_logit_softcap: Optional[float] = None,
+        attn_normalization: str = "softmax",
+        qk_clip: Optional[float] = None,
         **kwargs,
     ):
         super().__init__(embed_dim, num_heads, *args, **kwargs)
@@ -223,12 +343,62 @@ class QKNormMultiheadAttention(MultiheadAttention):
         ]
         if not self.qk_norm and (l2_only or qk_norm_type != "l2"):
             raise ValueError(f"{', '.join(l2_only) or 'qk_norm_type'} given with qk_norm=False")
-        if self.qk_norm_type not in (None, "l2") and l2_only:
+        if self.qk_norm_type not in (None,) + QK_G_TYPES and l2_only:
             raise ValueError(
-                f"{', '.join(l2_only)} apply only to qk_norm_type='l2' "
+                f"{', '.join(l2_only)} apply only to qk_norm_type='l2' or 'lp' "
                 f"(qk_norm_type={qk_norm_type!r} has no scale g)"
             )
-        if self.qk_norm_type == "l2":
+        if (qk_norm_p is not None) != (self.qk_norm_type == "lp"):
+            raise ValueError(
+                "qk_norm_type='lp' needs qk_norm_p (and qk_norm_p applies only to it), "
+                f"got qk_norm_type={self.qk_norm_type!r}, qk_norm_p={qk_norm_p!r}"
+            )
+        if qk_norm_p is not None and not (math.isfinite(qk_norm_p) and qk_norm_p >= 1.0):
+            raise ValueError(f"qk_norm_p must be finite and >= 1, got {qk_norm_p!r}")
+        #: p of Lp QKNorm, None for the other types
+        self.qk_norm_p: Optional[float] = None if qk_norm_p is None else float(qk_norm_p)
+        for name, value in (("attn_logit_softcap", attn_logit_softcap), ("qk_clip", qk_clip)):
+            if value is not None and not (math.isfinite(value) and value > 0.0):
+                raise ValueError(f"{name} must be finite and > 0, got {value!r}")
+        if attn_normalization not in ATTN_NORMALIZATIONS:
+            raise ValueError(
+                f"attn_normalization must be one of {ATTN_NORMALIZATIONS}, "
+                f"got {attn_normalization!r}"
+            )
+        if attn_normalization == "nap" and (
+            self.qk_norm_type in QK_G_TYPES or attn_logit_softcap is not None
+        ):
+            raise ValueError(
+                "attn_normalization='nap' standardizes each query's scores: QKNorm's g "
+                "(qk_norm_type l2/lp) would cancel and there is no softmax to soft-cap; "
+                f"got qk_norm_type={self.qk_norm_type!r}, "
+                f"attn_logit_softcap={attn_logit_softcap!r}"
+            )
+        if qk_clip is not None and (self.qk_norm or attn_normalization == "nap"):
+            raise ValueError(
+                "qk_clip rescales W_q and W_k, which changes no logit under QK-norm "
+                f"(qk_norm_type={self.qk_norm_type!r}) and nothing that NAP keeps "
+                f"(attn_normalization={attn_normalization!r}): use it with dot-product attention"
+            )
+        #: ``C`` of the attention-logit soft cap, or None
+        self.attn_logit_softcap: Optional[float] = (
+            None if attn_logit_softcap is None else float(attn_logit_softcap)
+        )
+        self.attn_normalization = attn_normalization
+        #: QK-clip threshold, or None
+        self.qk_clip: Optional[float] = None if qk_clip is None else float(qk_clip)
+        #: (num_heads,) float32 running max of each head's logit over the training forwards
+        #: since the last :meth:`qk_clip_` (QK-clip only), or None
+        self.qk_clip_max_logit: Optional[Tensor] = None
+        if attn_normalization == "nap":
+            # one gain and one bias per head, as the authors' NormalizeAttention (init 1 and 0:
+            # plain standardized scores at the start); float32 like QKNorm's g
+            self.nap_gain: Optional[nn.Parameter] = nn.Parameter(torch.ones(num_heads))
+            self.nap_bias: Optional[nn.Parameter] = nn.Parameter(torch.zeros(num_heads))
+        else:
+            self.register_parameter("nap_gain", None)
+            self.register_parameter("nap_bias", None)
+        if self.qk_norm_type in QK_G_TYPES:
             if qk_norm_scale is None:
                 raise ValueError("qk_norm=True needs qk_norm_scale (g0)")
             g0 = qk_norm_initial_scale(scale=qk_norm_scale)  # finite and > 0
@@ -240,9 +410,13 @@ class QKNormMultiheadAttention(MultiheadAttention):
             )
         else:
             self.register_parameter("qk_norm_g", None)
-        if self.qk_norm_type in ("layernorm", "rmsnorm"):
-            self.q_norm: Optional[nn.Module] = _head_norm(self.qk_norm_type, self.head_dim)
-            self.k_norm: Optional[nn.Module] = _head_norm(self.qk_norm_type, self.head_dim)
+        if self.qk_norm_type not in (None,) + QK_G_TYPES:
+            self.q_norm: Optional[nn.Module] = _head_norm(
+                self.qk_norm_type, self.head_dim, embed_dim
+            )
+            self.k_norm: Optional[nn.Module] = _head_norm(
+                self.qk_norm_type, self.head_dim, embed_dim
+            )
         else:
             self.q_norm = self.k_norm = None
         #: False selects the explicit matmul/softmax path even when weights are not
@@ -263,6 +437,14 @@ class QKNormMultiheadAttention(MultiheadAttention):
         text = f"qk_norm={self.qk_norm}"
         if self.qk_norm:
             text += f", qk_norm_type={self.qk_norm_type}"
+            if self.qk_norm_p is not None:
+                text += f", p={self.qk_norm_p:g}"
+        if self.attn_logit_softcap is not None:
+            text += f", attn_logit_softcap={self.attn_logit_softcap:g}"
+        if self.attn_normalization != "softmax":
+            text += f", attn_normalization={self.attn_normalization}"
+        if self.qk_clip is not None:
+            text += f", qk_clip={self.qk_clip:g}"
         g = getattr(self, "qk_norm_g", None)
         if g is not None:
             text += (
@@ -275,33 +457,61 @@ class QKNormMultiheadAttention(MultiheadAttention):
     def normalize_queries(self, q: Tensor) -> Tensor:
         """Queries as they enter the logits: ``(B, H, T, head_dim)``, same shape and dtype.
 
-        l2: ``g q / ||q||`` (``g`` folded in); layernorm/rmsnorm: ``N_q(q)``; off: ``q``.
+        l2: ``g q / ||q||`` (``g`` folded in); lp: ``g q / ||q||_p``; layernorm/rmsnorm/
+        rmsnorm_zc: ``N_q(q)``; off and rmsnorm_full (normalized before the head split,
+        :meth:`forward`): ``q``.
         """
-        if self.qk_norm_type == "l2":
+        if self.qk_norm_type in QK_G_TYPES:
             g = self.qk_norm_g
-            return qk_scaled_queries(q, g.view(-1, 1, 1) if g.dim() else g)  # per head: (H, 1, 1)
-        if self.q_norm is not None:
+            g = g.view(-1, 1, 1) if g.dim() else g  # per head: (H, 1, 1)
+            if self.qk_norm_type == "lp":
+                return lp_normalize(q, self.qk_norm_p, g)
+            return qk_scaled_queries(q, g)
+        if self.q_norm is not None and self.qk_norm_type != "rmsnorm_full":
             return self.q_norm(q)
         return q
 
     def normalize_keys(self, k: Tensor) -> Tensor:
         """Keys as they are cached and enter the logits: ``(B, H, S, head_dim)``.
 
-        l2: ``k / ||k||``; layernorm/rmsnorm: ``N_k(k)``; off: ``k``.
+        l2: ``k / ||k||``; lp: ``k / ||k||_p``; layernorm/rmsnorm/rmsnorm_zc: ``N_k(k)``;
+        off and rmsnorm_full: ``k``.
         """
         if self.qk_norm_type == "l2":
             return scaled_l2_normalize(k, QK_NORM_EPS)
-        if self.k_norm is not None:
+        if self.qk_norm_type == "lp":
+            return lp_normalize(k, self.qk_norm_p)
+        if self.k_norm is not None and self.qk_norm_type != "rmsnorm_full":
             return self.k_norm(k)
         return k
+
+    @property
+    def fused_capable(self) -> bool:
+        """Whether ``scaled_dot_product_attention`` computes this attention at all.
+
+        False with a soft cap or NAP (the kernel has neither): every call takes the explicit
+        path then.
+        """
+        return self.attn_logit_softcap is None and self.attn_normalization == "softmax"
 
     @property
     def logit_scale(self) -> float:
         """Factor applied to ``normalize_queries(q) . normalize_keys(k)``.
 
-        1 for l2 (``g`` is in the queries), ``1 / sqrt(head_dim)`` otherwise.
+        1 for l2/lp (``g`` is in the queries) and NAP (scale-free), ``1 / sqrt(head_dim)``
+        otherwise.
         """
-        return 1.0 if self.qk_norm_type == "l2" else self.scaling
+        if self.qk_norm_type in QK_G_TYPES or self.attn_normalization == "nap":
+            return 1.0
+        return self.scaling
+
+    def _project(self, x: Tensor, proj: nn.Module, norm: Optional[nn.Module], bsz: int) -> Tensor:
+        # (len, bsz, kdim) -> (bsz, num_heads, len, head_dim); OLMo 2's full-width RMSNorm
+        # of q or k runs on the (len, bsz, embed_dim) projection, before the head split
+        y = proj(x)
+        if norm is not None and self.qk_norm_type == "rmsnorm_full":
+            y = norm(y)
+        return self._split_heads(y, bsz)
 
     def _check_inputs(
         self,
@@ -435,11 +645,11 @@ class QKNormMultiheadAttention(MultiheadAttention):
                 assert self.encoder_decoder_attention and not self.self_attention
                 key = value = None
 
-        q = self._split_heads(self.q_proj(query), bsz)  # (B, H, T, hd)
+        q = self._project(query, self.q_proj, self.q_norm, bsz)  # (B, H, T, hd)
         k: Optional[Tensor] = None
         v: Optional[Tensor] = None
         if self.self_attention:
-            k = self._split_heads(self.k_proj(query), bsz)
+            k = self._project(query, self.k_proj, self.k_norm, bsz)
             v = self._split_heads(self.v_proj(query), bsz)
         elif key is not None:
             if (
@@ -458,7 +668,7 @@ class QKNormMultiheadAttention(MultiheadAttention):
                     )[:, 0, :]
             kv_in = key if self.encoder_decoder_attention else value
             assert kv_in is not None
-            k = self._split_heads(self.k_proj(key), key.size(1))  # (B', H, S, hd)
+            k = self._project(key, self.k_proj, self.k_norm, key.size(1))  # (B', H, S, hd)
             v = self._split_heads(self.v_proj(kv_in), key.size(1))
         if self.qk_norm:
             q = self.normalize_queries(q)
@@ -525,11 +735,14 @@ class QKNormMultiheadAttention(MultiheadAttention):
         )
 
         weights: Optional[Tensor] = None
+        clip_record = self.qk_clip is not None and self.training
         if (
             self.use_fused
             and not need_weights
             and not before_softmax
             and not self.record_stats
+            and not clip_record  # QK-clip needs each head's max logit
+            and self.fused_capable
             and (q.size(2) >= self.fused_min_queries or not q.is_cpu)
         ):
             out = F.scaled_dot_product_attention(
@@ -546,8 +759,21 @@ class QKNormMultiheadAttention(MultiheadAttention):
             logits = logits.view(kv_bsz, self.num_heads, q_len, src_len)  # (B', H, T', S)
             if scale != 1.0:
                 logits = logits * scale
+            if clip_record:
+                self._record_head_max_logit(logits, mask)
+            probs_float: Optional[Tensor] = None
+            if self.attn_normalization == "nap" and not before_softmax:
+                # (before_softmax: NAP returns its raw scores q.k, masked as the logits)
+                probs_float = self._nap_weights(logits, mask)  # (B', H, T', S)
+            if self.attn_logit_softcap is not None:
+                # before the mask: tanh(-inf) would unmask; float32 for fp16/bf16
+                cap = self.attn_logit_softcap
+                capped = cap * torch.tanh(
+                    (logits.float() if logits.element_size() < 4 else logits) / cap
+                )
+                logits = capped.type_as(logits)
             dead: Optional[Tensor] = None
-            if mask is not None:
+            if mask is not None and probs_float is None:
                 if mask.dtype == torch.bool:
                     logits = logits.masked_fill(~mask, float("-inf"))
                 else:
@@ -563,14 +789,17 @@ class QKNormMultiheadAttention(MultiheadAttention):
                 return logits.reshape(bsz * self.num_heads, tgt_len, src_len), v.reshape(
                     bsz * self.num_heads, src_len, self.head_dim
                 )
-            # softmax in float32 for fp16/bf16 (as fairseq), in the input's precision otherwise
-            probs_float = torch.softmax(
-                logits.float() if logits.element_size() < 4 else logits, dim=-1
-            )
-            if dead is not None:
-                probs_float = probs_float.masked_fill(dead, 0.0)
-            if self.record_stats:
-                self._store_stats(logits, probs_float, dead)
+            if probs_float is None:
+                # softmax in float32 for fp16/bf16 (as fairseq), in the input's precision otherwise
+                probs_float = torch.softmax(
+                    logits.float() if logits.element_size() < 4 else logits, dim=-1
+                )
+                if dead is not None:
+                    probs_float = probs_float.masked_fill(dead, 0.0)
+                if self.record_stats:
+                    self._store_stats(logits, probs_float, dead)
+            elif self.record_stats:
+                self._store_stats(self._masked(logits, mask), None, None)
             probs = probs_float.type_as(logits)
             if dropout_p > 0:
                 probs = F.dropout(probs, p=dropout_p, training=True)
@@ -597,8 +826,91 @@ class QKNormMultiheadAttention(MultiheadAttention):
                 weights = weights.mean(dim=0)
         return out, weights
 
+    @staticmethod
+    def _masked(logits: Tensor, mask: Optional[Tensor]) -> Tensor:
+        # logits with masked entries at -inf (additive float masks added)
+        if mask is None:
+            return logits
+        if mask.dtype == torch.bool:
+            return logits.masked_fill(~mask, float("-inf"))
+        return logits + mask
+
+    def _nap_weights(self, scores: Tensor, mask: Optional[Tensor]) -> Tensor:
+        """NAP's attention weights (Richter & Wattenhofer 2020, Sec. 5; module docstring).
+
+        ``scores``: raw ``q.k`` ``(B', H, T', S)``; ``mask`` from :meth:`_attention_mask`.
+        Returns float32 (float64 for float64 input) weights of the same shape:
+        ``gamma_h (s - mean) / (std + NAP_EPS) + beta_h`` over each query's unmasked keys
+        (population std), 0 at masked keys and for queries that see no key.
+        """
+        s = scores if scores.element_size() >= 4 else scores.float()
+        valid: Optional[Tensor] = None
+        if mask is not None:
+            if mask.dtype == torch.bool:
+                valid = mask
+            else:
+                valid = ~torch.isneginf(mask)
+                s = s + mask.to(s.dtype).masked_fill(~valid, 0.0)  # finite biases are scores
+            valid = valid.expand_as(s).to(s.dtype)
+            count = valid.sum(-1, keepdim=True).clamp_min(1.0)  # (B', H, T', 1)
+            mean = (s * valid).sum(-1, keepdim=True) / count
+            centered = (s - mean) * valid
+            var = (centered * centered).sum(-1, keepdim=True) / count
+        else:
+            mean = s.mean(-1, keepdim=True)
+            centered = s - mean
+            var = (centered * centered).mean(-1, keepdim=True)
+        # sqrt(0) has an infinite derivative (NaN gradients for a query seeing one key, as
+        # the first decoder position does): exact std, gradient 0 where var == 0
+        live = var > 0
+        std = torch.where(live, torch.sqrt(torch.where(live, var, 1.0)), 0.0)
+        gain = self.nap_gain.to(s.dtype).view(-1, 1, 1)  # (H, 1, 1)
+        bias = self.nap_bias.to(s.dtype).view(-1, 1, 1)
+        weights = gain * centered / (std + NAP_EPS) + bias
+        if valid is not None:
+            weights = weights * valid  # masked keys and fully masked queries: 0
+        return weights
+
     @torch.no_grad()
-    def _store_stats(self, logits: Tensor, probs: Tensor, dead: Optional[Tensor]) -> None:
+    def _record_head_max_logit(self, logits: Tensor, mask: Optional[Tensor]) -> None:
+        # QK-clip: running max over training forwards of each head's largest logit
+        # (unmasked entries, before any cap), (num_heads,) float32
+        head_max = self._masked(logits, mask).float().amax(dim=(0, 2, 3))
+        head_max = torch.nan_to_num(head_max, neginf=float("-inf"))
+        prev = self.qk_clip_max_logit
+        self.qk_clip_max_logit = head_max if prev is None else torch.maximum(prev, head_max)
+
+    @torch.no_grad()
+    def qk_clip_(self) -> int:
+        """Apply QK-clip after an optimizer step; returns the number of heads rescaled.
+
+        Kimi K2's QK-clip (Kimi Team, "Kimi K2: Open Agentic Intelligence", 2025, Sec. 2.1,
+        per-head variant for multi-head attention; Megatron-LM ``qk_clip``): with ``S_h``
+        the largest logit of head ``h`` over the training forwards since the last call and
+        ``gamma_h = TAU / S_h``, the rows of ``W_q`` and ``W_k`` (and of their biases) that
+        make head ``h`` are multiplied by ``sqrt(gamma_h)`` each for every head with
+        ``S_h > TAU``: the head's logits (``q.k / sqrt(d_head)``) then shrink by exactly
+        ``gamma_h``, so the same input would give max logit ``TAU``. The recorded maxima are
+        reset. Does nothing (returns 0) without ``qk_clip`` or before any training forward.
+        """
+        head_max, self.qk_clip_max_logit = self.qk_clip_max_logit, None
+        if self.qk_clip is None or head_max is None:
+            return 0
+        over = head_max > self.qk_clip
+        n = int(over.sum())
+        if n == 0:
+            return 0
+        gamma = torch.where(over, self.qk_clip / head_max.clamp_min(self.qk_clip), 1.0)
+        factor = gamma.sqrt().repeat_interleave(self.head_dim)  # (embed_dim,)
+        for proj in (self.q_proj, self.k_proj):
+            f = factor.to(proj.weight.dtype)
+            proj.weight.mul_(f[:, None])  # rows h * head_dim ... (h + 1) * head_dim - 1
+            if proj.bias is not None:
+                proj.bias.mul_(f)
+        return n
+
+    @torch.no_grad()
+    def _store_stats(self, logits: Tensor, probs: Optional[Tensor], dead: Optional[Tensor]) -> None:
         """Attention health (Zhai et al. 2023; Wortsman et al. 2023), detached scalars.
 
         ``entropy``: mean over heads and queries that see at least one key of
@@ -607,13 +919,19 @@ class QKNormMultiheadAttention(MultiheadAttention):
         for each QK-norm type as it computes them (``g cos`` for l2, ``N_q(q).N_k(k) /
         sqrt(d_head)`` for layernorm/rmsnorm, ``q.k / sqrt(d_head)`` without QK-norm).
         ``logits``/``probs``: ``(B', H, T', S)``; ``dead``: broadcastable to
-        ``(B', H, T', 1)``, True for fully masked queries, or None.
+        ``(B', H, T', 1)``, True for fully masked queries, or None. With soft capping the
+        logits are the capped ones. For NAP ``probs`` is None (its weights are no
+        distribution): only ``max_logit``, of the raw scores ``q.k``, is stored.
         """
+        finite = torch.isfinite(logits)
+        max_logit = logits.float().abs().masked_fill(~finite, 0.0).max()
+        if probs is None:
+            self.last_stats = {"max_logit": max_logit}
+            return
         entropy = -(probs * torch.log(probs.clamp_min(1e-30))).sum(-1)  # (B', H, T')
         if dead is not None:
             entropy = entropy[~dead.squeeze(-1).expand_as(entropy)]
-        finite = torch.isfinite(logits)
         self.last_stats = {
             "entropy": entropy.mean() if entropy.numel() else logits.new_zeros(()),
-            "max_logit": logits.float().abs().masked_fill(~finite, 0.0).max(),
+            "max_logit": max_logit,
         }

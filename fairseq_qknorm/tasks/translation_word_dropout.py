@@ -1,7 +1,9 @@
 r"""``translation_word_dropout``: fairseq's ``translation`` task plus two training options.
 
 Both are off by default: word dropout (``--word-dropout P``) and bf16 autocast on CPU
-(``--bf16-autocast``, with ``--bf16-autocast-inference`` for decoding).
+(``--bf16-autocast``, with ``--bf16-autocast-inference`` for decoding). It also applies the
+model's QK-clip (``--qk-clip TAU`` of ``transformer_qknorm``) after each optimizer step
+(:meth:`TranslationWordDropoutTask.optimizer_step`), logged as ``qk_clip`` (heads rescaled).
 
 Identical to fairseq's :class:`~fairseq.tasks.translation.TranslationTask` except:
 
@@ -63,6 +65,7 @@ from typing import Optional
 
 import numpy as np
 import torch
+from fairseq.logging import metrics
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from omegaconf import II
@@ -275,6 +278,9 @@ class TranslationWordDropoutTask(TranslationTask):
         if self.bf16_autocast:
             self._check_cpu([model])
             criterion = cpu_bf16.Bf16AutocastCriterion(criterion)
+        # tells a --qk-clip model that its clip runs (optimizer_step); it refuses to train
+        # without it
+        getattr(model, "module", model).qk_clip_hooked = True
         return super().train_step(
             self.apply_word_dropout(sample, update_num),
             model,
@@ -305,3 +311,25 @@ class TranslationWordDropoutTask(TranslationTask):
             return super().inference_step(
                 generator, models, sample, prefix_tokens=prefix_tokens, constraints=constraints
             )
+
+    def optimizer_step(self, optimizer, model, update_num):
+        """Fairseq's ``optimizer.step()``, then QK-clip (:meth:`apply_qk_clip_after_step`)."""
+        super().optimizer_step(optimizer, model, update_num)
+        self.apply_qk_clip_after_step(model)
+
+    @staticmethod
+    def apply_qk_clip_after_step(model) -> int:
+        """QK-clip of the model (``--qk-clip TAU``) after its optimizer step.
+
+        Calls the model's ``apply_qk_clip`` (``transformer_qknorm``; a DDP wrapper's
+        ``module`` is unwrapped) and logs the number of heads rescaled as ``qk_clip`` (summed
+        over the log interval), only when it fires. Models without QK-clip: nothing, 0.
+        """
+        inner = getattr(model, "module", model)
+        apply = getattr(inner, "apply_qk_clip", None)
+        if apply is None:
+            return 0
+        clipped = int(apply())
+        if clipped:
+            metrics.log_scalar_sum("qk_clip", clipped, priority=5)
+        return clipped

@@ -1,0 +1,1 @@
+"""Criterions of the plugin (registered with fairseq's criterion registry on import)."""

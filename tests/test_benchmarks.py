@@ -4,6 +4,7 @@ No timing assertions: only that every section runs, the JSON has its keys and th
 are positive and finite.
 """
 
+import collections
 import json
 import math
 import sys
@@ -442,3 +443,87 @@ def test_targets_preset_and_precedence(tmp_path):
     assert (a.reps, a.sizes, a.decode_reps, a.e2e_rounds) == (7, ["smoke"], 1, 1)
     a = bench.parse_args([])
     assert a.sections == list(bench.ALL_SECTIONS) and a.e2e_systems == list(common.SYSTEMS)
+
+
+# ------------------------------------------------------------------ benchmarks/gpu_check.sh
+def test_gpu_check_dry_run_prints_every_command_and_runs_nothing(tmp_path):
+    import shlex
+    import subprocess
+
+    out = tmp_path / "gpu"
+    proc = subprocess.run(
+        ["bash", str(REPO / "benchmarks" / "gpu_check.sh"), "--dry-run", "--out", str(out),
+         "--wheels", str(tmp_path / "wheels")],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert not out.exists()  # nothing ran, nothing written
+    cmds = [shlex.split(line[2:]) for line in proc.stdout.splitlines() if line.startswith("+ ")]
+    assert cmds[0][1:6] == ["-m", "pip", "install", "--no-index", "--find-links"]
+    assert [c[0] for c in cmds[1:4]] == [
+        "scripts/prepare_data.sh", "scripts/bpe.sh", "scripts/binarize.sh"]  # fmt: skip
+    train = [c for c in cmds if "benchmarks.gpu_train" in c]
+    assert len(train) == 15
+    archs = collections.Counter(c[c.index("--arch") + 1] for c in train)
+    assert archs == {"transformer_twt_small": 5, "transformer_qknorm_paper_small": 5,
+                     "transformer": 5}  # fmt: skip
+    for c in train:
+        assert c[:3] == ["timeout", "120", c[2]] and c[3:5] == ["-m", "benchmarks.gpu_train"]
+        assert c[c.index("--max-tokens") + 1] == "4096"
+        assert c[c.index("--max-update") + 1] == "100"
+        assert ("--fp16" in c) != ("--bf16-autocast-cuda" in c)
+        assert c[c.index("--batching") + 1] in ("fairseq", "bucketed")
+        assert "--disable-validation" in c and "--no-save" in c and "--cpu" not in c
+        if c[c.index("--arch") + 1] == "transformer":
+            assert "--share-all-embeddings" in c and c[c.index("--encoder-embed-dim") + 1] == "512"
+        if "qknorm_paper" in c[c.index("--arch") + 1]:
+            assert c[c.index("--qk-norm-length") + 1] == "92"
+    compiled = [c for c in train if "--torch-compile" in c]
+    assert len(compiled) == 3
+    assert all("--bf16-autocast-cuda" in c and "bucketed" in c for c in compiled)
+    grid = {(c[c.index("--arch") + 1], "--fp16" in c, c[c.index("--batching") + 1])
+            for c in train if "--torch-compile" not in c}  # fmt: skip
+    assert len(grid) == 12
+    assert cmds[-1][1:4] == ["-m", "benchmarks.gpu_check", "report"]
+
+
+def test_gpu_check_usage_error_exits_2():
+    import subprocess
+
+    proc = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_check.sh"), "--bogus"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 2 and "usage: benchmarks/gpu_check.sh" in proc.stderr
+
+
+def test_gpu_check_report_from_logs(tmp_path):
+    from benchmarks import gpu_check
+
+    lines = [
+        '| train_inner | {"epoch": 1, "loss": "9.5", "wps": "1000", "num_updates": "10"}',
+        '| train_inner | {"epoch": 1, "loss": "8.5", "wps": "3000", "num_updates": "20"}',
+        '| train_inner | {"epoch": 1, "loss": "8.0", "wps": "2000", "num_updates": "30"}',
+        "INFO | torch.compile: update 0 compiled 3 graph(s) (3 in all) in a step of 41.5 s",
+        "peak_cuda_memory_gib=3.250",
+    ]  # fmt: skip
+    (tmp_path / "twt-bf16-bucketed.log").write_text("\n".join(lines) + "\n")
+    (tmp_path / "twt-bf16-bucketed.status").write_text("ok\n")
+    (tmp_path / "stock-fp16-fairseq.log").write_text('| {"loss": "nan", "wps": "5"}\n')
+    out = gpu_check.report(tmp_path, "NVIDIA H100 80GB HBM3", vocab=2048, updates=30)
+    runs = {r["name"]: r for r in out["runs"]}
+    r = runs["twt-bf16-bucketed"]
+    # median of the intervals after the first: (3000, 2000) -> the upper middle, 3000
+    assert r["wps"] == 3000 and r["losses"] == [9.5, 8.5, 8.0] and r["updates"] == 30
+    assert r["peak_mem_gib"] == 3.25 and r["compile_s"] == 41.5 and r["loss_finite"] is True
+    # 4+4 layers, d 512, FFN 2048: N_enc = 4 * (4 * 512^2 + 2 * 512 * 2048) = 12,582,912,
+    # N_dec = 4 * (8 * 512^2 + 2 * 512 * 2048) = 16,777,216; 6 * (N_enc + N_dec) + 6 * 512 * 2048
+    per_token = 6 * (12_582_912 + 16_777_216) + 6 * 512 * 2048
+    assert gpu_check.flops_per_target_token(2048) == per_token
+    assert r["tflops"] == pytest.approx(3000 * per_token / 1e12)
+    assert r["fraction_of_bf16_peak"] == pytest.approx(r["tflops"] / 989.4)
+    assert runs["stock-fp16-fairseq"]["loss_finite"] is False
+    assert runs["qknorm_paper-fp16-fairseq"]["status"] == "not run"
+    assert gpu_check.peak_tflops("NVIDIA H100 PCIe") == 756.0
+    assert gpu_check.peak_tflops("NVIDIA GeForce GTX 1080") is None
+    md = (tmp_path / "gpu-check.md").read_text()
+    assert "| twt-bf16-bucketed | ok | 3000 |" in md
+    assert json.loads((tmp_path / "gpu-check.json").read_text())["bf16_peak_tflops"] == 989.4

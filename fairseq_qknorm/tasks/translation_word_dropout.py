@@ -119,6 +119,14 @@ class TranslationWordDropoutConfig(TranslationConfig):
             "logged once per epoch; fairseq_qknorm/data/batching.py)"
         },
     )
+    bf16_autocast_cuda: bool = field(
+        default=False,
+        metadata={
+            "help": "GPU bf16 training: train_step's forward pass and loss and valid_step "
+            "under torch.autocast('cuda', bfloat16), parameters and optimizer fp32 (fairseq's "
+            "--bf16 is TPU-only); refused when the model is not on a CUDA device"
+        },
+    )
     torch_compile: bool = field(
         default=False,
         metadata={
@@ -164,6 +172,31 @@ def _mask_seed(*parts: int) -> int:
     """Well-mixed 63-bit seed from non-negative integers (numpy SeedSequence hashing)."""
     state = np.random.SeedSequence([int(x) for x in parts]).generate_state(2, dtype=np.uint32)
     return (int(state[0]) << 31) ^ int(state[1])
+
+
+class CudaBf16AutocastCriterion:
+    """``criterion(model, sample)`` (forward pass and loss) under CUDA bf16 autocast.
+
+    The GPU twin of :class:`.cpu_bf16.Bf16AutocastCriterion` (``--bf16-autocast-cuda``):
+    ``torch.autocast("cuda", dtype=torch.bfloat16)``; the backward runs outside it.
+
+    Raises:
+        ValueError: the model is not on a CUDA device (CUDA autocast would do nothing).
+    """
+
+    def __init__(self, criterion, model):
+        p = next(model.parameters(), None)
+        if p is None or p.device.type != "cuda":
+            raise ValueError(
+                "--bf16-autocast-cuda needs the model on a CUDA device, got "
+                f"{None if p is None else p.device} (on a CPU use --bf16-autocast)"
+            )
+        self.criterion = criterion
+
+    def __call__(self, model, sample):
+        """The wrapped criterion's ``(loss, sample_size, logging_output)`` in CUDA bf16."""
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return self.criterion(model, sample)
 
 
 def bucketing_seed(seed: int, epoch: int) -> int:
@@ -418,6 +451,12 @@ class TranslationWordDropoutTask(TranslationTask):
         if self.bf16_autocast:
             self._check_cpu([model])
             criterion = cpu_bf16.Bf16AutocastCriterion(criterion)
+        if getattr(self.cfg, "bf16_autocast_cuda", False):
+            criterion = CudaBf16AutocastCriterion(criterion, model)
+        if getattr(self.cfg, "torch_compile", False):
+            return self._timed_compiled_step(
+                sample, model, criterion, optimizer, update_num, ignore_grad
+            )
         return super().train_step(
             self.apply_word_dropout(sample, update_num),
             model,
@@ -427,6 +466,33 @@ class TranslationWordDropoutTask(TranslationTask):
             ignore_grad=ignore_grad,
         )
 
+    def _timed_compiled_step(self, sample, model, criterion, optimizer, update_num, ignore_grad):
+        """``train_step`` timed; logs the step's wall time when torch.compile compiled in it."""
+        import time
+
+        from torch._dynamo.utils import counters
+
+        graphs = counters["stats"]["unique_graphs"]
+        t0 = time.perf_counter()
+        out = super().train_step(
+            self.apply_word_dropout(sample, update_num),
+            model,
+            criterion,
+            optimizer,
+            update_num,
+            ignore_grad=ignore_grad,
+        )
+        new = counters["stats"]["unique_graphs"] - graphs
+        if new:
+            logger.info(
+                "torch.compile: update %d compiled %d graph(s) (%d in all) in a step of %.1f s",
+                update_num,
+                new,
+                counters["stats"]["unique_graphs"],
+                time.perf_counter() - t0,
+            )
+        return out
+
     def valid_step(self, sample, model, criterion):
         """Fairseq's ``valid_step``, under bf16 autocast with ``--bf16-autocast``.
 
@@ -434,6 +500,8 @@ class TranslationWordDropoutTask(TranslationTask):
         """
         if self.bf16_autocast:
             self._check_cpu([model])
+        if getattr(self.cfg, "bf16_autocast_cuda", False):
+            criterion = CudaBf16AutocastCriterion(criterion, model)
         with cpu_bf16.bf16_autocast(self.bf16_autocast):
             return super().valid_step(sample, model, criterion)
 

@@ -1,0 +1,121 @@
+r"""Where the CPU time of a real ``fairseq-train`` goes: cProfile by role.
+
+Runs fairseq's own ``fairseq_cli.train.cli_main`` in this process under ``cProfile`` with the
+process CPU-time clock (``time.process_time``: all threads of the process, not wall time, so a
+loaded machine inflates it less than wall time) and sums the cumulative time of fairseq's (and
+the plugin's) functions by role (:data:`ROLES`): forward + loss, backward, optimizer step,
+per-update trainer work, data loading, metrics and logging, attention statistics, validation,
+checkpoint saving. Writes the raw profile (``--pstats``) and prints a Markdown table.
+
+Use::
+
+    python -m benchmarks.profile_e2e --pstats /tmp/e2e.pstats -- \
+        data/bin/gl-en --user-dir fairseq_qknorm --arch transformer_qknorm_paper_proxy ...
+
+Roles overlap where fairseq nests them (validation contains forward passes; the rows give
+what each role's entry point costs, inclusive), and "per-update Python work" is
+``Trainer.train_step`` minus its forward, backward and optimizer parts.
+"""
+
+import argparse
+import cProfile
+import pstats
+import sys
+import time
+
+#: role -> (file suffix, function name) entry points whose cumulative CPU time is the role's
+ROLES = {
+    "whole run (fairseq_cli.train.main)": [("fairseq_cli/train.py", "main")],
+    "training steps (Trainer.train_step)": [("fairseq/trainer.py", "train_step")],
+    "forward + loss (task.train_step -> criterion)": [
+        ("label_smoothed_cross_entropy.py", "forward")
+    ],
+    "backward (torch.autograd.backward)": [("torch/autograd/__init__.py", "backward")],
+    "optimizer step (Trainer: optimizer.step)": [("fairseq/optim/fairseq_optimizer.py", "step")],
+    "gradient clipping (clip_grad_norm)": [("fairseq/trainer.py", "clip_grad_norm")],
+    "data loading (collate, iterator)": [
+        ("fairseq/data/language_pair_dataset.py", "collater"),
+    ],
+    "batching (get_batch_iterator, batch_by_size)": [
+        ("fairseq/tasks/fairseq_task.py", "get_batch_iterator"),
+        ("fairseq_qknorm/tasks/translation_word_dropout.py", "get_batch_iterator"),
+    ],
+    "metrics and logging (train.py: progress.log / print, metrics)": [
+        ("fairseq/logging/progress_bar.py", "log"),
+        ("fairseq/logging/progress_bar.py", "print"),
+        ("fairseq/trainer.py", "_reduce_and_log_stats"),
+    ],
+    "attention statistics (plugin: _store_stats)": [
+        ("fairseq_qknorm/modules/qknorm_attention.py", "_store_stats"),
+        ("fairseq_qknorm/models/transformer_qknorm.py", "drop_unrecorded_stat_meters"),
+    ],
+    "validation (train.py: validate)": [("fairseq_cli/train.py", "validate")],
+    "checkpoint saving (checkpoint_utils.save_checkpoint)": [
+        ("fairseq/checkpoint_utils.py", "save_checkpoint")
+    ],
+}
+
+
+def role_times(stats: pstats.Stats) -> dict:
+    """Cumulative seconds per role of :data:`ROLES` (sum over its entry points)."""
+    out = {}
+    for role, entries in ROLES.items():
+        total = 0.0
+        for (filename, _line, func), (_cc, _nc, _tt, ct, _callers) in stats.stats.items():
+            if any(filename.endswith(suffix) and func == name for suffix, name in entries):
+                total += ct
+        out[role] = total
+    return out
+
+
+def markdown(times: dict, updates: int) -> str:
+    """Markdown table of :func:`role_times` with ms per update."""
+    whole = times["whole run (fairseq_cli.train.main)"] or 1.0
+    lines = ["| role | CPU s | ms / update | % of run |", "|---|---:|---:|---:|"]
+    for role, t in times.items():
+        per_update = 1000 * t / max(updates, 1)
+        lines.append(f"| {role} | {t:.2f} | {per_update:.1f} | {100 * t / whole:.1f} |")
+    steps = times["training steps (Trainer.train_step)"]
+    inner = sum(
+        times[k]
+        for k in (
+            "forward + loss (task.train_step -> criterion)",
+            "backward (torch.autograd.backward)",
+            "optimizer step (Trainer: optimizer.step)",
+        )
+    )
+    lines.append(
+        f"| per-update Python work (train_step - forward - backward - optimizer) | "
+        f"{steps - inner:.2f} | {1000 * (steps - inner) / max(updates, 1):.1f} | "
+        f"{100 * (steps - inner) / whole:.1f} |"
+    )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    """Profile ``fairseq-train ARGS`` (after ``--``); print the table; exit status 0."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--pstats", default="e2e.pstats", help="raw profile output (pstats)")
+    p.add_argument("--updates", type=int, default=0, help="updates of the run (ms/update)")
+    p.add_argument("train_args", nargs=argparse.REMAINDER, help="-- fairseq-train arguments")
+    a = p.parse_args(argv)
+    args = a.train_args[1:] if a.train_args[:1] == ["--"] else a.train_args
+    if not args:
+        p.error("fairseq-train arguments missing (after --)")
+    from fairseq_cli import train
+
+    sys.argv = ["fairseq-train", *args]
+    prof = cProfile.Profile(time.process_time)
+    prof.enable()
+    try:
+        train.cli_main()
+    finally:
+        prof.disable()
+        prof.dump_stats(a.pstats)
+    times = role_times(pstats.Stats(a.pstats))
+    print(markdown(times, a.updates))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -70,8 +70,9 @@ TARGET_PRESET = dict(
     systems=["qknorm_paper", "prenorm_fixnorm_layernorm", "stock"],
     e2e_systems=["qknorm_paper", "stock"],
     sizes=["small", "proxy"],
-    reps=5,
-    decode_reps=5,
+    reps=7,
+    min_of=3,
+    decode_reps=7,
     e2e_rounds=5,
     e2e_updates=8,
     e2e_log_interval=2,
@@ -120,6 +121,12 @@ def parse_args(argv=None):
     p.add_argument("--tgt-len", type=int, help="target tokens per sentence incl. EOS (28)")
     p.add_argument("--vocab", type=int, default=2048, help="joined vocabulary (gl-en: 2048)")
     p.add_argument("--reps", type=int, help="timed repetitions per entry (default 5)")
+    p.add_argument(
+        "--min-of",
+        type=int,
+        help="model and decode sections: each repetition is the minimum of K interleaved "
+        "rounds (default 1; --targets: 3), interference only adds time",
+    )
     p.add_argument("--warmup", type=int, default=1, help="untimed interleaved rounds")
     p.add_argument("--matmul-sizes", type=csv(int), help="square fp32 matmul sizes (1024,2048)")
     p.add_argument(
@@ -166,6 +173,7 @@ def parse_args(argv=None):
         src_len=28,
         tgt_len=28,
         reps=5,
+        min_of=1,
         matmul_sizes=[1024, 2048],
         bf16_size="proxy",
         bf16_reps=2,
@@ -303,7 +311,9 @@ def section_model(a, task, out: dict) -> None:
         mm = c.matmul_entries(a.matmul_sizes)
         for name, (fn, _) in mm.items():
             entries[name] = fn
-        times = c.interleaved(entries, a.reps, a.warmup, min_time=0.3 if not a.smoke else 0.0)
+        times = c.interleaved(
+            entries, a.reps, a.warmup, min_time=0.3 if not a.smoke else 0.0, min_of=a.min_of
+        )
         peak = {}
         for name, (_, flops) in mm.items():
             peak[name] = {**times[name], "gflops": flops / times[name]["median_s"] / 1e9}
@@ -478,7 +488,7 @@ def section_decode(a, task, out: dict) -> None:
         entries["qknorm_paper_beamshared:incremental"] = _incremental_loop(
             model, src_tokens, src_lengths, beam, steps, dictionary.eos()
         )
-    times = c.interleaved(entries, a.decode_reps, a.warmup)
+    times = c.interleaved(entries, a.decode_reps, a.warmup, min_of=a.min_of)
     res = {}
     for name, t in times.items():
         system, kind = name.split(":")

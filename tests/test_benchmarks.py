@@ -9,6 +9,7 @@ import json
 import math
 import sys
 
+import numpy as np
 import pytest
 
 from conftest import REPO
@@ -527,3 +528,66 @@ def test_gpu_check_report_from_logs(tmp_path):
     md = (tmp_path / "gpu-check.md").read_text()
     assert "| twt-bf16-bucketed | ok | 3000 |" in md
     assert json.loads((tmp_path / "gpu-check.json").read_text())["bf16_peak_tflops"] == 989.4
+
+
+# ------------------------------------------------------------------ decisive verdicts
+def test_block_minima_take_the_least_disturbed_repetition_of_each_block():
+    ref = [1.0, 1.3, 1.1, 2.0, 1.05, 1.2, 9.9]  # the 7th (incomplete block) is dropped
+    cand = [1.2, 1.1, 1.4, 1.15, 3.0, 1.25, 0.1]
+    r, c = stats.block_minima(ref, cand, 3)
+    assert r.tolist() == [1.0, 1.05] and c.tolist() == [1.1, 1.15]
+    with pytest.raises(ValueError, match="block >= 1"):
+        stats.block_minima(ref, cand, 8)
+    with pytest.raises(ValueError, match="equally long"):
+        stats.block_minima(ref, cand[:3], 2)
+
+
+def _noisy_ratios(true_ratio, spread, n, seed=0):
+    # one-sided interference: each timed entry is its true time times (1 + |noise|)
+    rng = np.random.default_rng(seed)
+    t_ref = 1.0 * (1 + np.abs(rng.normal(0, spread, n)))
+    t_cand = (1.0 / true_ratio) * (1 + np.abs(rng.normal(0, spread, n)))
+    return t_ref, t_cand
+
+
+def test_block_minima_narrow_the_spread_of_noisy_ratios():
+    t_ref, t_cand = _noisy_ratios(1.05, 0.10, 60)
+    raw = stats.paired_ratios(t_ref, t_cand)
+    r, c = stats.block_minima(t_ref, t_cand, 3)
+    mins = stats.paired_ratios(r, c)
+    assert np.std(mins) < np.std(raw)
+    assert abs(np.median(mins) - 1.05) < abs(np.median(raw) - 1.05) + 0.01
+
+
+def test_sequential_verdict_stops_at_the_first_decisive_look():
+    seq = iter([1.10, 1.12, 1.09, 1.11, 1.13, 1.5, 1.5])
+    s = stats.sequential_verdict(lambda: next(seq), 1.0, min_n=5)
+    assert (s["verdict"], s["stopped"], s["n"]) == ("met", "decided", 5)
+    seq = iter([0.90, 0.92, 0.91, 0.89, 0.93])
+    s = stats.sequential_verdict(lambda: next(seq), 1.0, min_n=5)
+    assert (s["verdict"], s["n"]) == ("missed", 5)
+
+
+def test_sequential_verdict_adds_repetitions_until_decided_or_capped():
+    # alternating around the threshold first, then clearly above: decided after 12
+    vals = [0.95, 1.05] * 3 + [1.2] * 20
+    it = iter(vals)
+    s = stats.sequential_verdict(lambda: next(it), 1.0, min_n=5, max_n=25)
+    assert s["stopped"] == "decided" and s["verdict"] == "met"
+    assert s["n"] == min(
+        n for n in range(5, 26)
+        if stats.ratio_summary(vals[:n])["ci_low"] >= 1.0
+    )  # fmt: skip
+    # never decided: stops at max_n with cannot tell
+    it = iter([0.95, 1.05] * 20)
+    s = stats.sequential_verdict(lambda: next(it), 1.0, min_n=5, max_n=9)
+    assert (s["verdict"], s["stopped"], s["n"]) == ("cannot tell", "max repetitions", 9)
+    # the time budget: a fake clock advancing 60 s per look
+    ticks = iter(range(0, 10000, 60))
+    it = iter([0.95, 1.05] * 20)
+    s = stats.sequential_verdict(
+        lambda: next(it), 1.0, min_n=5, max_n=40, budget_s=400, clock=lambda: next(ticks)
+    )
+    assert s["stopped"] == "time budget" and s["n"] < 40
+    with pytest.raises(ValueError, match="min_n <= max_n"):
+        stats.sequential_verdict(lambda: 1.0, 1.0, min_n=5, max_n=3)

@@ -206,6 +206,7 @@ def parse_args(argv=None):
         decode_bsz=2,
         decode_steps=4,
         decode_reps=1,
+        min_of=1,
         scaling_lens=[8, 16],
         scaling_bsz=[2],
         scaling_dim=32,

@@ -436,12 +436,13 @@ def test_targets_preset_and_precedence(tmp_path):
         ["qknorm_paper", "prenorm_fixnorm_layernorm", "stock"],
         ["qknorm_paper", "stock"],
     )
-    assert (a.reps, a.decode_reps, a.e2e_rounds, a.sizes) == (5, 5, 5, ["small", "proxy"])
+    assert (a.reps, a.min_of, a.decode_reps, a.e2e_rounds, a.sizes) == (
+        7, 3, 7, 5, ["small", "proxy"])  # fmt: skip
     data = tmp_path / "bin"
     data.mkdir()
     a = bench.parse_args(["--targets", "--smoke", "--e2e-data", str(data), "--reps", "7"])
     assert a.sections == ["model", "decode", "e2e"] and a.e2e_data == data
-    assert (a.reps, a.sizes, a.decode_reps, a.e2e_rounds) == (7, ["smoke"], 1, 1)
+    assert (a.reps, a.sizes, a.decode_reps, a.e2e_rounds, a.min_of) == (7, ["smoke"], 1, 1, 1)
     a = bench.parse_args([])
     assert a.sections == list(bench.ALL_SECTIONS) and a.e2e_systems == list(common.SYSTEMS)
 

@@ -155,3 +155,28 @@ def test_fairseq_train_logs_the_padding_fraction_once_per_epoch(toy_data, tmp_pa
         assert 0.0 <= float(total) <= float(before)
         assert 0 < int(nsent) <= 300 and int(nbatches) >= 1
     assert re.search(r"epoch 002 \| .*num_updates \d+", log) or "done training" in log
+
+
+def test_a_resumed_epoch_continues_with_the_same_batches(toy_data):
+    """fairseq restores the iterator's (epoch, position): the batches are rebuilt equal."""
+    _, bin_dir = toy_data
+
+    def iterator():
+        task = make_task(bin_dir, "bucketed")
+        return task.get_batch_iterator(
+            task.dataset("train"), max_tokens=120, max_positions=(1024, 1024),
+            required_batch_size_multiple=1, seed=1, epoch=1,
+        )  # fmt: skip
+
+    itr = iterator()
+    for _ in itr.next_epoch_itr(shuffle=True):
+        pass  # epoch 1 done
+    ep2 = itr.next_epoch_itr(shuffle=True)
+    ids = [tuple(next(ep2)["id"].tolist()) for _ in range(3)]
+    state = itr.state_dict()
+    rest = [tuple(s["id"].tolist()) for s in ep2]
+    resumed = iterator()
+    resumed.load_state_dict(state)
+    again = [tuple(s["id"].tolist()) for s in resumed.next_epoch_itr(shuffle=True)]
+    assert state["epoch"] == 2 and len(ids) == 3
+    assert again == rest and len(rest) > 0

@@ -68,7 +68,7 @@ LENGTH_STATS = DATA_ROOT / "bpe" / "gl-en" / "length_stats.json"
 TARGET_PRESET = dict(
     sections=["model", "decode", "e2e"],
     systems=["qknorm_paper", "prenorm_fixnorm_layernorm", "stock"],
-    e2e_systems=["qknorm_paper", "stock"],
+    e2e_systems=["qknorm_paper", "stock", "qknorm_paper+bucketed"],
     sizes=["small", "proxy"],
     reps=7,
     min_of=3,
@@ -248,9 +248,14 @@ def parse_args(argv=None):
     unknown = set(a.sections) - set(ALL_SECTIONS)
     if unknown:
         p.error(f"unknown sections {sorted(unknown)}; known: {ALL_SECTIONS}")
-    bad = (set(a.systems) | set(a.e2e_systems)) - set(c.SYSTEMS)
+    bad = (set(a.systems) | {s.split("+")[0] for s in a.e2e_systems}) - set(c.SYSTEMS)
     if bad:
         p.error(f"unknown systems {sorted(bad)}; known: {c.SYSTEMS}")
+    for system in a.e2e_systems:
+        try:
+            split_variant(system)
+        except ValueError as e:
+            p.error(str(e))
     if a.out is None:
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
         name = f"bench-{'smoke-' if a.smoke else ''}{stamp}.json"
@@ -392,7 +397,9 @@ def paired_speed_stats(
     ``r``; a repetition where either value is missing (None, a failed run) is left out.
     """
     out = {}
-    for x, y in PAIRS:
+    variants = [(s, "stock") for s in samples if "+" in s]  # SYSTEM+VARIANT vs stock
+    variants += [(s, s.split("+")[0]) for s in samples if "+" in s]  # ... vs its base
+    for x, y in PAIRS + variants:
         if x not in samples or y not in samples:
             continue
         pairs = [
@@ -766,20 +773,48 @@ def section_memory(a, work: Path, out: dict) -> None:
 
 
 # ===================================================================== e2e (train)
+#: e2e system variants ``SYSTEM+VARIANT[+VARIANT]``: options of the plugin task
+#: ``translation_word_dropout`` (issue 20), e.g. ``qknorm_paper+bucketed``
+E2E_VARIANTS = {"bucketed": ["--batching", "bucketed"], "compile": ["--torch-compile"]}
+
+
+def split_variant(system: str) -> tuple[str, list[str]]:
+    """``"qknorm_paper+bucketed"`` -> ``("qknorm_paper", ["--batching", "bucketed"])``.
+
+    Raises:
+        ValueError: an unknown variant (known: :data:`E2E_VARIANTS`).
+    """
+    base, *variants = system.split("+")
+    flags = []
+    for v in variants:
+        if v not in E2E_VARIANTS:
+            raise ValueError(
+                f"unknown e2e variant {v!r} of {system!r}; known: {list(E2E_VARIANTS)}"
+            )
+        flags += E2E_VARIANTS[v]
+    return base, flags
+
+
 def train_cmd(a, system: str, save_dir: Path, updates: int, size: str, extra=()) -> list:
-    """The ``fairseq-train`` command line of an end-to-end run (cpu-proxy settings) + ``extra``."""
+    """The ``fairseq-train`` command line of an end-to-end run (cpu-proxy settings) + ``extra``.
+
+    A variant ``SYSTEM+bucketed`` / ``+compile`` (:func:`split_variant`) trains ``SYSTEM``
+    with the plugin task ``translation_word_dropout`` and that option (word dropout 0).
+    """
+    base, variant_flags = split_variant(system)
+    task = ["--task", "translation_word_dropout", *variant_flags] if variant_flags else [
+        "--task", "translation"]  # fmt: skip
     return [
         c.VENV_BIN / "fairseq-train",
         a.e2e_data,
         "--user-dir",
         c.PLUGIN_DIR,
-        "--task",
-        "translation",
+        *task,
         "-s",
         a.e2e_src,
         "-t",
         a.e2e_tgt,
-        *c.system_args(system, size, a.qk_length),
+        *c.system_args(base, size, a.qk_length),
         "--optimizer",
         "adam",
         "--adam-betas",
@@ -963,7 +998,7 @@ def section_generate(a, work: Path, checkpoints: dict[str, Path], out: dict) -> 
         a.e2e_data, "test", a.e2e_src, a.e2e_tgt, a.gen_sentences, work / "gen_subset"
     )
     res = {}
-    for system in a.e2e_systems:
+    for system in [s for s in a.e2e_systems if "+" not in s]:  # variants decode as their base
         ckpt = checkpoints.get(system)
         if ckpt is None:
             res[system] = {"error": "no checkpoint (e2e run failed or skipped)"}
@@ -1204,6 +1239,16 @@ def targets(res: dict) -> list[dict]:
                         "wps / model-only target tokens/s, spread over e2e rounds)",
                         stats.ratio_summary([w / model_tps for w in per_round]),
                         0.85,
+                    )
+                )
+        for variant in [s for s in e2e["systems"] if "+" in s]:
+            if f"{variant}/stock" in e2e["ratio_stats"]:
+                t.append(
+                    T(
+                        f"end-to-end {variant} >= 1.4x stock fairseq-train with its default "
+                        f"batching (`{size}`, wps = real target tokens/s)",
+                        e2e["ratio_stats"][f"{variant}/stock"],
+                        1.4,
                     )
                 )
         if "twt/prenorm_fixnorm_layernorm" in e2e["ratio_stats"]:

@@ -434,7 +434,7 @@ def test_targets_preset_and_precedence(tmp_path):
     assert (a.sections, a.systems, a.e2e_systems) == (
         ["model", "decode"],
         ["qknorm_paper", "prenorm_fixnorm_layernorm", "stock"],
-        ["qknorm_paper", "stock"],
+        ["qknorm_paper", "stock", "qknorm_paper+bucketed"],
     )
     assert (a.reps, a.min_of, a.decode_reps, a.e2e_rounds, a.sizes) == (
         7, 3, 7, 5, ["small", "proxy"])  # fmt: skip
@@ -592,3 +592,27 @@ def test_sequential_verdict_adds_repetitions_until_decided_or_capped():
     assert s["stopped"] == "time budget" and s["n"] < 40
     with pytest.raises(ValueError, match="min_n <= max_n"):
         stats.sequential_verdict(lambda: 1.0, 1.0, min_n=5, max_n=3)
+
+
+def test_e2e_variants_train_with_the_plugin_task_option(tmp_path):
+    a = bench.parse_args(["--targets", "--e2e-data", str(tmp_path)])
+    cmd = [str(x) for x in bench.train_cmd(a, "qknorm_paper+bucketed", tmp_path, 8, "proxy")]
+    assert cmd[cmd.index("--task") + 1] == "translation_word_dropout"
+    assert cmd[cmd.index("--batching") + 1] == "bucketed"
+    assert cmd[cmd.index("--arch") + 1] == "transformer_qknorm_paper_proxy"
+    plain = [str(x) for x in bench.train_cmd(a, "qknorm_paper", tmp_path, 8, "proxy")]
+    assert plain[plain.index("--task") + 1] == "translation" and "--batching" not in plain
+    assert bench.split_variant("twt+bucketed+compile") == (
+        "twt", ["--batching", "bucketed", "--torch-compile"])  # fmt: skip
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--e2e-systems", "twt+bogus"])
+    st = bench.paired_speed_stats(
+        {"stock": [100.0] * 5, "qknorm_paper": [100.0] * 5,
+         "qknorm_paper+bucketed": [150.0, 140.0, 160.0, 150.0, 145.0]}, throughput=True,
+    )  # fmt: skip
+    assert st["qknorm_paper+bucketed/stock"]["median"] == pytest.approx(1.5)
+    assert st["qknorm_paper+bucketed/qknorm_paper"]["median"] == pytest.approx(1.5)
+    res = {"e2e": {"size": "proxy", "systems": {"stock": {"runs": []},
+                   "qknorm_paper+bucketed": {"runs": []}}, "ratio_stats": st}}  # fmt: skip
+    t = [x for x in bench.targets(res) if "qknorm_paper+bucketed >= 1.4x" in x["target"]]
+    assert len(t) == 1 and t[0]["threshold"] == 1.4 and t[0]["verdict"] == "met"

@@ -152,8 +152,8 @@ def test_subprocess_sections_on_toy_data(toy_data, tmp_path):
 def test_targets_command_on_toy_data(toy_data, tmp_path):
     """The README's targets command (``--targets``) for real, at smoke size on the toy
     corpus: model-only (3 systems, 2 sizes' worth of targets at one size), decoding and
-    fairseq-train for QKNorm and stock; every issue-14 target is reported with its paired
-    figures (one repetition: no verdict)."""
+    fairseq-train for QKNorm, stock and QKNorm with bucketed batching; every issue-14 target
+    is reported with its paired figures (one repetition: no verdict)."""
     _, bin_dir = toy_data
     out = tmp_path / "targets.json"
     bench.main(
@@ -164,7 +164,7 @@ def test_targets_command_on_toy_data(toy_data, tmp_path):
     assert set(res) >= {"model", "decode", "e2e"} and "generate" not in res
     assert res["machine"]["cpu_model"] and "cpu_family_model" in res["machine"]
     runs = res["e2e"]["systems"]
-    assert set(runs) == {"qknorm_paper", "stock"} and all(
+    assert set(runs) == {"qknorm_paper", "stock", "qknorm_paper+bucketed"} and all(
         r["runs"][0]["rc"] == 0 for r in runs.values()
     )
     wps = {s: runs[s]["runs"][0]["steady_wps"] for s in runs}
@@ -179,6 +179,7 @@ def test_targets_command_on_toy_data(toy_data, tmp_path):
         "QKNorm decoding >= 1.00x stock (SequenceGenerator)",
         "QKNorm decoding >= 1.00x stock (raw incremental loop)",
         "QKNorm model-only >= 70% of the same run's fp32 matmul peak",
+        "end-to-end qknorm_paper+bucketed >= 1.4x stock fairseq-train",
     ):
         (t,) = [t for t in res["targets"] if t["target"].startswith(prefix)]
         assert positive(t["median"]) and t["min"] <= t["median"] <= t["max"], t

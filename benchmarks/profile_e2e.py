@@ -56,6 +56,134 @@ ROLES = {
 }
 
 
+#: ``--timers``: role -> (module, attribute path) wrapped with CPU-time and wall-time counters
+TIMER_POINTS = {
+    "training steps (Trainer.train_step)": ("fairseq.trainer", "Trainer.train_step"),
+    "forward + loss (task.train_step -> criterion)": (
+        "fairseq.criterions.label_smoothed_cross_entropy",
+        "LabelSmoothedCrossEntropyCriterion.forward",
+    ),
+    "backward (torch.autograd.backward)": (
+        "fairseq.optim.fairseq_optimizer",
+        "FairseqOptimizer.backward",
+    ),
+    "optimizer step (Trainer: optimizer.step)": (
+        "fairseq.optim.fairseq_optimizer",
+        "FairseqOptimizer.step",
+    ),
+    "gradient clipping (clip_grad_norm)": (
+        "fairseq.optim.fairseq_optimizer",
+        "FairseqOptimizer.clip_grad_norm",
+    ),
+    "data loading (collate, getitem)": ("fairseq.data.language_pair_dataset", "collate"),
+    "data loading: __getitem__": (
+        "fairseq.data.language_pair_dataset",
+        "LanguagePairDataset.__getitem__",
+    ),
+    "batching (get_batch_iterator, batch_by_size)": (
+        "fairseq.tasks.fairseq_task",
+        "FairseqTask.get_batch_iterator",
+    ),
+    "metrics: Trainer._reduce_and_log_stats": ("fairseq.trainer", "Trainer._reduce_and_log_stats"),
+    "logging: train.py get_training_stats + progress.log": (
+        "fairseq.logging.progress_bar",
+        "SimpleProgressBar.log",
+    ),
+    "attention statistics (plugin: _store_stats)": (
+        "fairseq_qknorm.modules.qknorm_attention",
+        "QKNormMultiheadAttention._store_stats",
+    ),
+    "attention statistics (plugin: drop_unrecorded_stat_meters)": (
+        "fairseq_qknorm.models.transformer_qknorm",
+        "drop_unrecorded_stat_meters",
+    ),
+    "validation (train.py: validate)": ("fairseq_cli.train", "validate"),
+    "checkpoint saving (checkpoint_utils.save_checkpoint)": (
+        "fairseq.checkpoint_utils",
+        "save_checkpoint",
+    ),
+}
+
+
+def install_timers(points: dict = TIMER_POINTS) -> dict:
+    """Wrap each entry point of ``points`` with counters; returns role -> [calls, cpu_s, wall_s].
+
+    CPU time is ``time.process_time`` (all threads of the process), inclusive of nested roles.
+    A module-level function is replaced in its module (callers that look it up at call time,
+    as fairseq_cli/train.py does for ``validate`` and ``checkpoint_utils.save_checkpoint``,
+    see the wrapper); a method on its class. Entry points that do not exist are skipped.
+    """
+    import functools
+    import importlib
+
+    counters = {}
+    for role, (module, attr) in points.items():
+        try:
+            mod = importlib.import_module(module)
+        except ImportError:
+            continue
+        owner, name = mod, attr
+        if "." in attr:
+            cls, name = attr.split(".")
+            owner = getattr(mod, cls, None)
+        fn = getattr(owner, name, None) if owner is not None else None
+        if fn is None:
+            continue
+        c = counters[role] = [0, 0.0, 0.0]
+
+        def wrap(fn=fn, c=c):
+            @functools.wraps(fn)
+            def timed(*args, **kwargs):
+                t0, w0 = time.process_time(), time.perf_counter()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    c[0] += 1
+                    c[1] += time.process_time() - t0
+                    c[2] += time.perf_counter() - w0
+
+            return timed
+
+        setattr(owner, name, wrap())
+        if module == "fairseq.data.language_pair_dataset" and name == "collate":
+            pass  # LanguagePairDataset.collater calls the module-level collate: wrapped
+    return counters
+
+
+def timers_markdown(counters: dict, whole: tuple, updates: int) -> str:
+    """Markdown table of :func:`install_timers`' counters (CPU s, ms CPU / update, wall s)."""
+    cpu_all, wall_all = whole
+    lines = [
+        "| role | calls | CPU s | CPU ms / update | % of run CPU | wall s |",
+        "|---|---:|---:|---:|---:|---:|",
+        f"| whole run (fairseq_cli.train.cli_main) | 1 | {cpu_all:.2f} | "
+        f"{1000 * cpu_all / max(updates, 1):.1f} | 100.0 | {wall_all:.1f} |",
+    ]
+    for role, (n, cpu, wall) in counters.items():
+        lines.append(
+            f"| {role} | {n} | {cpu:.2f} | {1000 * cpu / max(updates, 1):.1f} | "
+            f"{100 * cpu / max(cpu_all, 1e-9):.1f} | {wall:.1f} |"
+        )
+    g = {k: v[1] for k, v in counters.items()}
+    steps = g.get("training steps (Trainer.train_step)", 0.0)
+    inner = sum(
+        g.get(k, 0.0)
+        for k in (
+            "forward + loss (task.train_step -> criterion)",
+            "backward (torch.autograd.backward)",
+            "optimizer step (Trainer: optimizer.step)",
+            "gradient clipping (clip_grad_norm)",
+            "metrics: Trainer._reduce_and_log_stats",
+        )
+    )
+    lines.append(
+        f"| per-update Python work (train_step - forward - backward - clip - step - metrics) | "
+        f"| {steps - inner:.2f} | {1000 * (steps - inner) / max(updates, 1):.1f} | "
+        f"{100 * (steps - inner) / max(cpu_all, 1e-9):.1f} | |"
+    )
+    return "\n".join(lines)
+
+
 def role_times(stats: pstats.Stats) -> dict:
     """Cumulative seconds per role of :data:`ROLES` (sum over its entry points)."""
     out = {}
@@ -97,6 +225,12 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--pstats", default="e2e.pstats", help="raw profile output (pstats)")
     p.add_argument("--updates", type=int, default=0, help="updates of the run (ms/update)")
+    p.add_argument(
+        "--timers",
+        action="store_true",
+        help="instead of cProfile: counters on fairseq's entry points only (TIMER_POINTS; "
+        "no per-call profiler overhead)",
+    )
     p.add_argument("train_args", nargs=argparse.REMAINDER, help="-- fairseq-train arguments")
     a = p.parse_args(argv)
     args = a.train_args[1:] if a.train_args[:1] == ["--"] else a.train_args
@@ -105,6 +239,13 @@ def main(argv=None) -> int:
     from fairseq_cli import train
 
     sys.argv = ["fairseq-train", *args]
+    if a.timers:
+        counters = install_timers()
+        t0, w0 = time.process_time(), time.perf_counter()
+        train.cli_main()
+        whole = (time.process_time() - t0, time.perf_counter() - w0)
+        print(timers_markdown(counters, whole, a.updates))
+        return 0
     prof = cProfile.Profile(time.process_time)
     prof.enable()
     try:

@@ -617,3 +617,33 @@ def test_e2e_variants_train_with_the_plugin_task_option(tmp_path):
                    "qknorm_paper+bucketed": {"runs": []}}, "ratio_stats": st}}  # fmt: skip
     t = [x for x in bench.targets(res) if "qknorm_paper+bucketed >= 1.4x" in x["target"]]
     assert len(t) == 1 and t[0]["threshold"] == 1.4 and t[0]["verdict"] == "met"
+
+
+def test_profile_e2e_timers_count_fairseqs_entry_points(toy_data, tmp_path):
+    """``benchmarks.profile_e2e --timers`` on a real 4-update fairseq-train (subprocess: it
+    wraps fairseq's classes): one row per role, the calls each entry point got."""
+    import re
+    import subprocess
+
+    from conftest import PLUGIN_DIR, cli_env, tiny_model, tiny_training
+
+    _, bin_dir = toy_data
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.profile_e2e", "--timers", "--updates", "4", "--",
+         str(bin_dir), "--user-dir", str(PLUGIN_DIR), "--arch", "transformer_qknorm_paper",
+         "--qk-norm-length", "12", *tiny_model(dropout=None),
+         *tiny_training(lr="1e-3", max_tokens="500"), "--max-update", "4",
+         "--validate-interval-updates", "2", "--save-interval-updates", "4",
+         "--attn-stats-interval", "2", "--required-batch-size-multiple", "1",
+         "--no-epoch-checkpoints", "--save-dir", str(tmp_path / "ck"), "--log-interval", "2"],
+        capture_output=True, text=True, timeout=600, cwd=REPO, env=cli_env(),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    calls = dict(re.findall(r"^\| ([^|]+?) \| (\d+) \|", proc.stdout, re.M))
+    assert calls["training steps (Trainer.train_step)"] == "4"
+    assert calls["optimizer step (Trainer: optimizer.step)"] == "4"
+    assert calls["backward (torch.autograd.backward)"] == "4"
+    assert calls["validation (train.py: validate)"] == "2"  # updates 2 and 4
+    assert int(calls["checkpoint saving (checkpoint_utils.save_checkpoint)"]) >= 1
+    assert int(calls["attention statistics (plugin: _store_stats)"]) > 0
+    assert "| per-update Python work" in proc.stdout

@@ -117,6 +117,9 @@ def install_timers(points: dict = TIMER_POINTS) -> dict:
     import importlib
 
     counters = {}
+    active: set = set()  # roles running now (nesting)
+    VALID = "validation (train.py: validate)"
+    FWD = "forward + loss (task.train_step -> criterion)"
     for role, (module, attr) in points.items():
         try:
             mod = importlib.import_module(module)
@@ -130,17 +133,22 @@ def install_timers(points: dict = TIMER_POINTS) -> dict:
         if fn is None:
             continue
         c = counters[role] = [0, 0.0, 0.0]
+        if role == FWD:  # the criterion's calls inside validate() counted apart
+            counters[FWD + " in validation"] = [0, 0.0, 0.0]
 
-        def wrap(fn=fn, c=c):
+        def wrap(fn=fn, c=c, role=role):
             @functools.wraps(fn)
             def timed(*args, **kwargs):
+                cc = counters[FWD + " in validation"] if role == FWD and VALID in active else c
                 t0, w0 = time.process_time(), time.perf_counter()
+                active.add(role)
                 try:
                     return fn(*args, **kwargs)
                 finally:
-                    c[0] += 1
-                    c[1] += time.process_time() - t0
-                    c[2] += time.perf_counter() - w0
+                    active.discard(role)
+                    cc[0] += 1
+                    cc[1] += time.process_time() - t0
+                    cc[2] += time.perf_counter() - w0
 
             return timed
 
@@ -173,11 +181,10 @@ def timers_markdown(counters: dict, whole: tuple, updates: int) -> str:
             "backward (torch.autograd.backward)",
             "optimizer step (Trainer: optimizer.step)",
             "gradient clipping (clip_grad_norm)",
-            "metrics: Trainer._reduce_and_log_stats",
         )
     )
     lines.append(
-        f"| per-update Python work (train_step - forward - backward - clip - step - metrics) | "
+        f"| per-update rest of train_step (train_step - forward - backward - clip - step) | "
         f"| {steps - inner:.2f} | {1000 * (steps - inner) / max(updates, 1):.1f} | "
         f"{100 * (steps - inner) / max(cpu_all, 1e-9):.1f} | |"
     )

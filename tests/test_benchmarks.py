@@ -646,4 +646,6 @@ def test_profile_e2e_timers_count_fairseqs_entry_points(toy_data, tmp_path):
     assert calls["validation (train.py: validate)"] == "2"  # updates 2 and 4
     assert int(calls["checkpoint saving (checkpoint_utils.save_checkpoint)"]) >= 1
     assert int(calls["attention statistics (plugin: _store_stats)"]) > 0
-    assert "| per-update Python work" in proc.stdout
+    assert "| per-update rest of train_step" in proc.stdout
+    fwd = "forward + loss (task.train_step -> criterion)"
+    assert calls[fwd] == "4" and int(calls[fwd + " in validation"]) >= 2

@@ -313,7 +313,11 @@ def _time_call(fn: Callable, inner: int) -> float:
 
 
 def interleaved(
-    entries: dict[str, Callable], reps: int, warmup: int = 1, min_time: float = 0.0
+    entries: dict[str, Callable],
+    reps: int,
+    warmup: int = 1,
+    min_time: float = 0.0,
+    min_of: int = 1,
 ) -> dict[str, dict]:
     """Time every entry ``reps`` times in interleaved order (A, B, C, B, C, A, C, A, B, ...).
 
@@ -321,7 +325,9 @@ def interleaved(
     that one measurement lasts at least ``min_time`` seconds. Repetition ``r`` starts at
     entry ``r mod len(entries)`` (a rotation: no entry always runs first or right after
     the same neighbour), and ``samples_s[r]`` of every entry comes from repetition ``r``,
-    so samples of two entries pair up (``benchmarks.stats.paired_ratios``). Returns per
+    so samples of two entries pair up (``benchmarks.stats.paired_ratios``). With ``min_of
+    = K`` each repetition is K consecutive interleaved rounds and its sample the minimum of
+    the K (``benchmarks.stats.block_minima``: interference only adds time). Returns per
     entry the median, min and max seconds per call, the samples and the inner count.
     """
     last: dict[str, float] = {}
@@ -337,10 +343,17 @@ def interleaved(
         inner[name] = max(1, math.ceil(min_time / max(t, 1e-9)))
     samples: dict[str, list[float]] = {name: [] for name in entries}
     names = list(entries)
-    for r in range(reps):
+    rounds: dict[str, list[float]] = {name: [] for name in entries}
+    for r in range(reps * max(1, min_of)):
         for name in names[r % len(names) :] + names[: r % len(names)]:
-            samples[name].append(_time_call(entries[name], inner[name]))
-    return {name: summarize(s, inner=inner[name]) for name, s in samples.items()}
+            rounds[name].append(_time_call(entries[name], inner[name]))
+    k = max(1, min_of)
+    for name in names:
+        samples[name] = [min(rounds[name][i * k : (i + 1) * k]) for i in range(reps)]
+    return {
+        name: summarize(s, inner=inner[name], **({"min_of": k} if k > 1 else {}))
+        for name, s in samples.items()
+    }
 
 
 def median(xs: Sequence[float]) -> float:

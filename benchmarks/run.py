@@ -68,10 +68,11 @@ LENGTH_STATS = DATA_ROOT / "bpe" / "gl-en" / "length_stats.json"
 TARGET_PRESET = dict(
     sections=["model", "decode", "e2e"],
     systems=["qknorm_paper", "prenorm_fixnorm_layernorm", "stock"],
-    e2e_systems=["qknorm_paper", "stock"],
+    e2e_systems=["qknorm_paper", "stock", "qknorm_paper+bucketed"],
     sizes=["small", "proxy"],
-    reps=5,
-    decode_reps=5,
+    reps=7,
+    min_of=3,
+    decode_reps=7,
     e2e_rounds=5,
     e2e_updates=8,
     e2e_log_interval=2,
@@ -120,6 +121,12 @@ def parse_args(argv=None):
     p.add_argument("--tgt-len", type=int, help="target tokens per sentence incl. EOS (28)")
     p.add_argument("--vocab", type=int, default=2048, help="joined vocabulary (gl-en: 2048)")
     p.add_argument("--reps", type=int, help="timed repetitions per entry (default 5)")
+    p.add_argument(
+        "--min-of",
+        type=int,
+        help="model and decode sections: each repetition is the minimum of K interleaved "
+        "rounds (default 1; --targets: 3), interference only adds time",
+    )
     p.add_argument("--warmup", type=int, default=1, help="untimed interleaved rounds")
     p.add_argument("--matmul-sizes", type=csv(int), help="square fp32 matmul sizes (1024,2048)")
     p.add_argument(
@@ -166,6 +173,7 @@ def parse_args(argv=None):
         src_len=28,
         tgt_len=28,
         reps=5,
+        min_of=1,
         matmul_sizes=[1024, 2048],
         bf16_size="proxy",
         bf16_reps=2,
@@ -198,6 +206,7 @@ def parse_args(argv=None):
         decode_bsz=2,
         decode_steps=4,
         decode_reps=1,
+        min_of=1,
         scaling_lens=[8, 16],
         scaling_bsz=[2],
         scaling_dim=32,
@@ -239,9 +248,14 @@ def parse_args(argv=None):
     unknown = set(a.sections) - set(ALL_SECTIONS)
     if unknown:
         p.error(f"unknown sections {sorted(unknown)}; known: {ALL_SECTIONS}")
-    bad = (set(a.systems) | set(a.e2e_systems)) - set(c.SYSTEMS)
+    bad = (set(a.systems) | {s.split("+")[0] for s in a.e2e_systems}) - set(c.SYSTEMS)
     if bad:
         p.error(f"unknown systems {sorted(bad)}; known: {c.SYSTEMS}")
+    for system in a.e2e_systems:
+        try:
+            split_variant(system)
+        except ValueError as e:
+            p.error(str(e))
     if a.out is None:
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
         name = f"bench-{'smoke-' if a.smoke else ''}{stamp}.json"
@@ -303,7 +317,9 @@ def section_model(a, task, out: dict) -> None:
         mm = c.matmul_entries(a.matmul_sizes)
         for name, (fn, _) in mm.items():
             entries[name] = fn
-        times = c.interleaved(entries, a.reps, a.warmup, min_time=0.3 if not a.smoke else 0.0)
+        times = c.interleaved(
+            entries, a.reps, a.warmup, min_time=0.3 if not a.smoke else 0.0, min_of=a.min_of
+        )
         peak = {}
         for name, (_, flops) in mm.items():
             peak[name] = {**times[name], "gflops": flops / times[name]["median_s"] / 1e9}
@@ -381,7 +397,9 @@ def paired_speed_stats(
     ``r``; a repetition where either value is missing (None, a failed run) is left out.
     """
     out = {}
-    for x, y in PAIRS:
+    variants = [(s, "stock") for s in samples if "+" in s]  # SYSTEM+VARIANT vs stock
+    variants += [(s, s.split("+")[0]) for s in samples if "+" in s]  # ... vs its base
+    for x, y in PAIRS + variants:
         if x not in samples or y not in samples:
             continue
         pairs = [
@@ -478,7 +496,7 @@ def section_decode(a, task, out: dict) -> None:
         entries["qknorm_paper_beamshared:incremental"] = _incremental_loop(
             model, src_tokens, src_lengths, beam, steps, dictionary.eos()
         )
-    times = c.interleaved(entries, a.decode_reps, a.warmup)
+    times = c.interleaved(entries, a.decode_reps, a.warmup, min_of=a.min_of)
     res = {}
     for name, t in times.items():
         system, kind = name.split(":")
@@ -755,20 +773,48 @@ def section_memory(a, work: Path, out: dict) -> None:
 
 
 # ===================================================================== e2e (train)
+#: e2e system variants ``SYSTEM+VARIANT[+VARIANT]``: options of the plugin task
+#: ``translation_word_dropout`` (issue 20), e.g. ``qknorm_paper+bucketed``
+E2E_VARIANTS = {"bucketed": ["--batching", "bucketed"], "compile": ["--torch-compile"]}
+
+
+def split_variant(system: str) -> tuple[str, list[str]]:
+    """``"qknorm_paper+bucketed"`` -> ``("qknorm_paper", ["--batching", "bucketed"])``.
+
+    Raises:
+        ValueError: an unknown variant (known: :data:`E2E_VARIANTS`).
+    """
+    base, *variants = system.split("+")
+    flags = []
+    for v in variants:
+        if v not in E2E_VARIANTS:
+            raise ValueError(
+                f"unknown e2e variant {v!r} of {system!r}; known: {list(E2E_VARIANTS)}"
+            )
+        flags += E2E_VARIANTS[v]
+    return base, flags
+
+
 def train_cmd(a, system: str, save_dir: Path, updates: int, size: str, extra=()) -> list:
-    """The ``fairseq-train`` command line of an end-to-end run (cpu-proxy settings) + ``extra``."""
+    """The ``fairseq-train`` command line of an end-to-end run (cpu-proxy settings) + ``extra``.
+
+    A variant ``SYSTEM+bucketed`` / ``+compile`` (:func:`split_variant`) trains ``SYSTEM``
+    with the plugin task ``translation_word_dropout`` and that option (word dropout 0).
+    """
+    base, variant_flags = split_variant(system)
+    task = ["--task", "translation_word_dropout", *variant_flags] if variant_flags else [
+        "--task", "translation"]  # fmt: skip
     return [
         c.VENV_BIN / "fairseq-train",
         a.e2e_data,
         "--user-dir",
         c.PLUGIN_DIR,
-        "--task",
-        "translation",
+        *task,
         "-s",
         a.e2e_src,
         "-t",
         a.e2e_tgt,
-        *c.system_args(system, size, a.qk_length),
+        *c.system_args(base, size, a.qk_length),
         "--optimizer",
         "adam",
         "--adam-betas",
@@ -952,7 +998,7 @@ def section_generate(a, work: Path, checkpoints: dict[str, Path], out: dict) -> 
         a.e2e_data, "test", a.e2e_src, a.e2e_tgt, a.gen_sentences, work / "gen_subset"
     )
     res = {}
-    for system in a.e2e_systems:
+    for system in [s for s in a.e2e_systems if "+" not in s]:  # variants decode as their base
         ckpt = checkpoints.get(system)
         if ckpt is None:
             res[system] = {"error": "no checkpoint (e2e run failed or skipped)"}
@@ -1193,6 +1239,16 @@ def targets(res: dict) -> list[dict]:
                         "wps / model-only target tokens/s, spread over e2e rounds)",
                         stats.ratio_summary([w / model_tps for w in per_round]),
                         0.85,
+                    )
+                )
+        for variant in [s for s in e2e["systems"] if "+" in s]:
+            if f"{variant}/stock" in e2e["ratio_stats"]:
+                t.append(
+                    T(
+                        f"end-to-end {variant} >= 1.4x stock fairseq-train with its default "
+                        f"batching (`{size}`, wps = real target tokens/s)",
+                        e2e["ratio_stats"][f"{variant}/stock"],
+                        1.4,
                     )
                 )
         if "twt/prenorm_fixnorm_layernorm" in e2e["ratio_stats"]:

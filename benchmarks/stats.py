@@ -165,3 +165,84 @@ def target_entry(
     else:
         entry["verdict"] = verdict(summary["ci_low"], summary["ci_high"], threshold)
     return entry
+
+
+def block_minima(
+    reference: Sequence[float], candidate: Sequence[float], block: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-block minima of two paired series of times: ``block`` repetitions -> one value each.
+
+    Repetitions ``[k*block, (k+1)*block)`` of each series give their minimum (a last,
+    incomplete block is dropped). On a shared machine interference only ever *adds* time, so
+    the minimum of a few adjacent repetitions is the least disturbed estimate of each entry
+    (the rule of Python's ``timeit``: "the min() of the result vector ... gives a lower bound
+    for how fast your machine can run the given code snippet"), and pairing the blocks keeps
+    the interleaving's protection against drift. Pass times, not throughputs.
+
+    Returns:
+        ``(ref_minima, cand_minima)``, float64 arrays of ``len(reference) // block`` values.
+
+    Raises:
+        ValueError: different lengths, ``block < 1`` or fewer than ``block`` repetitions.
+    """
+    ref = np.asarray(reference, dtype=np.float64)
+    cand = np.asarray(candidate, dtype=np.float64)
+    if ref.shape != cand.shape or ref.ndim != 1:
+        raise ValueError(
+            f"block minima need two equally long series, got {ref.shape}, {cand.shape}"
+        )
+    if block < 1 or ref.size < block:
+        raise ValueError(
+            f"block minima need block >= 1 and >= block values, got {block}, {ref.size}"
+        )
+    n = (ref.size // block) * block
+    return ref[:n].reshape(-1, block).min(axis=1), cand[:n].reshape(-1, block).min(axis=1)
+
+
+def sequential_verdict(
+    next_ratio,
+    threshold: float,
+    min_n: int = MIN_REPETITIONS,
+    max_n: int = 25,
+    budget_s: Optional[float] = None,
+    clock=None,
+) -> dict:
+    """Add paired repetitions until the verdict is decided, ``max_n`` or the time budget.
+
+    ``next_ratio()`` runs one more interleaved repetition and returns its paired ratio. After
+    ``min_n`` of them, and after each further one, the bootstrap interval of the median
+    (:func:`ratio_summary`) is checked against ``threshold`` (:func:`verdict`); the loop stops
+    at the first ``met``/``missed``, at ``max_n`` repetitions, or when ``clock()`` (default
+    ``time.monotonic``) passes ``budget_s`` seconds from the start. Stopping at the first
+    decisive look makes the interval's nominal 95% an upper bound on the confidence (repeated
+    looks); the report states the number of repetitions and why it stopped.
+
+    Returns:
+        :func:`ratio_summary`'s dict plus ``verdict`` and ``stopped`` (``decided``,
+        ``max repetitions`` or ``time budget``).
+
+    Raises:
+        ValueError: ``min_n < 1`` or ``max_n < min_n``.
+    """
+    import time
+
+    if min_n < 1 or max_n < min_n:
+        raise ValueError(f"need 1 <= min_n <= max_n, got {min_n}, {max_n}")
+    clock = clock or time.monotonic
+    start = clock()
+    values: list[float] = []
+    while True:
+        values.append(float(next_ratio()))
+        if len(values) < min_n:
+            continue
+        s = ratio_summary(values)
+        s["verdict"] = verdict(s["ci_low"], s["ci_high"], threshold)
+        if s["verdict"] != CANNOT_TELL:
+            s["stopped"] = "decided"
+            return s
+        if len(values) >= max_n:
+            s["stopped"] = "max repetitions"
+            return s
+        if budget_s is not None and clock() - start >= budget_s:
+            s["stopped"] = "time budget"
+            return s

@@ -4,10 +4,12 @@ No timing assertions: only that every section runs, the JSON has its keys and th
 are positive and finite.
 """
 
+import collections
 import json
 import math
 import sys
 
+import numpy as np
 import pytest
 
 from conftest import REPO
@@ -150,8 +152,8 @@ def test_subprocess_sections_on_toy_data(toy_data, tmp_path):
 def test_targets_command_on_toy_data(toy_data, tmp_path):
     """The README's targets command (``--targets``) for real, at smoke size on the toy
     corpus: model-only (3 systems, 2 sizes' worth of targets at one size), decoding and
-    fairseq-train for QKNorm and stock; every issue-14 target is reported with its paired
-    figures (one repetition: no verdict)."""
+    fairseq-train for QKNorm, stock and QKNorm with bucketed batching; every issue-14 target
+    is reported with its paired figures (one repetition: no verdict)."""
     _, bin_dir = toy_data
     out = tmp_path / "targets.json"
     bench.main(
@@ -162,7 +164,7 @@ def test_targets_command_on_toy_data(toy_data, tmp_path):
     assert set(res) >= {"model", "decode", "e2e"} and "generate" not in res
     assert res["machine"]["cpu_model"] and "cpu_family_model" in res["machine"]
     runs = res["e2e"]["systems"]
-    assert set(runs) == {"qknorm_paper", "stock"} and all(
+    assert set(runs) == {"qknorm_paper", "stock", "qknorm_paper+bucketed"} and all(
         r["runs"][0]["rc"] == 0 for r in runs.values()
     )
     wps = {s: runs[s]["runs"][0]["steady_wps"] for s in runs}
@@ -177,6 +179,7 @@ def test_targets_command_on_toy_data(toy_data, tmp_path):
         "QKNorm decoding >= 1.00x stock (SequenceGenerator)",
         "QKNorm decoding >= 1.00x stock (raw incremental loop)",
         "QKNorm model-only >= 70% of the same run's fp32 matmul peak",
+        "end-to-end qknorm_paper+bucketed >= 1.4x stock fairseq-train",
     ):
         (t,) = [t for t in res["targets"] if t["target"].startswith(prefix)]
         assert positive(t["median"]) and t["min"] <= t["median"] <= t["max"], t
@@ -432,13 +435,217 @@ def test_targets_preset_and_precedence(tmp_path):
     assert (a.sections, a.systems, a.e2e_systems) == (
         ["model", "decode"],
         ["qknorm_paper", "prenorm_fixnorm_layernorm", "stock"],
-        ["qknorm_paper", "stock"],
+        ["qknorm_paper", "stock", "qknorm_paper+bucketed"],
     )
-    assert (a.reps, a.decode_reps, a.e2e_rounds, a.sizes) == (5, 5, 5, ["small", "proxy"])
+    assert (a.reps, a.min_of, a.decode_reps, a.e2e_rounds, a.sizes) == (
+        7, 3, 7, 5, ["small", "proxy"])  # fmt: skip
     data = tmp_path / "bin"
     data.mkdir()
     a = bench.parse_args(["--targets", "--smoke", "--e2e-data", str(data), "--reps", "7"])
     assert a.sections == ["model", "decode", "e2e"] and a.e2e_data == data
-    assert (a.reps, a.sizes, a.decode_reps, a.e2e_rounds) == (7, ["smoke"], 1, 1)
+    assert (a.reps, a.sizes, a.decode_reps, a.e2e_rounds, a.min_of) == (7, ["smoke"], 1, 1, 1)
     a = bench.parse_args([])
     assert a.sections == list(bench.ALL_SECTIONS) and a.e2e_systems == list(common.SYSTEMS)
+
+
+# ------------------------------------------------------------------ benchmarks/gpu_check.sh
+def test_gpu_check_dry_run_prints_every_command_and_runs_nothing(tmp_path):
+    import shlex
+    import subprocess
+
+    out = tmp_path / "gpu"
+    proc = subprocess.run(
+        ["bash", str(REPO / "benchmarks" / "gpu_check.sh"), "--dry-run", "--out", str(out),
+         "--wheels", str(tmp_path / "wheels")],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert not out.exists()  # nothing ran, nothing written
+    cmds = [shlex.split(line[2:]) for line in proc.stdout.splitlines() if line.startswith("+ ")]
+    assert cmds[0][1:6] == ["-m", "pip", "install", "--no-index", "--find-links"]
+    assert [c[0] for c in cmds[1:4]] == [
+        "scripts/prepare_data.sh", "scripts/bpe.sh", "scripts/binarize.sh"]  # fmt: skip
+    train = [c for c in cmds if "benchmarks.gpu_train" in c]
+    assert len(train) == 15
+    archs = collections.Counter(c[c.index("--arch") + 1] for c in train)
+    assert archs == {"transformer_twt_small": 5, "transformer_qknorm_paper_small": 5,
+                     "transformer": 5}  # fmt: skip
+    for c in train:
+        assert c[:3] == ["timeout", "120", c[2]] and c[3:5] == ["-m", "benchmarks.gpu_train"]
+        assert c[c.index("--max-tokens") + 1] == "4096"
+        assert c[c.index("--max-update") + 1] == "100"
+        assert ("--fp16" in c) != ("--bf16-autocast-cuda" in c)
+        assert c[c.index("--batching") + 1] in ("fairseq", "bucketed")
+        assert "--disable-validation" in c and "--no-save" in c and "--cpu" not in c
+        if c[c.index("--arch") + 1] == "transformer":
+            assert "--share-all-embeddings" in c and c[c.index("--encoder-embed-dim") + 1] == "512"
+        if "qknorm_paper" in c[c.index("--arch") + 1]:
+            assert c[c.index("--qk-norm-length") + 1] == "92"
+    compiled = [c for c in train if "--torch-compile" in c]
+    assert len(compiled) == 3
+    assert all("--bf16-autocast-cuda" in c and "bucketed" in c for c in compiled)
+    grid = {(c[c.index("--arch") + 1], "--fp16" in c, c[c.index("--batching") + 1])
+            for c in train if "--torch-compile" not in c}  # fmt: skip
+    assert len(grid) == 12
+    assert cmds[-1][1:4] == ["-m", "benchmarks.gpu_check", "report"]
+
+
+def test_gpu_check_usage_error_exits_2():
+    import subprocess
+
+    proc = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_check.sh"), "--bogus"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 2 and "usage: benchmarks/gpu_check.sh" in proc.stderr
+
+
+def test_gpu_check_report_from_logs(tmp_path):
+    from benchmarks import gpu_check
+
+    lines = [
+        '| train_inner | {"epoch": 1, "loss": "9.5", "wps": "1000", "num_updates": "10"}',
+        '| train_inner | {"epoch": 1, "loss": "8.5", "wps": "3000", "num_updates": "20"}',
+        '| train_inner | {"epoch": 1, "loss": "8.0", "wps": "2000", "num_updates": "30"}',
+        "INFO | torch.compile: update 0 compiled 3 graph(s) (3 in all) in a step of 41.5 s",
+        "peak_cuda_memory_gib=3.250",
+    ]  # fmt: skip
+    (tmp_path / "twt-bf16-bucketed.log").write_text("\n".join(lines) + "\n")
+    (tmp_path / "twt-bf16-bucketed.status").write_text("ok\n")
+    (tmp_path / "stock-fp16-fairseq.log").write_text('| {"loss": "nan", "wps": "5"}\n')
+    out = gpu_check.report(tmp_path, "NVIDIA H100 80GB HBM3", vocab=2048, updates=30)
+    runs = {r["name"]: r for r in out["runs"]}
+    r = runs["twt-bf16-bucketed"]
+    # median of the intervals after the first: (3000, 2000) -> the upper middle, 3000
+    assert r["wps"] == 3000 and r["losses"] == [9.5, 8.5, 8.0] and r["updates"] == 30
+    assert r["peak_mem_gib"] == 3.25 and r["compile_s"] == 41.5 and r["loss_finite"] is True
+    # 4+4 layers, d 512, FFN 2048: N_enc = 4 * (4 * 512^2 + 2 * 512 * 2048) = 12,582,912,
+    # N_dec = 4 * (8 * 512^2 + 2 * 512 * 2048) = 16,777,216; 6 * (N_enc + N_dec) + 6 * 512 * 2048
+    per_token = 6 * (12_582_912 + 16_777_216) + 6 * 512 * 2048
+    assert gpu_check.flops_per_target_token(2048) == per_token
+    assert r["tflops"] == pytest.approx(3000 * per_token / 1e12)
+    assert r["fraction_of_bf16_peak"] == pytest.approx(r["tflops"] / 989.4)
+    assert runs["stock-fp16-fairseq"]["loss_finite"] is False
+    assert runs["qknorm_paper-fp16-fairseq"]["status"] == "not run"
+    assert gpu_check.peak_tflops("NVIDIA H100 PCIe") == 756.0
+    assert gpu_check.peak_tflops("NVIDIA GeForce GTX 1080") is None
+    md = (tmp_path / "gpu-check.md").read_text()
+    assert "| twt-bf16-bucketed | ok | 3000 |" in md
+    assert json.loads((tmp_path / "gpu-check.json").read_text())["bf16_peak_tflops"] == 989.4
+
+
+# ------------------------------------------------------------------ decisive verdicts
+def test_block_minima_take_the_least_disturbed_repetition_of_each_block():
+    ref = [1.0, 1.3, 1.1, 2.0, 1.05, 1.2, 9.9]  # the 7th (incomplete block) is dropped
+    cand = [1.2, 1.1, 1.4, 1.15, 3.0, 1.25, 0.1]
+    r, c = stats.block_minima(ref, cand, 3)
+    assert r.tolist() == [1.0, 1.05] and c.tolist() == [1.1, 1.15]
+    with pytest.raises(ValueError, match="block >= 1"):
+        stats.block_minima(ref, cand, 8)
+    with pytest.raises(ValueError, match="equally long"):
+        stats.block_minima(ref, cand[:3], 2)
+
+
+def _noisy_ratios(true_ratio, spread, n, seed=0):
+    # one-sided interference: each timed entry is its true time times (1 + |noise|)
+    rng = np.random.default_rng(seed)
+    t_ref = 1.0 * (1 + np.abs(rng.normal(0, spread, n)))
+    t_cand = (1.0 / true_ratio) * (1 + np.abs(rng.normal(0, spread, n)))
+    return t_ref, t_cand
+
+
+def test_block_minima_narrow_the_spread_of_noisy_ratios():
+    t_ref, t_cand = _noisy_ratios(1.05, 0.10, 60)
+    raw = stats.paired_ratios(t_ref, t_cand)
+    r, c = stats.block_minima(t_ref, t_cand, 3)
+    mins = stats.paired_ratios(r, c)
+    assert np.std(mins) < np.std(raw)
+    assert abs(np.median(mins) - 1.05) < abs(np.median(raw) - 1.05) + 0.01
+
+
+def test_sequential_verdict_stops_at_the_first_decisive_look():
+    seq = iter([1.10, 1.12, 1.09, 1.11, 1.13, 1.5, 1.5])
+    s = stats.sequential_verdict(lambda: next(seq), 1.0, min_n=5)
+    assert (s["verdict"], s["stopped"], s["n"]) == ("met", "decided", 5)
+    seq = iter([0.90, 0.92, 0.91, 0.89, 0.93])
+    s = stats.sequential_verdict(lambda: next(seq), 1.0, min_n=5)
+    assert (s["verdict"], s["n"]) == ("missed", 5)
+
+
+def test_sequential_verdict_adds_repetitions_until_decided_or_capped():
+    # alternating around the threshold first, then clearly above: decided after 12
+    vals = [0.95, 1.05] * 3 + [1.2] * 20
+    it = iter(vals)
+    s = stats.sequential_verdict(lambda: next(it), 1.0, min_n=5, max_n=25)
+    assert s["stopped"] == "decided" and s["verdict"] == "met"
+    assert s["n"] == min(
+        n for n in range(5, 26)
+        if stats.ratio_summary(vals[:n])["ci_low"] >= 1.0
+    )  # fmt: skip
+    # never decided: stops at max_n with cannot tell
+    it = iter([0.95, 1.05] * 20)
+    s = stats.sequential_verdict(lambda: next(it), 1.0, min_n=5, max_n=9)
+    assert (s["verdict"], s["stopped"], s["n"]) == ("cannot tell", "max repetitions", 9)
+    # the time budget: a fake clock advancing 60 s per look
+    ticks = iter(range(0, 10000, 60))
+    it = iter([0.95, 1.05] * 20)
+    s = stats.sequential_verdict(
+        lambda: next(it), 1.0, min_n=5, max_n=40, budget_s=400, clock=lambda: next(ticks)
+    )
+    assert s["stopped"] == "time budget" and s["n"] < 40
+    with pytest.raises(ValueError, match="min_n <= max_n"):
+        stats.sequential_verdict(lambda: 1.0, 1.0, min_n=5, max_n=3)
+
+
+def test_e2e_variants_train_with_the_plugin_task_option(tmp_path):
+    a = bench.parse_args(["--targets", "--e2e-data", str(tmp_path)])
+    cmd = [str(x) for x in bench.train_cmd(a, "qknorm_paper+bucketed", tmp_path, 8, "proxy")]
+    assert cmd[cmd.index("--task") + 1] == "translation_word_dropout"
+    assert cmd[cmd.index("--batching") + 1] == "bucketed"
+    assert cmd[cmd.index("--arch") + 1] == "transformer_qknorm_paper_proxy"
+    plain = [str(x) for x in bench.train_cmd(a, "qknorm_paper", tmp_path, 8, "proxy")]
+    assert plain[plain.index("--task") + 1] == "translation" and "--batching" not in plain
+    assert bench.split_variant("twt+bucketed+compile") == (
+        "twt", ["--batching", "bucketed", "--torch-compile"])  # fmt: skip
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--e2e-systems", "twt+bogus"])
+    st = bench.paired_speed_stats(
+        {"stock": [100.0] * 5, "qknorm_paper": [100.0] * 5,
+         "qknorm_paper+bucketed": [150.0, 140.0, 160.0, 150.0, 145.0]}, throughput=True,
+    )  # fmt: skip
+    assert st["qknorm_paper+bucketed/stock"]["median"] == pytest.approx(1.5)
+    assert st["qknorm_paper+bucketed/qknorm_paper"]["median"] == pytest.approx(1.5)
+    res = {"e2e": {"size": "proxy", "systems": {"stock": {"runs": []},
+                   "qknorm_paper+bucketed": {"runs": []}}, "ratio_stats": st}}  # fmt: skip
+    t = [x for x in bench.targets(res) if "qknorm_paper+bucketed >= 1.4x" in x["target"]]
+    assert len(t) == 1 and t[0]["threshold"] == 1.4 and t[0]["verdict"] == "met"
+
+
+def test_profile_e2e_timers_count_fairseqs_entry_points(toy_data, tmp_path):
+    """``benchmarks.profile_e2e --timers`` on a real 4-update fairseq-train (subprocess: it
+    wraps fairseq's classes): one row per role, the calls each entry point got."""
+    import re
+    import subprocess
+
+    from conftest import PLUGIN_DIR, cli_env, tiny_model, tiny_training
+
+    _, bin_dir = toy_data
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.profile_e2e", "--timers", "--updates", "4", "--",
+         str(bin_dir), "--user-dir", str(PLUGIN_DIR), "--arch", "transformer_qknorm_paper",
+         "--qk-norm-length", "12", *tiny_model(dropout=None),
+         *tiny_training(lr="1e-3", max_tokens="500"), "--max-update", "4",
+         "--validate-interval-updates", "2", "--save-interval-updates", "4",
+         "--attn-stats-interval", "2", "--required-batch-size-multiple", "1",
+         "--no-epoch-checkpoints", "--save-dir", str(tmp_path / "ck"), "--log-interval", "2"],
+        capture_output=True, text=True, timeout=600, cwd=REPO, env=cli_env(),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    calls = dict(re.findall(r"^\| ([^|]+?) \| (\d+) \|", proc.stdout, re.M))
+    assert calls["training steps (Trainer.train_step)"] == "4"
+    assert calls["optimizer step (Trainer: optimizer.step)"] == "4"
+    assert calls["backward (torch.autograd.backward)"] == "4"
+    assert calls["validation (train.py: validate)"] == "2"  # updates 2 and 4
+    assert int(calls["checkpoint saving (checkpoint_utils.save_checkpoint)"]) >= 1
+    assert int(calls["attention statistics (plugin: _store_stats)"]) > 0
+    assert "| per-update rest of train_step" in proc.stdout
+    fwd = "forward + loss (task.train_step -> criterion)"
+    assert calls[fwd] == "4" and int(calls[fwd + " in validation"]) >= 2

@@ -65,11 +65,14 @@ from typing import Optional
 
 import numpy as np
 import torch
+from fairseq.data import LanguagePairDataset, iterators
+from fairseq.dataclass import ChoiceEnum
 from fairseq.logging import metrics
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from omegaconf import II
 
+from ..data import batching as bucketing
 from . import cpu_bf16
 
 logger = logging.getLogger(__name__)
@@ -110,6 +113,30 @@ class TranslationWordDropoutConfig(TranslationConfig):
             "native bf16 (emulated bf16: much slower than fp32)"
         },
     )
+    batching: ChoiceEnum(["fairseq", "bucketed"]) = field(
+        default="fairseq",
+        metadata={
+            "help": "training-split batching: 'fairseq' = fairseq's --max-tokens batching; "
+            "'bucketed' = the same sentences in batches of similar source AND target length "
+            "(same padded-size budget, rebuilt each epoch from --seed, padding fraction "
+            "logged once per epoch; fairseq_qknorm/data/batching.py)"
+        },
+    )
+    bf16_autocast_cuda: bool = field(
+        default=False,
+        metadata={
+            "help": "GPU bf16 training: train_step's forward pass and loss and valid_step "
+            "under torch.autocast('cuda', bfloat16), parameters and optimizer fp32 (fairseq's "
+            "--bf16 is TPU-only); refused when the model is not on a CUDA device"
+        },
+    )
+    torch_compile: bool = field(
+        default=False,
+        metadata={
+            "help": "train with torch.compile(model, dynamic=True) (training and validation "
+            "forward; generation uses the eager model); compile time logged"
+        },
+    )
     # the run's --seed (fairseq's common.seed), for the word-dropout masks
     seed: int = II("common.seed")
 
@@ -148,6 +175,36 @@ def _mask_seed(*parts: int) -> int:
     """Well-mixed 63-bit seed from non-negative integers (numpy SeedSequence hashing)."""
     state = np.random.SeedSequence([int(x) for x in parts]).generate_state(2, dtype=np.uint32)
     return (int(state[0]) << 31) ^ int(state[1])
+
+
+class CudaBf16AutocastCriterion:
+    """``criterion(model, sample)`` (forward pass and loss) under CUDA bf16 autocast.
+
+    The GPU twin of :class:`.cpu_bf16.Bf16AutocastCriterion` (``--bf16-autocast-cuda``):
+    ``torch.autocast("cuda", dtype=torch.bfloat16)``; the backward runs outside it.
+
+    Raises:
+        ValueError: the model is not on a CUDA device (CUDA autocast would do nothing).
+    """
+
+    def __init__(self, criterion, model):
+        p = next(model.parameters(), None)
+        if p is None or p.device.type != "cuda":
+            raise ValueError(
+                "--bf16-autocast-cuda needs the model on a CUDA device, got "
+                f"{None if p is None else p.device} (on a CPU use --bf16-autocast)"
+            )
+        self.criterion = criterion
+
+    def __call__(self, model, sample):
+        """The wrapped criterion's ``(loss, sample_size, logging_output)`` in CUDA bf16."""
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return self.criterion(model, sample)
+
+
+def bucketing_seed(seed: int, epoch: int) -> int:
+    """Seed of epoch ``epoch``'s bucketed batches: a hash of (``--seed``, epoch)."""
+    return _mask_seed(seed, epoch, 0x42A7)
 
 
 @register_task("translation_word_dropout", dataclass=TranslationWordDropoutConfig)
@@ -224,6 +281,125 @@ class TranslationWordDropoutTask(TranslationTask):
         if self.bf16_autocast_inference:
             logger.info("bf16 autocast: inference_step under torch.autocast('cpu', bfloat16)")
 
+    def build_model(self, cfg, from_checkpoint=False):
+        """Fairseq's ``build_model``; with ``--torch-compile`` the model's ``__call__`` compiled.
+
+        ``model.compile(dynamic=True)`` (``torch.nn.Module.compile``: in place, so parameter
+        names, checkpoints and the optimizer are unchanged) compiles what ``model(**net_input)``
+        runs: the training and validation forward passes. fairseq's ``SequenceGenerator`` calls
+        ``model.encoder`` / ``model.decoder`` methods directly, so decoding (``--eval-bleu``,
+        ``fairseq-generate``) stays eager. Compilation happens in the first forward pass;
+        :meth:`train_step` logs its time.
+        """
+        model = super().build_model(cfg, from_checkpoint=from_checkpoint)
+        if getattr(self.cfg, "torch_compile", False) and not from_checkpoint:
+            model.compile(dynamic=True)
+            logger.info(
+                "torch.compile: model forward compiled (dynamic=True, backend inductor); "
+                "decoding eager"
+            )
+        return model
+
+    def get_batch_iterator(self, dataset, max_tokens=None, max_sentences=None, **kwargs):
+        """Fairseq's ``get_batch_iterator``; ``--batching bucketed`` batches the training split.
+
+        The training split (``--train-subset``) is batched by
+        :func:`fairseq_qknorm.data.batching.bucketed_batches`: exactly the sentences that
+        fairseq's own batching of that epoch keeps (same ``--max-positions`` filtering, same
+        ``--max-tokens``/``--batch-size``/``--required-batch-size-multiple``, fairseq's drop of
+        a last incomplete batch included), regrouped by source and target length. The batches
+        are rebuilt each epoch (a callable ``batch_sampler``: tie-breaking seeded by ``--seed``
+        and the epoch), and fairseq's ``EpochBatchIterator`` shuffles their order by ``--seed +
+        epoch`` as usual; the padding fraction is logged once per epoch. Other splits and
+        ``--batching fairseq`` go to fairseq unchanged.
+
+        Raises:
+            ValueError: ``--batching bucketed`` on a dataset that is not a
+                ``LanguagePairDataset`` with target sizes.
+        """
+        train = self.datasets.get(getattr(self.cfg, "train_subset", "train"))
+        if getattr(self.cfg, "batching", "fairseq") != "bucketed" or dataset is not train:
+            return super().get_batch_iterator(
+                dataset, max_tokens=max_tokens, max_sentences=max_sentences, **kwargs
+            )
+        if not isinstance(dataset, LanguagePairDataset) or dataset.tgt_sizes is None:
+            raise ValueError(
+                "--batching bucketed needs a translation dataset with targets, got "
+                f"{type(dataset).__name__}"
+            )
+        disable_cache = kwargs.get("disable_iterator_cache", False) or kwargs.get(
+            "update_epoch_batch_itr", False
+        )
+        if not disable_cache and dataset in self.dataset_to_epoch_iter:
+            return self.dataset_to_epoch_iter[dataset]
+        seed = kwargs.get("seed", 1)
+        epoch = kwargs.get("epoch", 1)
+        dataset.set_epoch(epoch)
+        # fairseq's own batches of this epoch (what super() would freeze): their sentences
+        fairseq_batches = self._fairseq_batches(dataset, max_tokens, max_sentences, epoch, kwargs)
+        kept = np.sort(np.concatenate([np.asarray(b, dtype=np.int64) for b in fairseq_batches]))
+        src_sizes, tgt_sizes = dataset.src_sizes, dataset.tgt_sizes
+        before = bucketing.padding_stats(fairseq_batches, src_sizes, tgt_sizes)
+
+        def make_batches(ds, ep):
+            batches, width = bucketing.bucketed_batches(
+                kept,
+                src_sizes,
+                tgt_sizes,
+                max_tokens,
+                max_sentences,
+                kwargs.get("required_batch_size_multiple", 1),
+                seed=bucketing_seed(seed, ep),
+            )
+            after = bucketing.padding_stats(batches, src_sizes, tgt_sizes)
+            logger.info(
+                "bucketed batching: epoch %d: %s, bucket width %d; fairseq's batching: %.1f%%",
+                ep,
+                after.describe(),
+                width,
+                100 * before.fraction,
+            )
+            return batches
+
+        epoch_iter = iterators.EpochBatchIterator(
+            dataset=dataset,
+            collate_fn=dataset.collater,
+            batch_sampler=make_batches,
+            seed=seed,
+            num_shards=kwargs.get("num_shards", 1),
+            shard_id=kwargs.get("shard_id", 0),
+            num_workers=kwargs.get("num_workers", 0),
+            epoch=epoch,
+            buffer_size=kwargs.get("data_buffer_size", 0),
+            skip_remainder_batch=kwargs.get("skip_remainder_batch", False),
+            grouped_shuffling=kwargs.get("grouped_shuffling", False),
+            reuse_dataloader=getattr(self.cfg, "reuse_dataloader", True),
+            persistent_workers=getattr(self.cfg, "persistent_workers", True),
+        )
+        if not disable_cache:
+            self.dataset_to_epoch_iter[dataset] = epoch_iter
+        return epoch_iter
+
+    def _fairseq_batches(self, dataset, max_tokens, max_sentences, epoch, kwargs):
+        """The batches fairseq's ``get_batch_iterator`` makes for ``epoch`` (its make_batches)."""
+        from fairseq.data import data_utils
+
+        with data_utils.numpy_seed(kwargs.get("seed", 1) + epoch):
+            indices = dataset.ordered_indices()
+        if kwargs.get("max_positions") is not None:
+            indices = self.filter_indices_by_size(
+                indices,
+                dataset,
+                kwargs["max_positions"],
+                kwargs.get("ignore_invalid_inputs", False),
+            )
+        return dataset.batch_by_size(
+            indices,
+            max_tokens=max_tokens,
+            max_sentences=max_sentences,
+            required_batch_size_multiple=kwargs.get("required_batch_size_multiple", 1),
+        )
+
     def _generator(self, update_num: int) -> torch.Generator:
         if update_num != self._wd_update:
             self._wd_update, self._wd_micro = update_num, 0
@@ -281,6 +457,12 @@ class TranslationWordDropoutTask(TranslationTask):
         # tells a --qk-clip model that its clip runs (optimizer_step); it refuses to train
         # without it
         getattr(model, "module", model).qk_clip_hooked = True
+        if getattr(self.cfg, "bf16_autocast_cuda", False):
+            criterion = CudaBf16AutocastCriterion(criterion, model)
+        if getattr(self.cfg, "torch_compile", False):
+            return self._timed_compiled_step(
+                sample, model, criterion, optimizer, update_num, ignore_grad
+            )
         return super().train_step(
             self.apply_word_dropout(sample, update_num),
             model,
@@ -290,6 +472,33 @@ class TranslationWordDropoutTask(TranslationTask):
             ignore_grad=ignore_grad,
         )
 
+    def _timed_compiled_step(self, sample, model, criterion, optimizer, update_num, ignore_grad):
+        """``train_step`` timed; logs the step's wall time when torch.compile compiled in it."""
+        import time
+
+        from torch._dynamo.utils import counters
+
+        graphs = counters["stats"]["unique_graphs"]
+        t0 = time.perf_counter()
+        out = super().train_step(
+            self.apply_word_dropout(sample, update_num),
+            model,
+            criterion,
+            optimizer,
+            update_num,
+            ignore_grad=ignore_grad,
+        )
+        new = counters["stats"]["unique_graphs"] - graphs
+        if new:
+            logger.info(
+                "torch.compile: update %d compiled %d graph(s) (%d in all) in a step of %.1f s",
+                update_num,
+                new,
+                counters["stats"]["unique_graphs"],
+                time.perf_counter() - t0,
+            )
+        return out
+
     def valid_step(self, sample, model, criterion):
         """Fairseq's ``valid_step``, under bf16 autocast with ``--bf16-autocast``.
 
@@ -297,6 +506,8 @@ class TranslationWordDropoutTask(TranslationTask):
         """
         if self.bf16_autocast:
             self._check_cpu([model])
+        if getattr(self.cfg, "bf16_autocast_cuda", False):
+            criterion = CudaBf16AutocastCriterion(criterion, model)
         with cpu_bf16.bf16_autocast(self.bf16_autocast):
             return super().valid_step(sample, model, criterion)
 

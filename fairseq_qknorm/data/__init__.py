@@ -1,0 +1,1 @@
+"""Data utilities of the plugin: padding-aware batching (:mod:`.batching`)."""

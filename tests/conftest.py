@@ -736,3 +736,66 @@ def slurm_cluster(tmp_path_factory):
             time.sleep(0.5)
         for pid_file in pid_files:
             _stop_pid_file(pid_file)
+
+
+def assert_beam_scores_equal_full_forward(model, d, n_sentences: int) -> None:
+    """fairseq's SequenceGenerator (beam 3: incremental decoding, beam-shared encoder keys,
+    reordering) on ``n_sentences`` random sources of length 7 (the second one padded): every
+    hypothesis' positional scores equal the full (non-incremental) forward's log-probabilities."""
+    import torch
+    from fairseq.sequence_generator import SequenceGenerator
+
+    g = torch.Generator().manual_seed(1)
+    src = torch.randint(d.nspecial, len(d), (n_sentences, 7), generator=g)
+    src[1, :3] = d.pad()
+    src[:, -1] = d.eos()
+    lengths = (src != d.pad()).sum(1)
+    generator = SequenceGenerator([model], d, beam_size=3, max_len_b=6)
+    with torch.no_grad():
+        hypos = generator.generate(
+            [model], {"net_input": {"src_tokens": src, "src_lengths": lengths}}
+        )
+        for i, sentence in enumerate(hypos):
+            assert len(sentence) == 3
+            for hypo in sentence:
+                tokens = hypo["tokens"]
+                prev = torch.cat([tokens.new_tensor([d.eos()]), tokens[:-1]])[None]
+                out = model(src[i : i + 1], lengths[i : i + 1], prev)
+                lprobs = model.get_normalized_probs(out, log_probs=True)[0]
+                scores = lprobs.gather(-1, tokens[:, None]).squeeze(-1)
+                torch.testing.assert_close(hypo["positional_scores"], scores, atol=1e-4, rtol=1e-4)
+
+
+def run_progress_filter(filt, heartbeat: float):
+    """Run a ``qknorm_tools.progress`` filter (``filt.filter(lines, out, heartbeat=...)``) in a
+    thread, fed line by line.
+
+    Returns ``(lines, text, thread)``: put ``bytes`` lines on the queue ``lines`` (``None``
+    ends the input), ``text()`` is what the filter wrote so far (thread-safe), join ``thread``.
+    """
+    import io
+    import queue
+    import threading
+
+    lines: queue.Queue = queue.Queue()
+    buf, lock = io.BytesIO(), threading.Lock()
+
+    class Out:
+        def write(self, b):
+            with lock:
+                buf.write(b)
+
+        def flush(self):
+            pass
+
+    def text():
+        with lock:
+            return buf.getvalue().decode()
+
+    def feed():
+        while (line := lines.get()) is not None:
+            yield line
+
+    t = threading.Thread(target=filt.filter, args=(feed(), Out()), kwargs={"heartbeat": heartbeat})
+    t.start()
+    return lines, text, t

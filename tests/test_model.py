@@ -20,7 +20,13 @@ from fairseq_qknorm.modules import (
     scaled_l2_normalize,
 )
 
-from conftest import PLUGIN_DIR, TINY, build_model, run_cli
+from conftest import (
+    PLUGIN_DIR,
+    TINY,
+    assert_beam_scores_equal_full_forward,
+    build_model,
+    run_cli,
+)
 
 NAMED_ARCHS = {
     # arch: (layers, heads, dim, ffn, dropout, norm_type, qk_norm)
@@ -741,29 +747,8 @@ def test_incremental_decoding_with_beam_reorders_equals_full(toy_task, variant):
 def test_beam_search_scores_equal_full_forward(toy_task, variant):
     """fairseq's SequenceGenerator (beam 3: incremental decoding, beam-shared encoder keys,
     reordering): every hypothesis' positional scores equal the full forward's."""
-    from fairseq.sequence_generator import SequenceGenerator
-
     model = _tiny_model(toy_task, variant).eval()
-    d = toy_task.target_dictionary
-    g = torch.Generator().manual_seed(1)
-    src = torch.randint(d.nspecial, len(d), (3, 7), generator=g)
-    src[1, :3] = d.pad()
-    src[:, -1] = d.eos()
-    lengths = (src != d.pad()).sum(1)
-    generator = SequenceGenerator([model], d, beam_size=3, max_len_b=6)
-    with torch.no_grad():
-        hypos = generator.generate(
-            [model], {"net_input": {"src_tokens": src, "src_lengths": lengths}}
-        )
-        for i, sentence in enumerate(hypos):
-            assert len(sentence) == 3
-            for hypo in sentence:
-                tokens = hypo["tokens"]
-                prev = torch.cat([tokens.new_tensor([d.eos()]), tokens[:-1]])[None]
-                out = model(src[i : i + 1], lengths[i : i + 1], prev)
-                lprobs = model.get_normalized_probs(out, log_probs=True)[0]
-                scores = lprobs.gather(-1, tokens[:, None]).squeeze(-1)
-                torch.testing.assert_close(hypo["positional_scores"], scores, atol=1e-4, rtol=1e-4)
+    assert_beam_scores_equal_full_forward(model, toy_task.target_dictionary, 3)
 
 
 @pytest.mark.parametrize("variant", ["l2_per_head", "layernorm"])

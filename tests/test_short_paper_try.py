@@ -4,11 +4,8 @@ validates, and finishes (docs/short-paper-try.md)."""
 
 from __future__ import annotations
 
-import io
 import json
-import queue
 import re
-import threading
 import time
 
 import pytest
@@ -22,6 +19,7 @@ from conftest import (
     make_tiny_ted,
     out,
     prepare_pair,
+    run_progress_filter,
     run_script,
     tiny_model,
     train_commands,
@@ -56,29 +54,7 @@ def test_a_short_try_caps_validation_decoding(tmp_path):
 def test_validation_shows_progress():
     """The filter prints a line every heartbeat while fairseq validates (it prints nothing of
     its own until the result), and stops at the result line."""
-    lines: queue.Queue = queue.Queue()
-    buf, lock = io.BytesIO(), threading.Lock()
-
-    class Out:
-        def write(self, b):
-            with lock:
-                buf.write(b)
-
-        def flush(self):
-            pass
-
-    def text():
-        with lock:
-            return buf.getvalue().decode()
-
-    def feed():
-        while (line := lines.get()) is not None:
-            yield line
-
-    t = threading.Thread(
-        target=progress.TrainEta(20).filter, args=(feed(), Out()), kwargs={"heartbeat": 0.2}
-    )
-    t.start()
+    lines, text, t = run_progress_filter(progress.TrainEta(20), heartbeat=0.2)
     lines.put(
         b'2026-12-01 20:00:00 | INFO | fairseq_cli.train | begin validation on "valid" subset\n'
     )

@@ -13,7 +13,16 @@ import pytest
 
 from qknorm_tools.textio import explain_generate_failure
 
-from conftest import FAR_BOUND, REPO, cli_env, make_env, out, run_script, write_sums
+from conftest import (
+    FAR_BOUND,
+    REPO,
+    cli_env,
+    make_env,
+    out,
+    run_progress_filter,
+    run_script,
+    write_sums,
+)
 
 
 @pytest.mark.parametrize("script", ["train.sh", "evaluate.sh", "prepare_data.sh"])
@@ -232,36 +241,12 @@ def test_train_loss_panel_shows_a_run_with_one_point(tmp_path, monkeypatch):
 def test_a_line_before_the_first_progress_line():
     """Before fairseq's first train_inner line (every --log-interval updates) the terminal says
     training runs; it stops at the first progress line."""
-    import queue
     import re
-    import threading
     import time
 
     from qknorm_tools import progress
 
-    lines: queue.Queue = queue.Queue()
-    buf, lock = io.BytesIO(), threading.Lock()
-
-    class Out:
-        def write(self, b):
-            with lock:
-                buf.write(b)
-
-        def flush(self):
-            pass
-
-    def text():
-        with lock:
-            return buf.getvalue().decode()
-
-    def feed():
-        while (line := lines.get()) is not None:
-            yield line
-
-    t = threading.Thread(
-        target=progress.TrainEta(100).filter, args=(feed(), Out()), kwargs={"heartbeat": 0.2}
-    )
-    t.start()
+    lines, text, t = run_progress_filter(progress.TrainEta(100), heartbeat=0.2)
     lines.put(b"2026-12-01 20:00:00 | INFO | fairseq_cli.train | Start iterating over samples\n")
     t0 = time.time()
     while text().count("| training for ") < 2:  # the event: two lines; a far bound only

@@ -223,13 +223,21 @@ def test_profile_trains_for_real(profile, tiny_work, tmp_path):
         assert min(train[e]["lr"] for e in past_warmup) <= lr * shrink * (1 + 1e-3), (
             f"the learning rate never decayed on a dev-{metric} plateau"
         )
+        # two stopping rules: --patience validations without improvement, or (checked by
+        # fairseq at the start of each epoch) lr <= --stop-min-lr; the first that fires ends it
         stop = early_stop_index(values, patience, maximize=maximize)
-        assert stop == len(values) - 1, (values, "training did not stop where --patience says")
+        floor = float(f["--stop-min-lr"])
+        below = [i for i, (e, _, _) in enumerate(epochs) if expected[e + 1] <= floor]
+        floor_stop = below[0] if below else None
+        firsts = [i for i in (stop, floor_stop) if i is not None]
+        assert firsts and min(firsts) == len(values) - 1, (values, expected, "stopped elsewhere")
         log = (run / "train.log").read_text()
-        assert f"early stop since valid performance hasn't improved for last {patience} runs" in log
+        reason = "early_stop" if stop == len(values) - 1 else "min_lr"
+        early = f"early stop since valid performance hasn't improved for last {patience} runs"
+        assert (early in log) == (reason == "early_stop")
         # the run's record says so (qknorm_tools.trainlog.stop_reason, read by read_run)
         rec = read_run(run, scored=False)
-        assert rec.stop_reason == "early_stop" and rec.epochs == valid[-1]["epoch"]
+        assert rec.stop_reason == reason and rec.epochs == valid[-1]["epoch"]
         assert [p["loss"] for p in rec.dev_curve] == [r["metrics"]["loss"] for r in valid]
 
     # checkpoint_best.pt is the best validation by the profile's metric (ties: the later one)

@@ -8,4 +8,4 @@ PROFILE_MODEL_FLAGS=(--encoder-embed-dim 128 --decoder-embed-dim 128
 TRAIN_DROPOUT=0.2
 OPTIM_FLAGS=(--optimizer adam --adam-betas "(0.9,0.98)" --adam-eps 1e-8 --clip-norm 1.0
     --lr 2e-3 --lr-scheduler reduce_lr_on_plateau --lr-shrink 0.5 --lr-patience 0
-    --warmup-updates 500 --warmup-init-lr 1e-7)
+    --warmup-updates 500 --warmup-init-lr 1e-4)

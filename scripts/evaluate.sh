@@ -182,5 +182,5 @@ mv -- "$HYP.tmp" "$HYP"
     --src-lang "$SRC" --tgt-lang "$TGT" --data-id "$DATA_ID" >"$SCORE.tmp" \
     || { rm -f -- "$SCORE.tmp"; die "scoring $HYP against $REF failed"; }
 mv -- "$SCORE.tmp" "$SCORE"
-qk_log "read bleu_tok in $SCORE (words, against $REF; comparable to the papers), not the BLEU4 line at the end of $GEN (fairseq's scorer on BPE units: README \"Which BLEU to read\")"
+qk_log "read bleu_tok in $SCORE (words, against $REF; comparable to the papers), not the BLEU4 line at the end of $GEN (fairseq's scorer on BPE units: docs/pipeline.md, \"Which BLEU to read\")"
 cat "$SCORE"

@@ -26,7 +26,7 @@
 # RESULTS defaults to results/LABEL/PAIR/lr-sweep. Rerunning the same command continues the
 # sweep; Ctrl-C stops every run it started.
 #
-# Budget (the defaults; README "Does QK normalization widen the stable learning-rate range?"):
+# Budget (the defaults; docs/lr-sweep.md):
 # see the comments at SWEEP_MAX_UPDATE below.
 set -euo pipefail
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"

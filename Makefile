@@ -39,7 +39,7 @@ demo: install
 # the papers' tables: make grid PROFILE=paper PAIRS=all SYSTEMS=all SEEDS=1,2,3, on this machine
 # (JOBS=N cells at once, one GPU each) or on Slurm (LAUNCHER=slurm); LAUNCH_ARGS: more launcher
 # options (e.g. "--partition gpu --nproc 2"); TRAIN_ARGS: fairseq-train flags for every cell
-# (e.g. --fp16). README "Running on a cluster".
+# (e.g. --fp16). docs/cluster.md.
 PROFILE ?= cpu-proxy
 PAIRS ?= gl-en
 SYSTEMS ?= all

@@ -31,7 +31,7 @@ skipped (they would run about 20x slower) unless ``--allow-emulated``. Writes
 
 Quality at equal updates and the end-to-end speed at a real profile are not measured here but
 with the pipeline (data from ``scripts/prepare_data.sh gl-en && scripts/bpe.sh gl-en &&
-scripts/binarize.sh gl-en``; README, "bf16 training on CPU", has the figures)::
+scripts/binarize.sh gl-en``; docs/bf16.md has the figures)::
 
     for s in 1 2 3; do  # runs .../twt/seedS (fp32) and .../twt/seedS-bf16
         for b in "" --bf16-autocast; do

@@ -135,7 +135,7 @@ def plot_curves(
 def plot_calibration(named_logs: Mapping[str, str], out) -> str:
     """Dev loss against updates and against wall-clock minutes, one line per run.
 
-    For choosing a profile's size (README "Convergence"): the best validation of each run is
+    For choosing a profile's size (docs/convergence.md): the best validation of each run is
     starred, its last one (where the stopping rule, or the run, ended) crossed.
 
     Args:

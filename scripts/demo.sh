@@ -28,7 +28,7 @@ usage: scripts/demo.sh [PAIR] [--seed N] [--max-update N] [--data-dir DIR]
   --data-dir D  local corpus directory (default: \$QKNORM_DATA_DIR or ../shared/data)
 environment: QKNORM_WORK_DIR, QKNORM_MAX_UPDATE, QKNORM_DATA_DIR, QKNORM_BF16 (default auto:
   bf16 autocast where measured faster on this CPU, measured once before training, about a
-  minute, cached; 0 fp32, 1 bf16; README "bf16 training on CPU")
+  minute, cached; 0 fp32, 1 bf16; docs/bf16.md)
 EOF
 }
 

@@ -204,5 +204,5 @@ mv -- "$HYP.tmp" "$HYP"
 mv -- "$SCORE.tmp" "$SCORE"
 "$QK_PY" -m qknorm_tools.freshness write "${MADE_BY_ARGS[@]}" \
     || die "cannot write $MADE_BY (what made $SCORE)"
-qk_log "read bleu_tok in $SCORE (words, against $REF; comparable to the papers), not the BLEU4 line at the end of $GEN (fairseq's scorer on BPE units: README \"Which BLEU to read\")"
+qk_log "read bleu_tok in $SCORE (words, against $REF; comparable to the papers), not the BLEU4 line at the end of $GEN (fairseq's scorer on BPE units: docs/pipeline.md, \"Which BLEU to read\")"
 cat "$SCORE"

@@ -565,7 +565,7 @@ corpus_py() {
 # pair configuration
 
 # qk_config_dirs KIND: the folders holding configs/KIND/*.sh: the repository's, and for pairs
-# also configs/pairs/ of the work dir (a researcher's own pairs, README "Own data"; the same
+# also configs/pairs/ of the work dir (a researcher's own pairs, docs/own-data.md; the same
 # folder when QKNORM_WORK_DIR is the repository).
 qk_config_dirs() {
     printf '%s\n' "$QK_REPO_ROOT/configs/$1"
@@ -635,7 +635,7 @@ qk_require_name() {
     qk_config_file "$kind" "$name" >/dev/null && return 0
     if [[ "$kind" == pairs ]]; then
         qk_pair_reverse_of "$name" >/dev/null && return 0
-        more="; the reverse direction of one, e.g. en-gl; or your own configs/pairs/NAME.sh: README \"Own data\""
+        more="; the reverse direction of one, e.g. en-gl; or your own configs/pairs/NAME.sh: docs/own-data.md"
         local file
         if [[ "$name" =~ ^([a-zA-Z0-9_]+)-([a-zA-Z0-9_]+)$ ]] \
             && file="$(qk_config_file pairs "${BASH_REMATCH[2]}-${BASH_REMATCH[1]}")" \
@@ -708,13 +708,13 @@ load_pair_config() {
         *) die "$cfg: unknown CORPUS '$CORPUS' (ted, iwslt15, or local for your own files)" ;;
     esac
     if [[ "$CORPUS" == local ]]; then
-        # own corpus: what has no papers' value gets ours (README "Own data")
+        # own corpus: what has no papers' value gets ours (docs/own-data.md)
         SPM_VOCAB_SIZE="${SPM_VOCAB_SIZE:-${BPE_MERGES:-}}"
         PAPER_ARCH_SIZE="${PAPER_ARCH_SIZE:-base}"
         PAPER_MAX_EPOCH="${PAPER_MAX_EPOCH:-200}"
         PAPER_L="${PAPER_L:-}"
         for v in SRC TGT BPE_MERGES "${QK_LOCAL_FILE_VARS[@]}"; do
-            [[ -n "${!v:-}" ]] || die "$cfg does not set $v (CORPUS=local needs SRC, TGT, BPE_MERGES and the six file names LOCAL_{TRAIN,DEV,TEST}_{SRC,TGT}; README \"Own data\")"
+            [[ -n "${!v:-}" ]] || die "$cfg does not set $v (CORPUS=local needs SRC, TGT, BPE_MERGES and the six file names LOCAL_{TRAIN,DEV,TEST}_{SRC,TGT}; docs/own-data.md)"
         done
     else
         for v in SRC TGT BPE_MERGES SPM_VOCAB_SIZE PAPER_L PAPER_ARCH_SIZE PAPER_MAX_EPOCH; do

@@ -26,7 +26,7 @@
 # RESULTS defaults to results/LABEL/PAIR/lr-sweep. Rerunning the same command continues the
 # sweep; Ctrl-C stops every run it started.
 #
-# Budget (the defaults; README "Does QK normalization widen the stable learning-rate range?"):
+# Budget (the defaults; docs/lr-sweep.md):
 # see the comments at SWEEP_MAX_UPDATE below.
 #
 # The size axis (issue 23; Wortsman et al. 2023 Fig. 1): --sizes 128,256,384 repeats the whole
@@ -34,7 +34,7 @@
 # heads of 64), runs under LABEL-dD (d 256: the profile's own LABEL), results under
 # RESULTS/dD/, dev loss only (every size cell is --train-only: no test decoding), and
 # python -m qknorm_tools.lr_sweep_sizes then writes RESULTS/lr_sweep_sizes.{md,json,png}: LR
-# sensitivity against non-embedding parameters per system. Budget: docs/lr_sweep.md.
+# sensitivity against non-embedding parameters per system. Budget: docs/lr-sweep-sizes.md.
 set -euo pipefail
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
 # shellcheck source=scripts/lib.sh

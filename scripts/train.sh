@@ -55,7 +55,7 @@ usage: scripts/train.sh PAIR SYSTEM [--profile P] [--seed N] [--max-update N] [-
                (scripts/evaluate.sh decodes it in fp32); refused on a CPU without native
                bf16 unless -- --bf16-autocast-allow-emulated. Without it the profile decides:
                the CPU profiles (PROFILE_BF16=auto) use bf16 where it was measured faster
-               on this CPU (measured once, about a minute; README "bf16 training on CPU")
+               on this CPU (measured once, about a minute; docs/bf16.md)
   --dry-run    print the resolved fairseq-train command and exit
   --force      retrain even if the run is finished (its directory is emptied)
   -- ARGS      passed on to fairseq-train (a run made with other ARGS is never reused)

@@ -176,6 +176,16 @@ def count_lines(path: Path) -> int:
         return sum(1 for _ in f)
 
 
+def doc_files() -> list:
+    """README.md and every docs/*.md (the documentation a user reads), README first."""
+    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+def doc_text() -> str:
+    """The text of README.md and docs/*.md joined (README's sections moved to docs/ in issue 21)."""
+    return "\n\n".join(p.read_text(encoding="utf-8") for p in doc_files())
+
+
 def sha256(path: Path) -> str:
     """sha256 hex digest of a file."""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()

@@ -7,7 +7,7 @@
 * demo.sh checks every option before the first data step;
 * train.sh refuses extra fairseq arguments that would override what it manages;
 * unknown pair/system/profile: the error and the usage line, exit status 2;
-* the README's fairseq-train commands have a stopping criterion.
+* the fairseq-train commands of README.md and docs/*.md have a stopping criterion.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from conftest import (
     FAR_BOUND,
     REPO,
     cli_env,
+    doc_text,
     make_env,
     make_tiny_ted,
     out,
@@ -363,8 +364,8 @@ def test_unknown_names_are_usage_errors_with_the_usage_line(tmp_path, script, ar
 
 # ------------------------------------------------------------------------------ README
 def test_readme_fairseq_train_commands_have_a_stopping_criterion():
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    text = doc_text()
     commands = re.findall(r"^fairseq-train .*?(?<!\\)$", text, flags=re.M | re.S)
-    assert commands, "no fairseq-train command in the README"
+    assert commands, "no fairseq-train command in README.md or docs/*.md"
     for cmd in commands:
         assert "--max-update" in cmd or "--max-epoch" in cmd, cmd

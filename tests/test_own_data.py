@@ -13,7 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FAR_BOUND, REPO, SCRIPTS, count_lines, make_env, make_tiny_ted, out, run_script
+from conftest import (
+    FAR_BOUND,
+    SCRIPTS,
+    count_lines,
+    doc_text,
+    make_env,
+    make_tiny_ted,
+    out,
+    run_script,
+)
 
 #: own file names: the side is not the language code, the dev split is "valid"
 OWN_NAMES = {
@@ -27,10 +36,10 @@ OWN_NAMES = {
 
 
 def readme_pair_config(local_dir: str) -> str:
-    """The own-corpus config shown in the README, with LOCAL_DIR set to ``local_dir``."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    """The own-corpus config of docs/own-data.md, with LOCAL_DIR set to ``local_dir``."""
+    text = doc_text()
     block = re.search(r"```bash\n(# configs/pairs/de-en\.sh\n.*?)```", text, flags=re.S)
-    assert block, "README: no configs/pairs/de-en.sh example"
+    assert block, "README.md / docs/*.md: no configs/pairs/de-en.sh example"
     config, n = re.subn(r"^LOCAL_DIR=\S+", f"LOCAL_DIR={local_dir}", block.group(1), flags=re.M)
     assert n == 1
     return config

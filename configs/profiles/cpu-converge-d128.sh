@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # configs/profiles/cpu-converge-d128.sh: cpu-converge at width 128 / FFN 512 (4 heads of 32),
-# dropout 0.2: about 3x cheaper per token (calibration candidate; README "Convergence").
+# dropout 0.2: about 3x cheaper per token (calibration candidate; docs/convergence.md).
 source "$(dirname "${BASH_SOURCE[0]}")/cpu-converge.sh"
 
 PROFILE_MODEL_FLAGS=(--encoder-embed-dim 128 --decoder-embed-dim 128

@@ -2,7 +2,7 @@
 # configs/profiles/cpu-converge.sh: CPU training to convergence (the papers' stopping rule,
 # scaled), sourced by scripts/train.sh and scripts/evaluate.sh after configs/base.sh and
 # configs/pairs/<PAIR>.sh. Sized so that one gl-en run stops by its stopping rule within about
-# 80 minutes at one thread, two runs side by side on 2 cores (docs: README "Convergence").
+# 80 minutes at one thread, two runs side by side on 2 cores (docs/convergence.md).
 # NOT the papers' setting: a CPU-sized model; numbers are never comparable to the papers'.
 
 # Model size: the systems' *_proxy named archs (3+3 layers, 4 heads) at width 256 / FFN 1024,

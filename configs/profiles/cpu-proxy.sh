@@ -49,7 +49,7 @@ THREADS="${QKNORM_THREADS:-2}"
 # $QKNORM_WORK_DIR/bf16-auto/); fp32 elsewhere. bf16 runs are filed
 # as seedN-bf16 and decoded in fp32. On real gl-en (AMD EPYC Zen 4, cpu-proxy-fast, TWT, 3
 # seeds) it trained 1.15x faster end to end with BLEU and dev loss within the seed spread
-# (README, "bf16 training on CPU"). QKNORM_BF16=0 (fp32) or 1 decides instead.
+# (docs/bf16.md). QKNORM_BF16=0 (fp32) or 1 decides instead.
 PROFILE_BF16=auto
 
 # One cell as a cluster job (scripts/reproduce.sh --launcher slurm; flags and --sbatch-args

@@ -1,0 +1,82 @@
+"""The documentation's links resolve and README.md stays short (issue 21, item 5).
+
+Every relative link ``[text](target)`` and image ``![alt](target)`` in README.md and docs/*.md
+must point to an existing file of the repository; a ``#anchor`` on a Markdown target must name
+one of that file's headings (GitHub's heading slugs). README.md has at most 300 lines.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from conftest import REPO, doc_files
+
+README_MAX_LINES = 300
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+FENCE = re.compile(r"^```.*?^```", flags=re.M | re.S)
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading: lower case, punctuation dropped, spaces to '-'."""
+    s = heading.strip().lower()
+    s = re.sub(r"[^\w\- ]", "", s)
+    return s.replace(" ", "-")
+
+
+def anchors(path) -> set:
+    text = FENCE.sub("", path.read_text(encoding="utf-8"))
+    return {slug(m) for m in re.findall(r"^#+ (.+)$", text, flags=re.M)}
+
+
+def links(path) -> list:
+    """(line number, target) of every link outside code blocks and inline code."""
+    text = path.read_text(encoding="utf-8")
+    out = []
+    in_fence = False
+    for n, line in enumerate(text.split("\n"), 1):
+        if line.startswith("```"):
+            in_fence = not in_fence
+            continue
+        if in_fence:
+            continue
+        line = re.sub(r"`[^`]*`", "", line)
+        out += [(n, t) for t in LINK.findall(line)]
+    return out
+
+
+def test_slug_matches_githubs_anchors():
+    assert slug("How much of the gain is QKNorm's? The 2x2 ablation") == (
+        "how-much-of-the-gain-is-qknorms-the-2x2-ablation"
+    )
+    assert slug("bf16 training on CPU") == "bf16-training-on-cpu"
+    assert slug("Main job: gl-en on CPU (`make demo`)") == "main-job-gl-en-on-cpu-make-demo"
+
+
+def test_readme_is_short():
+    n = len((REPO / "README.md").read_text(encoding="utf-8").splitlines())
+    assert n <= README_MAX_LINES, f"README.md has {n} lines (at most {README_MAX_LINES})"
+
+
+@pytest.mark.parametrize("doc", doc_files(), ids=lambda p: p.relative_to(REPO).as_posix())
+def test_relative_links_resolve(doc):
+    bad = []
+    for n, target in links(doc):
+        if re.match(r"^[a-z]+:", target):  # https:, mailto:
+            continue
+        file, _, anchor = target.partition("#")
+        dest = (doc.parent / file).resolve() if file else doc
+        if not dest.exists():
+            bad.append(f"{doc.name}:{n}: {target} (no file {dest})")
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            bad.append(f"{doc.name}:{n}: {target} (no heading #{anchor} in {dest.name})")
+    assert not bad, "\n".join(bad)
+
+
+def test_every_docs_file_is_linked_from_readme():
+    readme = {t.partition("#")[0] for _, t in links(REPO / "README.md")}
+    missing = [
+        p.name for p in sorted((REPO / "docs").glob("*.md")) if f"docs/{p.name}" not in readme
+    ]
+    assert not missing, f"docs not linked from README.md: {missing}"

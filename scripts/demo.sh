@@ -94,8 +94,11 @@ HYPS=()
 for system in "${SYSTEMS[@]}"; do
     HYPS+=("$system=$(rel="$(qk_run_dir "$PAIR" "$LABEL" "$system" "$SEED")"; echo "${rel#"$QK_WORK_DIR"/}")/test.hyp")
 done
+# --allow-few-lines: the demo also runs on own (small) test sets; paired tests on fewer than
+# 300 sentences are then flagged (few_lines, a warning) instead of refused
 (cd "$QK_WORK_DIR" && "$QK_PY" -m qknorm_tools.evaluate compare --ref "${REF#"$QK_WORK_DIR"/}" \
-    --baseline "${HYPS[0]}" --system "${HYPS[@]:1}" --json --out "$OUT/demo_compare.json")
+    --baseline "${HYPS[0]}" --system "${HYPS[@]:1}" --json --allow-few-lines \
+    --out "$OUT/demo_compare.json")
 "$QK_PY" -m qknorm_tools.plots curves --log "${LOGS[@]}" --out "$OUT/demo_curves.png"
 "$QK_PY" -m qknorm_tools.plots g --log "${QK_LOGS[@]}" --out "$OUT/demo_g.png"
 "$QK_PY" -m qknorm_tools.plots health --log "${LOGS[@]}" --out "$OUT/demo_health.png"

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -57,6 +58,7 @@ from .textio import (
     extract_hypotheses,
     read_lines,
     warn,
+    write_lines,
 )
 
 __all__ = ["RUN_IDENTITY_FIELDS", "build_parser", "main", "parse_kv", "run_identity_mismatches"]
@@ -115,8 +117,17 @@ def _load_all(sources: Sequence[str]) -> list[RunRecord]:
 
 def _cmd_extract(a) -> int:
     mode = BPE_TOOL_SYMBOL[bpe_tool(a.bpe_dir)] if a.bpe_dir else a.remove_bpe
-    hyps = extract_hypotheses(a.generate_output, a.output, mode, a.n_expected)
-    print(f"wrote {len(hyps)} hypotheses to {a.output}", file=sys.stderr)
+    hyps = extract_hypotheses(a.generate_output, None, mode, a.n_expected)
+    # written next to the output, then renamed: a failure leaves no half-written file, and the
+    # message names the file the user reads, not a temporary one
+    out = Path(a.output)
+    part = out.with_name(f".{out.name}.partial")
+    try:
+        write_lines(part, hyps)
+        os.replace(part, out)
+    finally:
+        part.unlink(missing_ok=True)
+    print(f"wrote {len(hyps)} hypotheses to {out}", file=sys.stderr)
     return 0
 
 

@@ -176,7 +176,7 @@ elif [[ -s "$SCORE" && -f "$HYP" ]]; then
 fi
 rm -f -- "$MADE_BY"  # outputs being remade have no record until they are all written
 
-QK_CLEANUP+=("$GEN.tmp" "$HYP.tmp" "$SCORE.tmp")  # an interrupted step leaves nothing half-written
+QK_CLEANUP+=("$GEN.tmp" "$(dirname -- "$HYP")/.$(basename -- "$HYP").partial" "$SCORE.tmp")  # an interrupted step leaves nothing half-written
 N_REF="$(qk_count_lines "$REF")"
 qk_log "decoding $PAIR $SPLIT with $CHECKPOINT (beam $BEAM, lenpen $LENPEN, $N_REF sentences)"
 # progress with an ETA every 30 s while decoding (qknorm_tools.progress), stopped on exit
@@ -194,10 +194,9 @@ OMP_NUM_THREADS="$THREADS" qk_run "${GEN_CMD[@]}" >"$GEN.tmp" 2>"$RUN/$STEM.gen.
     }
 mv -- "$GEN.tmp" "$GEN"
 stop_watch
-"$QK_PY" -m qknorm_tools.evaluate extract --generate-output "$GEN" --output "$HYP.tmp" \
+"$QK_PY" -m qknorm_tools.evaluate extract --generate-output "$GEN" --output "$HYP" \
     --bpe-dir "$QK_DATA/bpe/$PAIR" --n-expected "$N_REF" \
-    || { rm -f -- "$HYP.tmp"; die "could not extract $N_REF hypotheses from $GEN"; }
-mv -- "$HYP.tmp" "$HYP"
+    || die "could not extract $N_REF hypotheses from $GEN"
 "$QK_PY" -m qknorm_tools.evaluate score --hyp "$HYP" --ref "$REF" --json \
     --src-lang "$SRC" --tgt-lang "$TGT" --data-id "$DATA_ID" >"$SCORE.tmp" \
     || { rm -f -- "$SCORE.tmp"; die "scoring $HYP against $REF failed"; }

@@ -73,7 +73,12 @@ def submitted(stdout):
 
 
 def strip_wall(record):
-    return {k: v for k, v in record.items() if "wall" not in k}
+    """A record without what timing makes differ between two runs of the same cell: wall and
+    CPU seconds, and the wall time of each point of the dev curve."""
+    out = {k: v for k, v in record.items() if "wall" not in k and k != "cpu_seconds"}
+    if out.get("dev_curve"):
+        out["dev_curve"] = [{k: v for k, v in p.items() if k != "wall"} for p in out["dev_curve"]]
+    return out
 
 
 SAVED = re.compile(r"Saved checkpoint \S+checkpoint_last\.pt \(epoch \d+ @ (\d+) updates")

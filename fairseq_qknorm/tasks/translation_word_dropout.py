@@ -459,35 +459,30 @@ class TranslationWordDropoutTask(TranslationTask):
         getattr(model, "module", model).qk_clip_hooked = True
         if getattr(self.cfg, "bf16_autocast_cuda", False):
             criterion = CudaBf16AutocastCriterion(criterion, model)
-        if getattr(self.cfg, "torch_compile", False):
-            return self._timed_compiled_step(
-                sample, model, criterion, optimizer, update_num, ignore_grad
-            )
-        return super().train_step(
-            self.apply_word_dropout(sample, update_num),
-            model,
-            criterion,
-            optimizer,
-            update_num,
-            ignore_grad=ignore_grad,
-        )
 
-    def _timed_compiled_step(self, sample, model, criterion, optimizer, update_num, ignore_grad):
-        """``train_step`` timed; logs the step's wall time when torch.compile compiled in it."""
+        def step():
+            return super(TranslationWordDropoutTask, self).train_step(
+                self.apply_word_dropout(sample, update_num),
+                model,
+                criterion,
+                optimizer,
+                update_num,
+                ignore_grad=ignore_grad,
+            )
+
+        if getattr(self.cfg, "torch_compile", False):
+            return self._timed_compiled_step(step, update_num)
+        return step()
+
+    def _timed_compiled_step(self, step, update_num):
+        """``step()`` timed; logs the step's wall time when torch.compile compiled in it."""
         import time
 
         from torch._dynamo.utils import counters
 
         graphs = counters["stats"]["unique_graphs"]
         t0 = time.perf_counter()
-        out = super().train_step(
-            self.apply_word_dropout(sample, update_num),
-            model,
-            criterion,
-            optimizer,
-            update_num,
-            ignore_grad=ignore_grad,
-        )
+        out = step()
         new = counters["stats"]["unique_graphs"] - graphs
         if new:
             logger.info(

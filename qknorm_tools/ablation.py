@@ -21,6 +21,7 @@ __all__ = [
     "ABLATION_CELLS",
     "ablation_effects",
     "ablation_report",
+    "ablation_runs",
     "ablation_significance",
     "write_ablation_report",
 ]
@@ -225,6 +226,55 @@ def _cell_hypotheses(cell: str, recs: list[RunRecord], refs: Sequence[str]) -> l
     return seq
 
 
+def ablation_runs(ordered: Mapping[str, Sequence[RunRecord]], metric: str) -> list[dict]:
+    """One row per run of the four cells: how its training ended and what it learned.
+
+    What the issue's converged grid reports per run besides the score: the stop (fairseq's
+    reason, ``early_stop`` or ``min_lr`` for a run stopped by the profile's rule, epochs and
+    updates at the stop), the lowest dev loss (label-smoothed cross-entropy of fairseq's
+    validation, bits per target token) and its epoch, QKNorm's learned ``g`` at the end per
+    attention module (Henry et al. 2020, Eq. 2; ``None`` for dot-product cells) with its
+    initial value ``g0 = log2(L^2 - L)`` (Eq. 4), the largest attention logit logged over
+    training and validation, and the training cost in CPU minutes.
+
+    Args:
+        ordered: cell name -> its records in seed order.
+        metric: the test score shown (``bleu_tok``, ``bleu`` or ``chrf``).
+
+    Returns:
+        A list of ``{"cell", "system", "seed", "stop_reason", "epochs", "updates",
+        "dev_loss_min", "best_dev_loss_epoch", metric, "g0", "g_final", "g_final_mean",
+        "g_final_min", "g_final_max", "max_attn_logit", "cpu_minutes"}``; fields a record
+        does not have are ``None``.
+    """
+    rows = []
+    for cell in ABLATION_CELLS:
+        for r in ordered.get(cell, ()):
+            g = dict(r.qk_norm_g_final or {})
+            vals = list(g.values())
+            rows.append(
+                {
+                    "cell": cell,
+                    "system": r.system,
+                    "seed": r.seed,
+                    "stop_reason": r.stop_reason,
+                    "epochs": r.epochs,
+                    "updates": r.updates,
+                    "dev_loss_min": r.dev_loss_min,
+                    "best_dev_loss_epoch": r.best_dev_loss_epoch,
+                    metric: r.score(metric),
+                    "g0": r.qk_norm_g0,
+                    "g_final": g or None,
+                    "g_final_mean": sum(vals) / len(vals) if vals else None,
+                    "g_final_min": min(vals) if vals else None,
+                    "g_final_max": max(vals) if vals else None,
+                    "max_attn_logit": r.max_attn_logit,
+                    "cpu_minutes": None if r.cpu_seconds is None else r.cpu_seconds / 60.0,
+                }
+            )
+    return rows
+
+
 def ablation_report(
     cells: Mapping[str, Sequence[RunRecord | Mapping[str, object]]],
     refs: Sequence[str] | None = None,
@@ -253,7 +303,7 @@ def ablation_report(
 
     Returns:
         ``{"metric", "cells": {cell: {"system", "n_seeds", "seeds", "mean", "sd", "values"}},
-        "effects", "significance", "notes"}``.
+        "effects", "significance", "runs" (:func:`ablation_runs`), "notes"}``.
 
     Raises:
         ResultsError: a cell without records, a record without the score or hypotheses.
@@ -291,6 +341,7 @@ def ablation_report(
         "cells": cell_stats,
         "effects": effects,
         "significance": sig,
+        "runs": ablation_runs(ordered, metric),
         "notes": notes,
     }
 
@@ -334,7 +385,45 @@ def _markdown(report: Mapping[str, object]) -> list[str]:
         f"({eff['norm_main_effect']:+.2f}) = {paper:+.2f}",
         "",
     ]
-    return md + [f"- {n}" for n in report["notes"]]
+    md += [f"- {n}" for n in report["notes"]]
+    return md + _runs_markdown(report.get("runs") or [], metric)
+
+
+def _fmt(v, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def _runs_markdown(runs: Sequence[Mapping[str, object]], metric: str) -> list[str]:
+    """The per-run table of :func:`ablation_runs` (empty without runs)."""
+    if not runs:
+        return []
+    md = [
+        "",
+        "## Runs",
+        "",
+        "Per run: why and when training stopped, the lowest dev loss (bits per target token) and "
+        f"its epoch, the test score ({metric}), QKNorm's g at the end over the attention modules "
+        "(mean [min, max]; g0 = log2(L^2 - L)), the largest attention logit logged over "
+        "training and validation, and the training CPU time.",
+        "",
+        "| cell | system | seed | stop | epochs | updates | best dev loss (epoch) "
+        f"| {metric} | g0 | g at the end | max logit | CPU min |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---|---:|---:|",
+    ]
+    for r in runs:
+        g = "-"
+        if r.get("g_final_mean") is not None:
+            g = f"{r['g_final_mean']:.2f} [{r['g_final_min']:.2f}, {r['g_final_max']:.2f}]"
+        best = _fmt(r.get("dev_loss_min"), ".3f")
+        if r.get("best_dev_loss_epoch") is not None:
+            best += f" ({r['best_dev_loss_epoch']})"
+        md.append(
+            f"| {r['cell']} | {r['system']} | {r['seed']} | {r.get('stop_reason') or '-'} "
+            f"| {_fmt(r.get('epochs'), 'd')} | {_fmt(r.get('updates'), 'd')} | {best} "
+            f"| {_fmt(r.get(metric), '.2f')} | {_fmt(r.get('g0'), '.2f')} | {g} "
+            f"| {_fmt(r.get('max_attn_logit'), '.1f')} | {_fmt(r.get('cpu_minutes'), '.1f')} |"
+        )
+    return md
 
 
 def write_ablation_report(

@@ -517,3 +517,53 @@ def test_ablation_report_cli(systems, tmp_path):
     assert "interaction" not in sig
     md = (tmp_path / "abl" / "ablation.md").read_text()
     assert "paper_comparison" in md and "QKNorm main effect" in md
+
+
+def test_ablation_report_lists_each_run(systems):
+    """The per-run table (issue 19): stop, epochs, updates, best dev loss, g at the end, max
+    logit and CPU time come from each run's record, in cell order then seed order."""
+    refs = systems["refs"]
+    cells = {}
+    for k, cell in enumerate(ablation.ABLATION_CELLS):
+        qk = cell.endswith("qknorm")
+        cells[cell] = [
+            {
+                "pair": "gl-en",
+                "system": cell,
+                "seed": seed,
+                "bleu_tok": 10.0 + k + seed,
+                "stop_reason": "min_lr" if seed == 2 else "early_stop",
+                "epochs": 40 + seed,
+                "updates": 264 * (40 + seed),
+                "dev_loss_min": 5.25 - 0.01 * k,
+                "best_dev_loss_epoch": 39 + seed,
+                "qk_norm_g0": 12.59 if qk else None,
+                "qk_norm_g_final": {"enc0_self": 11.0, "dec0_self": 14.0} if qk else {},
+                "max_attn_logit": 9.5 + k,
+                "cpu_seconds": 3900.0,
+            }
+            for seed in (2, 1)  # unordered on purpose: rows come in seed order
+        ]
+    rep = ablation.ablation_report(cells, refs, significance=False)
+    runs = rep["runs"]
+    assert [(r["cell"], r["seed"]) for r in runs] == [
+        (c, s) for c in ablation.ABLATION_CELLS for s in (1, 2)
+    ]
+    lq1 = runs[2]  # layernorm_qknorm, seed 1
+    assert lq1["stop_reason"] == "early_stop" and lq1["epochs"] == 41
+    assert lq1["updates"] == 264 * 41 and lq1["best_dev_loss_epoch"] == 40
+    assert lq1["bleu_tok"] == pytest.approx(12.0)
+    assert lq1["g_final_mean"] == pytest.approx(12.5)
+    assert (lq1["g_final_min"], lq1["g_final_max"]) == (11.0, 14.0)
+    assert lq1["cpu_minutes"] == pytest.approx(65.0)
+    assert runs[0]["g_final"] is None and runs[0]["g_final_mean"] is None
+    md = "\n".join(ablation._markdown(rep))
+    assert "## Runs" in md
+    assert (
+        "| layernorm_qknorm | layernorm_qknorm | 1 | early_stop | 41 | 10824 | 5.240 (40) "
+        "| 12.00 | 12.59 | 12.50 [11.00, 14.00] | 10.5 | 65.0 |"
+    ) in md
+    assert (
+        "| layernorm_dot | layernorm_dot | 2 | min_lr | 42 | 11088 | 5.250 (41) | 12.00 | - | - |"
+        in md
+    )

@@ -243,8 +243,9 @@ def ablation_runs(ordered: Mapping[str, Sequence[RunRecord]], metric: str) -> li
 
     Returns:
         A list of ``{"cell", "system", "seed", "stop_reason", "epochs", "updates",
-        "dev_loss_min", "best_dev_loss_epoch", metric, "g0", "g_final", "g_final_mean",
-        "g_final_min", "g_final_max", "max_attn_logit", "cpu_minutes"}``; fields a record
+        "dev_loss_min", "best_dev_loss_epoch", metric, "dev_bleu_tok", "g0", "g_final",
+        "g_final_mean", "g_final_min", "g_final_max", "max_attn_logit", "cpu_minutes"}``;
+        fields a record
         does not have are ``None``.
     """
     rows = []
@@ -263,6 +264,7 @@ def ablation_runs(ordered: Mapping[str, Sequence[RunRecord]], metric: str) -> li
                     "dev_loss_min": r.dev_loss_min,
                     "best_dev_loss_epoch": r.best_dev_loss_epoch,
                     metric: r.score(metric),
+                    "dev_bleu_tok": r.dev_bleu_tok,
                     "g0": r.qk_norm_g0,
                     "g_final": g or None,
                     "g_final_mean": sum(vals) / len(vals) if vals else None,
@@ -402,13 +404,14 @@ def _runs_markdown(runs: Sequence[Mapping[str, object]], metric: str) -> list[st
         "## Runs",
         "",
         "Per run: why and when training stopped, the lowest dev loss (bits per target token) and "
-        f"its epoch, the test score ({metric}), QKNorm's g at the end over the attention modules "
+        f"its epoch, the test score ({metric}) and the dev set's tokenized BLEU (same checkpoint; "
+        "- where the dev set was not decoded), QKNorm's g at the end over the attention modules "
         "(mean [min, max]; g0 = log2(L^2 - L)), the largest attention logit logged over "
         "training and validation, and the training CPU time.",
         "",
         "| cell | system | seed | stop | epochs | updates | best dev loss (epoch) "
-        f"| {metric} | g0 | g at the end | max logit | CPU min |",
-        "|---|---|---:|---|---:|---:|---:|---:|---:|---|---:|---:|",
+        f"| {metric} | dev BLEU | g0 | g at the end | max logit | CPU min |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|",
     ]
     for r in runs:
         g = "-"
@@ -420,7 +423,8 @@ def _runs_markdown(runs: Sequence[Mapping[str, object]], metric: str) -> list[st
         md.append(
             f"| {r['cell']} | {r['system']} | {r['seed']} | {r.get('stop_reason') or '-'} "
             f"| {_fmt(r.get('epochs'), 'd')} | {_fmt(r.get('updates'), 'd')} | {best} "
-            f"| {_fmt(r.get(metric), '.2f')} | {_fmt(r.get('g0'), '.2f')} | {g} "
+            f"| {_fmt(r.get(metric), '.2f')} | {_fmt(r.get('dev_bleu_tok'), '.2f')} "
+            f"| {_fmt(r.get('g0'), '.2f')} | {g} "
             f"| {_fmt(r.get('max_attn_logit'), '.1f')} | {_fmt(r.get('cpu_minutes'), '.1f')} |"
         )
     return md

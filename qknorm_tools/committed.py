@@ -183,7 +183,9 @@ def write_record(run_dir, rec_dir, split: str = "test", repo=REPO) -> RunRecord:
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    for name in (*COPIED, f"{split}.hyp", f"{split}.score.json"):
+    # the dev set's hypotheses and score too, when the run's dev set was decoded (the per-run
+    # table's dev BLEU; records.RunRecord.dev_bleu_tok)
+    for name in (*COPIED, f"{split}.hyp", f"{split}.score.json", "dev.hyp", "dev.score.json"):
         if (run / name).is_file():
             (tmp / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(run / name, tmp / name)

@@ -117,6 +117,10 @@ class RunRecord:
     bleu: float | None = None
     chrf: float | None = None
     n_lines: int | None = None
+    #: tokenized BLEU of the dev set decoded with the same checkpoint and settings as the
+    #: scored split (``dev.score.json`` of ``scripts/evaluate.sh --split dev``); ``None`` when
+    #: the dev set was not decoded (the CPU profiles select checkpoints by dev loss)
+    dev_bleu_tok: float | None = None
     signatures: dict[str, str] = field(default_factory=dict)
     run_dir: str | None = None
     train_log: str | None = None
@@ -327,6 +331,12 @@ def _read_scores(run: Path, rec: RunRecord, split: str) -> None:
     rec.hyp_path = str(run / f"{split}.hyp")
 
 
+def _read_dev_score(run: Path, rec: RunRecord, split: str) -> None:
+    """The dev set's tokenized BLEU beside a test score, when the dev set was decoded."""
+    if split != "dev" and (run / "dev.score.json").is_file():
+        rec.dev_bleu_tok = _read_json(run / "dev.score.json").get("bleu_tok")
+
+
 def _read_data_identity(run: Path, rec: RunRecord, split: str) -> None:
     """The run's data identity; its score must have been made on the same data."""
     if rec.data_id is None and (run / RUN_IDENTITY_FILE).is_file():
@@ -348,6 +358,7 @@ RUN_READERS: list[Callable[[Path, RunRecord, str], None]] = [
     _read_train_log,
     _read_convergence,
     _read_scores,
+    _read_dev_score,
     _read_data_identity,
 ]
 

@@ -532,6 +532,7 @@ def test_ablation_report_lists_each_run(systems):
                 "system": cell,
                 "seed": seed,
                 "bleu_tok": 10.0 + k + seed,
+                "dev_bleu_tok": 11.5 if seed == 1 else None,
                 "stop_reason": "min_lr" if seed == 2 else "early_stop",
                 "epochs": 40 + seed,
                 "updates": 264 * (40 + seed),
@@ -561,7 +562,7 @@ def test_ablation_report_lists_each_run(systems):
     assert "## Runs" in md
     assert (
         "| layernorm_qknorm | layernorm_qknorm | 1 | early_stop | 41 | 10824 | 5.240 (40) "
-        "| 12.00 | 12.59 | 12.50 [11.00, 14.00] | 10.5 | 65.0 |"
+        "| 12.00 | 11.50 | 12.59 | 12.50 [11.00, 14.00] | 10.5 | 65.0 |"
     ) in md
     assert (
         "| layernorm_dot | layernorm_dot | 2 | min_lr | 42 | 11088 | 5.250 (41) | 12.00 | - | - |"

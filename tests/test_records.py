@@ -129,6 +129,25 @@ def test_record_is_a_small_run_directory_read_like_the_run(tmp_path):
     assert str(tmp_path) not in json.dumps(doc["record"])
 
 
+def test_a_decoded_dev_set_travels_with_the_record(tmp_path):
+    """evaluate.sh --split dev beside the test decoding: the record keeps dev.hyp and
+    dev.score.json, and both the run and its record read the dev BLEU (the ablation's per-run
+    table); a run without a decoded dev set has none."""
+    run = _run(tmp_path)
+    assert read_run(run).dev_bleu_tok is None
+    refs = [f"a dog number {i} ran to the park ." for i in range(10)]
+    hyps = [r.replace("park", "car") if i % 3 else r for i, r in enumerate(refs)]
+    (run / "dev.hyp").write_text("\n".join(hyps) + "\n", encoding="utf-8")
+    dev = score_lines(hyps, refs)
+    (run / "dev.score.json").write_text(json.dumps(dev), encoding="utf-8")
+    rec_dir = committed.record_dir(tmp_path / "results" / "cpu-converge", "gl-en", run)
+    rec = committed.write_record(run, rec_dir)
+    assert rec.dev_bleu_tok == read_run(run).dev_bleu_tok == dev["bleu_tok"]
+    assert 0 < dev["bleu_tok"] < 100 and rec.dev_bleu_tok != rec.bleu_tok
+    assert (rec_dir / "dev.hyp").read_text() == (run / "dev.hyp").read_text()
+    assert read_run(run, split="dev").dev_bleu_tok is None  # the dev split's own score is bleu_tok
+
+
 def test_settings_are_the_command_modulo_paths_and_seed(tmp_path):
     a = committed.command_settings(COMMAND.format(work="/w1", run="/w1/r", seed=1))
     b = committed.command_settings(

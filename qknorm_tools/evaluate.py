@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -56,9 +55,10 @@ from .textio import (
     bpe_tool,
     explain_generate_failure,
     extract_hypotheses,
+    output_error_message,
     read_lines,
     warn,
-    write_lines,
+    write_text_atomic,
 )
 
 __all__ = ["RUN_IDENTITY_FIELDS", "build_parser", "main", "parse_kv", "run_identity_mismatches"]
@@ -117,17 +117,9 @@ def _load_all(sources: Sequence[str]) -> list[RunRecord]:
 
 def _cmd_extract(a) -> int:
     mode = BPE_TOOL_SYMBOL[bpe_tool(a.bpe_dir)] if a.bpe_dir else a.remove_bpe
-    hyps = extract_hypotheses(a.generate_output, None, mode, a.n_expected)
-    # written next to the output, then renamed: a failure leaves no half-written file, and the
-    # message names the file the user reads, not a temporary one
-    out = Path(a.output)
-    part = out.with_name(f".{out.name}.partial")
-    try:
-        write_lines(part, hyps)
-        os.replace(part, out)
-    finally:
-        part.unlink(missing_ok=True)
-    print(f"wrote {len(hyps)} hypotheses to {out}", file=sys.stderr)
+    # written whole or not at all; an error names the output, not its temporary sibling
+    hyps = extract_hypotheses(a.generate_output, a.output, mode, a.n_expected)
+    print(f"wrote {len(hyps)} hypotheses to {a.output}", file=sys.stderr)
     return 0
 
 
@@ -164,8 +156,7 @@ def _cmd_compare(a) -> int:
     )
     text = _dump(res) if a.json else format_compare(res)
     if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(text + "\n", encoding="utf-8")
+        write_text_atomic(a.out, text + "\n")
         print(f"wrote {a.out}", file=sys.stderr)
     else:
         print(text)
@@ -480,7 +471,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # inputs are read as InputFileError (above): mostly an output here
-        print(f"error: {exc.filename or '-'}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"error: {output_error_message(exc)}", file=sys.stderr)
         return 1
 
 

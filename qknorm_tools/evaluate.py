@@ -61,7 +61,15 @@ from .textio import (
     write_text_atomic,
 )
 
-__all__ = ["RUN_IDENTITY_FIELDS", "build_parser", "main", "parse_kv", "run_identity_mismatches"]
+__all__ = [
+    "RUN_IDENTITY_FIELDS",
+    "RunIdentityError",
+    "build_parser",
+    "check_run_identity",
+    "main",
+    "parse_kv",
+    "run_identity_mismatches",
+]
 
 #: What names a run (its directory runs/PAIR/PROFILE-LABEL/SYSTEM/seedN[-bf16][-lr...]): the
 #: fields of train.json that scripts/train.sh writes from the settings it trained with
@@ -264,12 +272,43 @@ def _cmd_explain_generate(a) -> int:
     return 0
 
 
-def _cmd_check_run(a) -> int:
-    path = Path(a.run) / "train.json"
+class RunIdentityError(EvaluationError):
+    """A run directory holds another run than the one asked for (copied or renamed)."""
+
+
+def check_run_identity(run, expected: dict) -> None:
+    """Check that the run directory ``run`` holds the run asked for, by its ``train.json``.
+
+    What ``scripts/train.sh`` and ``scripts/evaluate.sh`` check (``qk_check_run_identity``,
+    through ``check-run``) and the translate helper too. A run without ``train.json`` (not
+    finished yet) passes.
+
+    Args:
+        run: the run directory.
+        expected: the identity asked for (keys of :data:`RUN_IDENTITY_FIELDS`).
+
+    Raises:
+        EvaluationError: ``train.json`` cannot be read (the file named).
+        RunIdentityError: it records another run (the run, its file and each differing
+            field named, as :func:`run_identity_mismatches` gives them).
+    """
+    path = Path(run) / "train.json"
+    if not path.is_file():
+        return
     try:
         recorded = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise EvaluationError(f"{path}: cannot read the run's record: {exc}") from exc
+    problems = run_identity_mismatches(recorded, expected)
+    if problems:
+        raise RunIdentityError(
+            f"{run} is another run than the one asked for ({path}: {'; '.join(problems)}): a "
+            "run directory copied or renamed is never trained on, decoded or scored under "
+            "another name"
+        )
+
+
+def _cmd_check_run(a) -> int:
     expected = {
         "pair": a.pair,
         "profile": a.profile,
@@ -278,14 +317,12 @@ def _cmd_check_run(a) -> int:
         "precision": a.precision,
         "variant": parse_kv(a.variant, "--variant"),
     }
-    problems = run_identity_mismatches(recorded, expected)
-    if problems:
-        print(
-            f"error: {a.run} is another run than the one asked for ({path}: "
-            f"{'; '.join(problems)}): a run directory copied or renamed is never trained on, "
-            "decoded or scored under another name",
-            file=sys.stderr,
-        )
+    if not (Path(a.run) / "train.json").is_file():  # check-run is asked about a recorded run
+        raise EvaluationError(f"{Path(a.run) / 'train.json'}: cannot read the run's record")
+    try:
+        check_run_identity(a.run, expected)
+    except RunIdentityError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0
 

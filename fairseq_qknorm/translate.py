@@ -30,6 +30,7 @@ share its batch, and ``fairseq-generate`` batches the test split in another orde
 
 import argparse
 import dataclasses
+import logging
 import os
 import re
 import subprocess
@@ -361,7 +362,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     )
     p.add_argument("--input", help="input file (default: stdin)")
     p.add_argument("--output", help="output file (default: stdout)")
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show fairseq's INFO records and its dependencies' warnings (default: its warnings "
+        "and errors only, as scripts/train.sh's terminal)",
+    )
     a = p.parse_args(argv)
+    from qknorm_tools.progress import FAIRSEQ_LOG_FORMAT, quiet_fairseq_logging
+
+    if a.verbose:
+        logging.captureWarnings(False)
+        logging.basicConfig(format=FAIRSEQ_LOG_FORMAT, level=logging.INFO, force=True)
+    else:  # before fairseq is imported: its modules' logging.basicConfig then changes nothing
+        quiet_fairseq_logging("--verbose shows them")
     from qknorm_tools.evaluate import RunIdentityError
 
     if a.bf16_autocast:

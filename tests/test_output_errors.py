@@ -156,3 +156,33 @@ def test_atomic_output_passes_the_bodys_input_errors_and_replaces_directories(tm
     assert str(e.value) == (
         f"cannot write {dest}: Is a directory; the existing {dest} is left as it was"
     )
+
+
+def test_the_other_tools_name_their_output_and_exit_1(tmp_path):
+    """freshness write, plots and committed records: the same output errors (one helper,
+    textio.atomic_output)."""
+    rec = tmp_path / "made_by.json"
+    rec.write_text(OLD)
+    p = _tool("qknorm_tools.freshness", "write", rec, "--set", "k=" + "v" * 200, limit=64)
+    _assert_output_error(p, rec, "File too large", kept=True)
+    assert rec.read_text() == OLD
+    p = _tool("qknorm_tools.freshness", "write", rec, "--set", "k=v")
+    assert p.returncode == 0 and json.loads(rec.read_text()) == {"made_by": {"k": "v"}}, out(p)
+    log = tmp_path / "train.log"
+    log.write_text(
+        "".join(
+            f"2026-01-01 00:00:0{i} | INFO | train_inner | epoch 001:      {i} / 10 "
+            f"loss={9 - i}.0, num_updates={i}\n"
+            for i in (1, 2)
+        )
+    )
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    p = _tool("qknorm_tools.plots", "curves", "--log", f"a={log}", "--out", blocker / "c.png")
+    _assert_output_error(
+        p, blocker / "c.png", f"cannot make its directory ({blocker}: File exists)", False
+    )
+    p = _tool("qknorm_tools.plots", "curves", "--log", f"a={log}", "--out", tmp_path / "c.png")
+    assert p.returncode == 0 and (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG", out(p)
+    (tmp_path / "c.png").unlink()
+    _no_siblings(tmp_path, ["file", "made_by.json", "train.log"])

@@ -20,11 +20,14 @@ decides without it):
    repetition does not decide, and a tie stays fp32. The full benchmark result, the load
    average and the verdict are cached; delete the file to measure again.
 
-The thread count is not part of the key: a machine gets one verdict (measured with
-``--threads``, the profile's default 2), whichever ``--threads`` a later training uses, so
-that every step that only finds runs (``--cached-only``) agrees with the step that trained.
+The thread count is not part of the key: a machine gets one verdict, measured with
+``--threads`` of the training that measured it (``scripts/lib.sh`` passes the run's own
+thread count), so that every step that only finds runs (``--cached-only``) agrees with the
+step that trained; a verdict read for another thread count says so.
 
-Prints ``bf16`` or ``fp32`` on stdout and one line saying why on stderr. Exit status 0; 1 if
+Before it measures (or waits for another process's measurement) it says on stderr what it
+measures and roughly how long that takes here (:func:`rough_minutes`). Prints ``bf16`` or
+``fp32`` on stdout and one line saying why on stderr. Exit status 0; 1 if
 a cached verdict cannot be read (named, with what to do) or the cache cannot be written (no
 silent fp32 that a later step would not repeat); 2 for bad arguments. A measurement that
 fails is reported and answers fp32, uncached (so later steps answer fp32 too).
@@ -40,6 +43,8 @@ import sys
 from pathlib import Path
 
 import torch
+
+from qknorm_tools.progress import quiet_fairseq_logging
 
 from . import bf16_cpu, stats
 
@@ -99,7 +104,46 @@ def verdict(result: dict) -> tuple[bool, str]:
     return faster, f"bf16 {word} than fp32 for a training step: {', '.join(parts)}"
 
 
-def _read_cached(path: Path) -> tuple[bool, str]:
+#: CPU-minutes of one measurement (7 repetitions, both systems) per model size: about a minute
+#: on 2 idle Zen 4 cores at the proxy size (36 s to 1 min measured, 2026-12-01)
+CORE_MINUTES = {"proxy": 2.0}
+
+
+def rough_minutes(size: str, threads: int, reps: int, load: float, cpus: int) -> float | None:
+    """A rough duration of a measurement in minutes (None for a size without a figure).
+
+    :data:`CORE_MINUTES` scaled to ``reps`` and spread over the ``threads`` it runs with, of
+    which only the share the load average ``load`` leaves on ``cpus`` cores is free.
+    """
+    if size not in CORE_MINUTES:
+        return None
+    share = min(1.0, cpus / max(load + threads, 1.0))  # > 1 runnable per core: a fair share
+    return CORE_MINUTES[size] * reps / 7 / (min(threads, cpus) * share)
+
+
+def announce(key: dict, size: str, threads: int, reps: int, path: Path) -> str:
+    """The line said before a measurement (after ``[bf16 auto]``).
+
+    What it measures, roughly how long it takes (:func:`rough_minutes` at the load at hand),
+    where the verdict is cached.
+    """
+    load, cpus = os.getloadavg()[0], os.cpu_count() or 1
+    minutes = rough_minutes(size, threads, reps, load, cpus)
+    took = (
+        f"roughly {max(1, round(minutes))} min here (load average {load:.1f} on {cpus} cores; "
+        f"about {CORE_MINUTES[size] / 2:.0f} on 2 idle cores)"
+        if minutes is not None
+        else f"no time estimate for the {size} size"
+    )
+    return (
+        f"measuring once whether bf16 autocast trains faster than fp32 on "
+        f"{key['cpu_model']}: a training step of {' and '.join(SYSTEMS)} at the {size} size, "
+        f"fp32 and bf16 interleaved, {reps} repetitions, {threads} thread(s); {took}; the "
+        f"verdict is cached in {path} (QKNORM_BF16=0 or 1 decides without measuring)"
+    )
+
+
+def _read_cached(path: Path, threads: int | None = None) -> tuple[bool, str]:
     try:
         d = json.loads(path.read_text())["decision"]
         bf16, why, date, load = bool(d["bf16"]), d["why"], d["date"], d.get("loadavg")
@@ -109,6 +153,9 @@ def _read_cached(path: Path) -> tuple[bool, str]:
             f"it to measure again, or set QKNORM_BF16=0 or 1"
         ) from None
     load = f", load average {load}" if load else ""
+    measured_with = d.get("threads")
+    if threads is not None and measured_with is not None and measured_with != threads:
+        load += f", with {measured_with} thread(s), not this run's {threads}"
     return bf16, f"{why} (measured {date}{load}; cached in {path}: delete it to measure again)"
 
 
@@ -122,7 +169,7 @@ def decide(cache_dir: Path, size: str, threads: int, reps: int, cached_only: boo
     key = cache_key(size, reason)
     path = cache_file(cache_dir, key)
     if path.is_file():  # read without the lock: a work dir may be read-only
-        return _read_cached(path)
+        return _read_cached(path, None if cached_only else threads)
     if cached_only:
         return False, (
             f"not measured on this machine yet (no {path}): fp32 here; a training measures first"
@@ -130,20 +177,22 @@ def decide(cache_dir: Path, size: str, threads: int, reps: int, cached_only: boo
     path.parent.mkdir(parents=True, exist_ok=True)
     # one measurement per machine: a second caller (two trainings started at once) waits for it
     with open(path.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(
+                f"[bf16 auto] waiting for the bf16 measurement another process is making "
+                f"(it holds {lock.name}; {announce(key, size, threads, reps, path)})",
+                file=sys.stderr,
+            )
+            fcntl.flock(lock, fcntl.LOCK_EX)
         if path.is_file():
-            return _read_cached(path)
+            return _read_cached(path, threads)
+        print(f"[bf16 auto] {announce(key, size, threads, reps, path)}", file=sys.stderr)
         return _measure(path, key, size, threads, reps)
 
 
 def _measure(path: Path, key: dict, size: str, threads: int, reps: int) -> tuple[bool, str]:
-    print(
-        f"[bf16 auto] measuring once whether bf16 autocast trains faster than fp32 on "
-        f"{key['cpu_model']} ({', '.join(SYSTEMS)}, {size} size, {reps} repetitions, "
-        f"{threads} thread(s); about a minute, up to 3 under load); the verdict is cached "
-        f"in {path}",
-        file=sys.stderr,
-    )
     load_start = os.getloadavg()[0]
     tmp = path.with_suffix(".partial.json")
     args = ["--sections", "model", "--systems", ",".join(SYSTEMS), "--size", size]
@@ -174,6 +223,7 @@ def _measure(path: Path, key: dict, size: str, threads: int, reps: int) -> tuple
         "key": key,
         "date": result["machine"]["date_utc"],
         "loadavg": f"{load_start:.2f} at start, {load_end:.2f} at end",
+        "threads": threads,
     }
     tmp.write_text(json.dumps(result, indent=1, default=str) + "\n")
     tmp.replace(path)
@@ -204,6 +254,8 @@ def main(argv=None) -> int:
     if a.threads < 1 or a.reps < 5:
         p.error("--threads must be >= 1 and --reps >= 5")
     torch.set_num_threads(a.threads)
+    # fairseq's INFO records (its tensorboardX line) and warnings: not on the terminal
+    quiet_fairseq_logging("python -m benchmarks.bf16_cpu shows them")
     try:
         bf16, why = decide(a.cache_dir, a.size, a.threads, a.reps, a.cached_only)
     except CacheError as exc:

@@ -13,6 +13,16 @@ Use: ``fairseq-train --user-dir /abs/path/to/fairseq_qknorm --arch ...`` or
 
 __version__ = "0.1.0"
 
+import sys as _sys  # noqa: E402
+
+# python -m fairseq_qknorm.translate: Python imports this package, and so fairseq (whose modules
+# log at import time), before the helper's main() runs; its terminal leaves fairseq's noise out
+_argv = getattr(_sys, "orig_argv", [])
+if "-m" in _argv[:-1] and _argv[_argv.index("-m") + 1] == f"{__name__}.translate":
+    from qknorm_tools.progress import quiet_fairseq_logging
+
+    quiet_fairseq_logging("--verbose shows them")
+
 from . import checkpoint_compat, distributed_compat, resume_compat  # noqa: E402
 
 checkpoint_compat.install()

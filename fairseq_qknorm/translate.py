@@ -30,6 +30,7 @@ share its batch, and ``fairseq-generate`` batches the test split in another orde
 
 import argparse
 import dataclasses
+import logging
 import os
 import re
 import subprocess
@@ -41,7 +42,8 @@ from typing import Optional
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # Prints what scripts/evaluate.sh decodes with, NUL-separated: the data directory, the run
-# directory, BEAM, LENPEN, GEN_MAX_TOKENS, then GEN_FLAGS (mirrors evaluate.sh's lines).
+# directory, its profile label and precision (the identity qk_check_run_identity checks), BEAM,
+# LENPEN, GEN_MAX_TOKENS, then GEN_FLAGS (mirrors evaluate.sh's lines).
 _PIPELINE_SETTINGS_SH = r"""
 source "$1/scripts/lib.sh"
 load_pair_config "$2"
@@ -50,6 +52,7 @@ load_profile_config "$4"
 [[ -z "$6" ]] || MAX_UPDATE="$6"
 qk_resolve_bf16 --cached-only  # the run train.sh made: seedN or seedN-bf16
 printf '%s\0' "$QK_DATA" "$(qk_run_dir "$PAIR" "$(qk_run_label)" "$SYSTEM" "$5")" \
+    "$(qk_run_label)" "${QK_BF16_RUN:-fp32}" \
     "$BEAM" "$LENPEN" "$GEN_MAX_TOKENS" ${GEN_FLAGS[@]+"${GEN_FLAGS[@]}"}
 """
 
@@ -100,6 +103,9 @@ class PipelineSettings:
         generate_flags: ``--beam BEAM --lenpen LENPEN`` and the profile's ``GEN_FLAGS``, as
             evaluate.sh passes them to ``fairseq-generate`` (and ``fairseq-interactive``
             accepts them).
+        run_identity: the identity the run's ``train.json`` must record (pair, profile
+            label, system, seed, precision, variant), as ``scripts/evaluate.sh`` checks it
+            (``qk_check_run_identity``; :func:`qknorm_tools.evaluate.check_run_identity`).
     """
 
     checkpoint: Path
@@ -107,6 +113,7 @@ class PipelineSettings:
     bpe_dir: Path
     max_tokens: int
     generate_flags: list[str]
+    run_identity: Optional[dict] = None
 
 
 def pipeline_settings(
@@ -157,13 +164,16 @@ def pipeline_settings(
             proc.stderr.strip().removeprefix("error: ")
             or f"cannot read the pipeline settings of {pair} {system} --profile {profile}"
         )
-    data, run, beam, lenpen, max_tokens, *gen_flags = proc.stdout.split("\0")[:-1]
+    fields = proc.stdout.split("\0")[:-1]
+    data, run, label, precision, beam, lenpen, max_tokens, *gen_flags = fields
+    identity = dict(pair=pair, profile=label, system=system, seed=seed, precision=precision)
     return PipelineSettings(
         checkpoint=Path(run) / "checkpoints" / f"checkpoint_{checkpoint}.pt",
         data_bin=Path(data) / "bin" / pair,
         bpe_dir=Path(data) / "bpe" / pair,
         max_tokens=int(max_tokens),
         generate_flags=["--beam", beam, "--lenpen", lenpen, *gen_flags],
+        run_identity={**identity, "variant": {}},
     )
 
 
@@ -275,9 +285,15 @@ class Translator:
 
         Raises:
             ValueError: see :func:`pipeline_settings`.
+            qknorm_tools.evaluate.RunIdentityError: the run directory holds another run (copied
+                or renamed; its ``train.json`` records another identity), as ``evaluate.sh``
+                refuses it.
             FileNotFoundError: the run has no such checkpoint.
         """
+        from qknorm_tools.evaluate import check_run_identity
+
         s = pipeline_settings(pair, system, profile, seed, checkpoint, max_update)
+        check_run_identity(s.checkpoint.parents[1], s.run_identity)
         if not s.checkpoint.is_file():
             budget = "" if max_update is None else f" --max-update {max_update}"
             found = existing_runs(s.checkpoint.parents[4], system, s.checkpoint.name)
@@ -346,7 +362,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     )
     p.add_argument("--input", help="input file (default: stdin)")
     p.add_argument("--output", help="output file (default: stdout)")
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show fairseq's INFO records and its dependencies' warnings (default: its warnings "
+        "and errors only, as scripts/train.sh's terminal)",
+    )
     a = p.parse_args(argv)
+    from qknorm_tools.progress import FAIRSEQ_LOG_FORMAT, quiet_fairseq_logging
+
+    if a.verbose:
+        logging.captureWarnings(False)
+        logging.basicConfig(format=FAIRSEQ_LOG_FORMAT, level=logging.INFO, force=True)
+    else:  # before fairseq is imported: its modules' logging.basicConfig then changes nothing
+        quiet_fairseq_logging("--verbose shows them")
+    from qknorm_tools.evaluate import RunIdentityError
+
     if a.bf16_autocast:
         os.environ["QKNORM_BF16"] = "1"
     try:
@@ -359,6 +390,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             moses=a.moses,
             max_update=a.max_update,
         )
+    except RunIdentityError as e:  # a copied or renamed run: refused, as by evaluate.sh
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     except ValueError as e:  # unknown pair, system or profile: a usage error
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -34,7 +34,7 @@ from .evaluate import parse_kv
 from .provenance import check_one_data_version
 from .records import read_run, relative_path, run_status, save_records, write_train_json
 from .tables import write_aggregate_tables, write_runs_table
-from .textio import EvaluationError, warn
+from .textio import EvaluationError, output_error_message, warn
 
 __all__ = ["build_parser", "main"]
 
@@ -242,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # inputs are read as InputFileError (above): mostly an output here
-        print(f"error: {exc.filename or '-'}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"error: {output_error_message(exc)}", file=sys.stderr)
         return 1
 
 

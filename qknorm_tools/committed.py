@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import shutil
 import subprocess
@@ -42,7 +41,7 @@ from pathlib import Path
 from . import trainlog
 from .provenance import IDENTITY_FILE, RUN_IDENTITY_FILE, short_id
 from .records import PATH_FIELDS, QKNORM_RECORD, RunRecord, read_run, run_status
-from .textio import ResultsError
+from .textio import OutputError, ResultsError, atomic_output, output_error_message
 
 __all__ = [
     "RECORD_FILE",
@@ -167,46 +166,43 @@ def _stats_lines(text: str) -> str:
 def write_record(run_dir, rec_dir, split: str = "test", repo=REPO) -> RunRecord:
     """Write the committed record of a finished, scored run (see the module docstring).
 
-    Written into a temporary sibling directory and renamed into place, so that an existing
-    record is replaced whole or not at all.
+    Written into a temporary sibling directory and renamed into place
+    (:func:`~.textio.atomic_output`), so that an existing record is replaced whole or not at all.
 
     Returns:
         The record as read back from ``rec_dir`` (:func:`read_record`).
 
     Raises:
         ResultsError: the run is not finished and scored (the missing files are named).
+        OutputError: the record cannot be written (``rec_dir`` named).
     """
     run, dest = Path(run_dir), Path(rec_dir)
     missing = run_status(run, split)
     if missing:
         raise ResultsError(f"{run} is not a finished, scored run: no {', '.join(missing)}")
-    tmp = dest.with_name(dest.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    # the dev set's hypotheses and score too, when the run's dev set was decoded (the per-run
-    # table's dev BLEU; records.RunRecord.dev_bleu_tok)
-    for name in (*COPIED, f"{split}.hyp", f"{split}.score.json", "dev.hyp", "dev.score.json"):
-        if (run / name).is_file():
-            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(run / name, tmp / name)
-    if (run / "train.log").is_file():
-        log = (run / "train.log").read_text(encoding="utf-8", errors="replace")
-        (tmp / "train.log").write_text(_stats_lines(log), encoding="utf-8")
-    rec = read_run(tmp, split)
-    command = None
-    if (run / "command.txt").is_file():
-        command = (run / "command.txt").read_text(encoding="utf-8").strip()
-    doc = {
-        "format": 1,
-        "record": _record_json(rec),
-        "command": command,
-        "settings": command_settings(command) if command is not None else None,
-        "code": code_version(repo),
-    }
-    (tmp / RECORD_FILE).write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", "utf-8")
-    if dest.exists():
-        shutil.rmtree(dest)
-    os.replace(tmp, dest)
+    with atomic_output(dest, directory=True) as tmp:
+        # the dev set's hypotheses and score too, when the run's dev set was decoded (the
+        # per-run table's dev BLEU; records.RunRecord.dev_bleu_tok)
+        for name in (*COPIED, f"{split}.hyp", f"{split}.score.json", "dev.hyp", "dev.score.json"):
+            if (run / name).is_file():
+                (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(run / name, tmp / name)
+        if (run / "train.log").is_file():
+            log = (run / "train.log").read_text(encoding="utf-8", errors="replace")
+            (tmp / "train.log").write_text(_stats_lines(log), encoding="utf-8")
+        rec = read_run(tmp, split)
+        command = None
+        if (run / "command.txt").is_file():
+            command = (run / "command.txt").read_text(encoding="utf-8").strip()
+        doc = {
+            "format": 1,
+            "record": _record_json(rec),
+            "command": command,
+            "settings": command_settings(command) if command is not None else None,
+            "code": code_version(repo),
+        }
+        text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+        (tmp / RECORD_FILE).write_text(text, "utf-8")
     return read_record(dest, split)
 
 
@@ -400,10 +396,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point; returns the exit status (2 on input errors, the message on stderr)."""
+    """CLI entry point; returns the exit status (2 on input errors, 1 on an output error)."""
     a = build_parser().parse_args(argv)
     try:
         return a.fn(a)
+    except OutputError as exc:
+        print(f"error: {output_error_message(exc)}", file=sys.stderr)
+        return 1
     except (ResultsError, OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

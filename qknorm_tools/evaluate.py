@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -56,12 +55,21 @@ from .textio import (
     bpe_tool,
     explain_generate_failure,
     extract_hypotheses,
+    output_error_message,
     read_lines,
     warn,
-    write_lines,
+    write_text_atomic,
 )
 
-__all__ = ["RUN_IDENTITY_FIELDS", "build_parser", "main", "parse_kv", "run_identity_mismatches"]
+__all__ = [
+    "RUN_IDENTITY_FIELDS",
+    "RunIdentityError",
+    "build_parser",
+    "check_run_identity",
+    "main",
+    "parse_kv",
+    "run_identity_mismatches",
+]
 
 #: What names a run (its directory runs/PAIR/PROFILE-LABEL/SYSTEM/seedN[-bf16][-lr...]): the
 #: fields of train.json that scripts/train.sh writes from the settings it trained with
@@ -117,17 +125,9 @@ def _load_all(sources: Sequence[str]) -> list[RunRecord]:
 
 def _cmd_extract(a) -> int:
     mode = BPE_TOOL_SYMBOL[bpe_tool(a.bpe_dir)] if a.bpe_dir else a.remove_bpe
-    hyps = extract_hypotheses(a.generate_output, None, mode, a.n_expected)
-    # written next to the output, then renamed: a failure leaves no half-written file, and the
-    # message names the file the user reads, not a temporary one
-    out = Path(a.output)
-    part = out.with_name(f".{out.name}.partial")
-    try:
-        write_lines(part, hyps)
-        os.replace(part, out)
-    finally:
-        part.unlink(missing_ok=True)
-    print(f"wrote {len(hyps)} hypotheses to {out}", file=sys.stderr)
+    # written whole or not at all; an error names the output, not its temporary sibling
+    hyps = extract_hypotheses(a.generate_output, a.output, mode, a.n_expected)
+    print(f"wrote {len(hyps)} hypotheses to {a.output}", file=sys.stderr)
     return 0
 
 
@@ -164,8 +164,7 @@ def _cmd_compare(a) -> int:
     )
     text = _dump(res) if a.json else format_compare(res)
     if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(text + "\n", encoding="utf-8")
+        write_text_atomic(a.out, text + "\n")
         print(f"wrote {a.out}", file=sys.stderr)
     else:
         print(text)
@@ -273,12 +272,43 @@ def _cmd_explain_generate(a) -> int:
     return 0
 
 
-def _cmd_check_run(a) -> int:
-    path = Path(a.run) / "train.json"
+class RunIdentityError(EvaluationError):
+    """A run directory holds another run than the one asked for (copied or renamed)."""
+
+
+def check_run_identity(run, expected: dict) -> None:
+    """Check that the run directory ``run`` holds the run asked for, by its ``train.json``.
+
+    What ``scripts/train.sh`` and ``scripts/evaluate.sh`` check (``qk_check_run_identity``,
+    through ``check-run``) and the translate helper too. A run without ``train.json`` (not
+    finished yet) passes.
+
+    Args:
+        run: the run directory.
+        expected: the identity asked for (keys of :data:`RUN_IDENTITY_FIELDS`).
+
+    Raises:
+        EvaluationError: ``train.json`` cannot be read (the file named).
+        RunIdentityError: it records another run (the run, its file and each differing
+            field named, as :func:`run_identity_mismatches` gives them).
+    """
+    path = Path(run) / "train.json"
+    if not path.is_file():
+        return
     try:
         recorded = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise EvaluationError(f"{path}: cannot read the run's record: {exc}") from exc
+    problems = run_identity_mismatches(recorded, expected)
+    if problems:
+        raise RunIdentityError(
+            f"{run} is another run than the one asked for ({path}: {'; '.join(problems)}): a "
+            "run directory copied or renamed is never trained on, decoded or scored under "
+            "another name"
+        )
+
+
+def _cmd_check_run(a) -> int:
     expected = {
         "pair": a.pair,
         "profile": a.profile,
@@ -287,14 +317,12 @@ def _cmd_check_run(a) -> int:
         "precision": a.precision,
         "variant": parse_kv(a.variant, "--variant"),
     }
-    problems = run_identity_mismatches(recorded, expected)
-    if problems:
-        print(
-            f"error: {a.run} is another run than the one asked for ({path}: "
-            f"{'; '.join(problems)}): a run directory copied or renamed is never trained on, "
-            "decoded or scored under another name",
-            file=sys.stderr,
-        )
+    if not (Path(a.run) / "train.json").is_file():  # check-run is asked about a recorded run
+        raise EvaluationError(f"{Path(a.run) / 'train.json'}: cannot read the run's record")
+    try:
+        check_run_identity(a.run, expected)
+    except RunIdentityError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0
 
@@ -480,7 +508,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # inputs are read as InputFileError (above): mostly an output here
-        print(f"error: {exc.filename or '-'}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"error: {output_error_message(exc)}", file=sys.stderr)
         return 1
 
 

@@ -35,10 +35,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+from .textio import OutputError, output_error_message, write_text_atomic
 
 #: fairseq-generate arguments that do not change what it writes (where the plugin is, how many
 #: data-loader workers read the data)
@@ -224,12 +225,13 @@ def read_record(path) -> dict[str, str] | None:
 def write_record(path, record: Mapping[str, str]) -> None:
     """Store ``record`` at ``path`` (JSON ``{"made_by": ...}``), atomically.
 
-    A ``.tmp`` file renamed: an interrupted write leaves the old record or none.
+    Through :func:`~.textio.write_text_atomic`: an interrupted write leaves the old record or
+    none.
+
+    Raises:
+        OutputError: it cannot be written (the record's own path named).
     """
-    p = Path(path)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps({"made_by": dict(record)}, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, p)
+    write_text_atomic(path, json.dumps({"made_by": dict(record)}, indent=1) + "\n")
 
 
 def _current(a) -> dict[str, str]:
@@ -280,8 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m qknorm_tools.freshness``.
 
-    Exit status: 0 fresh (check) or written (write), 1 stale (the changes on stdout), 2 usage
-    error, 3 an unreadable record or file.
+    Exit status: 0 fresh (check) or written (write), 1 stale (the changes on stdout) or a
+    record that cannot be written (write), 2 usage error, 3 an unreadable record or file.
     """
     a = build_parser().parse_args(argv)
     try:
@@ -290,6 +292,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             write_record(a.record, current)
             return 0
         changed = changes(read_record(a.record), current)
+    except OutputError as e:
+        print(f"error: {output_error_message(e)}", file=sys.stderr)
+        return 1
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 3

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .tables import write_markdown_and_json
-from .textio import ResultsError
+from .textio import OutputError, ResultsError, output_error_message
 
 __all__ = ["SWEEP_SIZES", "non_embedding_params", "size_axis", "size_axis_markdown", "main"]
 
@@ -157,7 +157,7 @@ def size_axis_markdown(res: Mapping) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m qknorm_tools.lr_sweep_sizes --size 128=DIR/lr_sweep.json ... --out-dir D``.
 
-    Writes ``lr_sweep_sizes.{md,json,png}``; exit status 2 on bad input.
+    Writes ``lr_sweep_sizes.{md,json,png}``; exit status 2 on bad input, 1 on an output error.
     """
     p = argparse.ArgumentParser(prog="python -m qknorm_tools.lr_sweep_sizes", description=__doc__)
     p.add_argument("--size", action="append", required=True, metavar="D=JSON",
@@ -180,6 +180,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .plots import plot_lr_sizes
 
         png = plot_lr_sizes(res, Path(a.out_dir) / "lr_sweep_sizes.png", title=a.title)
+    except OutputError as exc:
+        print(f"error: {output_error_message(exc)}", file=sys.stderr)
+        return 1
     except (ResultsError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

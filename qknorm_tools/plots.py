@@ -34,6 +34,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from .textio import OutputError, atomic_output, output_error_message
 from .trainlog import LogInputError, dev_curve, metric_keys, parse_log, series
 
 __all__ = [
@@ -74,9 +75,11 @@ def _named_logs(named: Mapping[str, str]) -> dict[str, list]:
 
 def _save(fig, out) -> str:
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=130, bbox_inches="tight")
-    _pyplot().close(fig)
+    try:
+        with atomic_output(out) as tmp:  # the format from the output's own name
+            fig.savefig(tmp, dpi=130, bbox_inches="tight", format=out.suffix[1:] or "png")
+    finally:
+        _pyplot().close(fig)
     return str(out)
 
 
@@ -962,7 +965,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point; returns the exit status (2 on input errors)."""
+    """CLI entry point; returns the exit status (2 on input errors, 1 on an output error)."""
     a = build_parser().parse_args(argv)
     try:
         if a.cmd == "curves":
@@ -986,6 +989,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             path = plot_lr_bleu(a.json, a.out, metric=a.metric, title=a.title)
         else:
             path = plot_bleu_bars(a.json, a.out, value=a.value, title=a.title)
+    except OutputError as exc:
+        print(f"error: {output_error_message(exc)}", file=sys.stderr)
+        return 1
     except (LogInputError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

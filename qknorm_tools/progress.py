@@ -24,6 +24,7 @@ work it watches: a line it cannot read passes through unchanged.
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import os
 import re
@@ -36,12 +37,15 @@ from typing import BinaryIO
 from .trainlog import _INNER_RE, parse_log_line
 
 __all__ = [
+    "FAIRSEQ_LOG_FORMAT",
     "VALIDATION_START",
+    "TerminalLogHandler",
     "TerminalNoise",
     "TrainEta",
     "decode_progress_line",
     "format_duration",
     "main",
+    "quiet_fairseq_logging",
 ]
 
 
@@ -65,11 +69,16 @@ class TerminalNoise:
     the next log record; a traceback is never dropped), the model's multi-line repr (one line
     says so), fairseq's "Please install tensorboardX" INFO line. :meth:`keep` returns the text
     to show instead of a line: the line itself, a replacement, or None.
+
+    Args:
+        where: where the dropped lines can be seen, for the one line that replaces the
+            warnings (``see train.log`` for the training log).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, where: str = "see train.log") -> None:
         self._in: str | None = None  # "warning" or "model" while inside a dropped record
         self._warned = False
+        self._where = where
 
     def keep(self, text: str) -> str | None:
         """The terminal's version of one log line (without its newline), or None."""
@@ -88,9 +97,78 @@ class TerminalNoise:
             self._in = "warning"
             if not self._warned:
                 self._warned = True
-                return "(Python warnings of fairseq's dependencies: not shown, see train.log)"
+                return f"(Python warnings of fairseq's dependencies: not shown, {self._where})"
             return None
         return None if self._in else text
+
+
+#: fairseq's log line (fairseq_cli's ``--log-format simple``), the form :class:`TerminalNoise` reads
+FAIRSEQ_LOG_FORMAT = "%(asctime)s | %(levelname)s | %(name)s | %(message)s"
+FAIRSEQ_LOG_DATEFMT = "%Y-%m-%d %H:%M:%S"
+
+
+class TerminalLogHandler(logging.StreamHandler):
+    """fairseq's log of a command that runs fairseq in its own process, for a terminal.
+
+    What ``scripts/train.sh`` does to ``fairseq-train``'s output (:class:`TerminalNoise`), for
+    the translate helper and the bf16 measurement: records in fairseq's own format, what
+    :class:`TerminalNoise` drops left out (Python warnings of fairseq's dependencies, through
+    :func:`logging.captureWarnings`, become one line saying so), and records below ``level``
+    too: INFO records of loading a model or a dictionary are not what such a command reports.
+
+    Args:
+        where: how to see what is left out (the text of :class:`TerminalNoise`'s line).
+        stream: where to write (default: ``sys.stderr`` at each record, so that
+            ``contextlib.redirect_stderr`` applies to it as to Python's own warnings).
+        level: the least level shown (default WARNING).
+    """
+
+    def __init__(self, where: str, stream=None, level: int = logging.WARNING) -> None:
+        super().__init__(stream)
+        self._follow_stderr = stream is None
+        self.setLevel(level)
+        self.setFormatter(logging.Formatter(FAIRSEQ_LOG_FORMAT, FAIRSEQ_LOG_DATEFMT))
+        self._noise = TerminalNoise(where)
+
+    def terminal_text(self, record: logging.LogRecord) -> str:
+        """The record's terminal lines (``""`` when :class:`TerminalNoise` drops them all)."""
+        # a captured Python warning is shown as Python prints it (path:LINE: Category: ...)
+        text = record.getMessage() if record.name == "py.warnings" else self.format(record)
+        lines = [self._noise.keep(x) for x in text.rstrip("\n").split("\n")]
+        return "\n".join(x for x in lines if x is not None)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Write the record's terminal lines, if any are left."""
+        try:
+            text = self.terminal_text(record)
+            if self._follow_stderr:
+                self.stream = sys.stderr
+            if text:
+                self.stream.write(text + self.terminator)
+                self.flush()
+        except Exception:  # as logging.StreamHandler: a log record never stops the command
+            self.handleError(record)
+
+
+def quiet_fairseq_logging(where: str, level: int = logging.WARNING) -> TerminalLogHandler:
+    """Log through a :class:`TerminalLogHandler` on stderr (call before importing fairseq).
+
+    Puts the handler on the root logger at ``level`` and captures Python warnings, so that
+    fairseq's own ``logging.basicConfig`` calls (made when its modules are imported) change
+    nothing. Called again, it keeps the handler it put there (what was dropped stays dropped).
+    Returns the handler.
+    """
+    root = logging.getLogger()
+    mine = [h for h in root.handlers if isinstance(h, TerminalLogHandler)]
+    handler = mine[0] if mine else TerminalLogHandler(where, level=level)
+    for h in list(root.handlers):
+        if h is not handler:
+            root.removeHandler(h)
+    if not mine:
+        root.addHandler(handler)
+    root.setLevel(level)
+    logging.captureWarnings(True)
+    return handler
 
 
 #: lines that say training goes on (a validation ended without its result line)

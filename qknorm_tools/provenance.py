@@ -40,13 +40,12 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from .freshness import read_record
-from .textio import EvaluationError, warn
+from .textio import EvaluationError, OutputError, output_error_message, warn, write_text_atomic
 
 __all__ = [
     "IDENTITY_FILE",
@@ -213,9 +212,7 @@ def write_identity(data, pair: str, bin_dir, files: Sequence[str] | None = None)
     except (OSError, ValueError, KeyError):
         tool = None
     ident.update(pair=pair, bpe_tool=tool)
-    tmp = bin_dir / f".{IDENTITY_FILE}.tmp"
-    tmp.write_text(json.dumps(ident, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, bin_dir / IDENTITY_FILE)
+    write_text_atomic(bin_dir / IDENTITY_FILE, json.dumps(ident, indent=2) + "\n")
     return ident
 
 
@@ -309,9 +306,7 @@ def check_run(run_dir, identity: Mapping, record: bool = False) -> str | None:
                 f"{run} has a checkpoint but no {RUN_IDENTITY_FILE} (made before data identities "
                 f"were recorded): resuming it on the current data {short_id(identity['data_id'])}"
             )
-        tmp = run / f".{RUN_IDENTITY_FILE}.tmp"
-        tmp.write_text(json.dumps(dict(identity), indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+        write_text_atomic(path, json.dumps(dict(identity), indent=2) + "\n")
         return identity["data_id"]
     warn(
         f"{run} has no {RUN_IDENTITY_FILE} (made before data identities were recorded): "
@@ -421,13 +416,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point: 0, 2 (data not consistent) or 3 (a run made on other data)."""
+    """CLI entry point; returns the exit status.
+
+    0, 1 (an identity file cannot be written), 2 (data not consistent) or 3 (a run made on
+    other data).
+    """
     a = build_parser().parse_args(argv)
     try:
         return a.fn(a)
     except DataMismatchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3
+    except OutputError as exc:
+        print(f"error: {output_error_message(exc)}", file=sys.stderr)
+        return 1
     except (EvaluationError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

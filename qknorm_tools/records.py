@@ -37,7 +37,7 @@ from pathlib import Path
 
 from . import trainlog
 from .provenance import RUN_IDENTITY_FILE, short_id
-from .textio import InputFileError, ResultsError
+from .textio import InputFileError, ResultsError, write_text_atomic
 
 __all__ = [
     "RUN_READERS",
@@ -475,9 +475,7 @@ def write_train_json(run_dir, identity: Mapping[str, object]) -> RunRecord:
         "data_id",
     )
     data = {k: v for k, v in rec.to_json().items() if k in keep}
-    tmp = run / "train.json.tmp"
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, run / "train.json")
+    write_text_atomic(run / "train.json", json.dumps(data, indent=2) + "\n")
     return rec
 
 
@@ -492,15 +490,12 @@ def save_records(records: Iterable[RunRecord], path, work_dir=None) -> None:
     file's directory.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     base = str(work_dir) if work_dir is not None else None
     doc = {
         "work_dir": os.path.relpath(os.path.abspath(base), path.parent.resolve()) if base else None,
         "runs": [r.to_json(base) for r in records],
     }
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
 
 
 def _file_records(f: Path) -> list[RunRecord]:

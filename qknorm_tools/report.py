@@ -49,6 +49,7 @@ from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 
+from .textio import OutputError, write_text_atomic
 from .trainlog import (
     G_PREFIX,
     LogInputError,
@@ -1094,12 +1095,10 @@ def write_report(results_dir, out=None, attention=None) -> Path:
             go.Figure(f["spec"])  # plotly validates every property (ValueError on a typo)
     page = render_html(report)
     out = Path(out) if out is not None else Path(results_dir) / "report.html"
-    tmp = out.with_name(out.name + ".part")
     try:
-        tmp.write_text(page, encoding="utf-8")
-        tmp.replace(out)
-    except OSError as exc:
-        raise ReportInputError(f"cannot write {str(out)!r}: {exc.strerror or exc}") from None
+        write_text_atomic(out, page)
+    except OutputError as exc:
+        raise ReportInputError(str(exc)) from None
     return out
 
 

@@ -6,6 +6,7 @@ Numbers are BLEU / chrF points; the per-run table is what ``make demo`` reports.
 from __future__ import annotations
 
 import csv
+import io
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -14,6 +15,7 @@ from .provenance import short_id
 from .records import RunRecord
 from .scoring import SCORE_FIELDS
 from .significance import format_p
+from .textio import write_text_atomic
 
 __all__ = [
     "format_mean_sd",
@@ -31,10 +33,9 @@ def write_markdown_and_json(out_dir, stem: str, markdown: str, obj) -> dict[str,
         ``{"md": path, "json": path}``.
     """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     md, js = out / f"{stem}.md", out / f"{stem}.json"
-    md.write_text(markdown, encoding="utf-8")
-    js.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_text_atomic(md, markdown)
+    write_text_atomic(js, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
     return {"md": str(md), "json": str(js)}
 
 
@@ -219,7 +220,6 @@ def write_aggregate_tables(
         Mapping kind -> path written.
     """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     paths = {
         k: out / f"{stem}{suffix}"
         for k, suffix in (
@@ -231,18 +231,20 @@ def write_aggregate_tables(
         )
     }
     details, csv_rows = _details(agg)
-    paths["md"].write_text("\n".join(_markdown_summary(agg) + details) + "\n", encoding="utf-8")
-    paths["tex"].write_text("\n".join(_latex(agg)) + "\n", encoding="utf-8")
-    with open(paths["csv"], "w", encoding="utf-8", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(csv_rows[0].keys()))
-        w.writeheader()
-        w.writerows(csv_rows)
-    with open(paths["avg_delta_csv"], "w", encoding="utf-8", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["system", "n_pairs"] + [f"avg_delta_{x}" for x in SCORE_FIELDS])
-        for s, d in agg["avg_delta"].items():
-            w.writerow([s, d["n_pairs"]] + [d.get(x, "") for x in SCORE_FIELDS])
-    paths["json"].write_text(json.dumps(agg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_text_atomic(paths["md"], "\n".join(_markdown_summary(agg) + details) + "\n")
+    write_text_atomic(paths["tex"], "\n".join(_latex(agg)) + "\n")
+    f = io.StringIO(newline="")
+    w = csv.DictWriter(f, fieldnames=list(csv_rows[0].keys()))
+    w.writeheader()
+    w.writerows(csv_rows)
+    write_text_atomic(paths["csv"], f.getvalue())
+    f = io.StringIO(newline="")
+    w = csv.writer(f)
+    w.writerow(["system", "n_pairs"] + [f"avg_delta_{x}" for x in SCORE_FIELDS])
+    for s, d in agg["avg_delta"].items():
+        w.writerow([s, d["n_pairs"]] + [d.get(x, "") for x in SCORE_FIELDS])
+    write_text_atomic(paths["avg_delta_csv"], f.getvalue())
+    write_text_atomic(paths["json"], json.dumps(agg, indent=2, ensure_ascii=False) + "\n")
     return {k: str(v) for k, v in paths.items()}
 
 

@@ -2,14 +2,20 @@
 
 Errors are subclasses of :class:`EvaluationError` (a ``ValueError``) whose messages name the
 offending file and line; the command lines turn them into ``error: ...`` and exit status 2.
+Outputs are written through :func:`atomic_output` / :func:`write_text_atomic`: a failed write
+raises :class:`OutputError`, which names the output's own path (exit status 1).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import stat
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 __all__ = [
@@ -22,6 +28,7 @@ __all__ = [
     "GenerateOutputError",
     "InputFileError",
     "LineCountError",
+    "OutputError",
     "ResultsError",
     "BPE_MANIFEST",
     "bpe_manifest",
@@ -33,9 +40,12 @@ __all__ = [
     "parse_generate_output",
     "read_lines",
     "remove_bpe",
+    "atomic_output",
+    "output_error_message",
     "warn",
     "write_bpe_manifest",
     "write_lines",
+    "write_text_atomic",
 ]
 
 
@@ -69,6 +79,140 @@ class ResultsError(EvaluationError):
 
 class BPEMarkerError(EvaluationError):
     """Text to be scored still holds subword markers (``@@`` or ``\u2581``)."""
+
+
+class OutputError(OSError):
+    """An output cannot be written (disk full, a directory or a file in the way, ...).
+
+    ``filename`` is the output's own path, never the temporary sibling it was written
+    through; ``str()`` is the whole message (``cannot write PATH: reason; ...``). An
+    ``OSError``, so that the command lines exit with status 1 (an output error) for it.
+    """
+
+    def __init__(self, path, reason: str, errno_: int | None = None, kept: bool = False):
+        super().__init__(errno_, reason, str(path))
+        self.kept = kept
+
+    def __str__(self) -> str:
+        tail = f"; the existing {self.filename} is left as it was" if self.kept else ""
+        return f"cannot write {self.filename}: {self.strerror}{tail}"
+
+
+def output_error_message(exc: OSError) -> str:
+    """The ``error:`` text of a command line for an ``OSError`` (no ``error:`` prefix).
+
+    :class:`OutputError` is its own message; another ``OSError`` is ``FILE: reason`` (its
+    ``filename`` and ``filename2`` when it has them, else only the reason): never a
+    placeholder for a missing name.
+    """
+    if isinstance(exc, OutputError):
+        return str(exc)
+    names = " -> ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
+    reason = exc.strerror or str(exc)
+    return f"{names}: {reason}" if names else reason
+
+
+def _in(path, tmp: Path) -> bool:
+    """Whether ``path`` (an OSError's filename) is ``tmp`` or lies below it."""
+    try:
+        p = Path(os.fsdecode(path)).absolute()
+    except TypeError:  # a file descriptor
+        return False
+    return p == tmp.absolute() or tmp.absolute() in p.parents
+
+
+@contextmanager
+def atomic_output(path, directory: bool = False) -> Iterator[Path]:
+    """Write ``path`` whole or not at all: yield a hidden sibling to write, then rename it.
+
+    The body writes the yielded path (``.NAME.partial`` next to ``path``: a file, or with
+    ``directory`` a directory made empty), which replaces ``path`` when the body returns.
+    On any error the sibling is removed and an existing ``path`` is left as it was. A
+    symlink is followed (its target replaced, the link kept); an existing ``path`` that is
+    not a regular file or directory (``/dev/stdout``, a FIFO) cannot be replaced and is
+    yielded itself, written in place. Parent directories are created.
+
+    Raises:
+        OutputError: the parent directory, the sibling or the rename failed, or the body
+            raised an ``OSError`` of the sibling (or one without a file name, as a full disk
+            gives): the message names ``path``. Other errors of the body pass unchanged.
+    """
+    shown = Path(path)
+    real = Path(os.path.realpath(shown))
+    try:
+        mode = os.stat(real).st_mode
+    except OSError:
+        mode = None
+    in_place = mode is not None and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+    kept = mode is not None and not in_place
+    tmp = real if in_place else real.with_name(f".{real.name}.partial")
+    try:
+        try:
+            real.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputError(
+                shown, f"cannot make its directory ({output_error_message(exc)})", exc.errno
+            ) from None
+        try:
+            if not in_place:
+                _remove(tmp)
+                if directory:
+                    tmp.mkdir()
+            yield tmp
+            if not in_place:
+                _replace(tmp, real, directory and mode is not None and stat.S_ISDIR(mode))
+        except OSError as exc:
+            if isinstance(exc, OutputError):
+                raise
+            ours = [f for f in (exc.filename, exc.filename2) if f is not None]
+            if ours and not any(_in(f, tmp) or _in(f, real) for f in ours):
+                raise  # the body's own error of another file (an input it reads)
+            raise OutputError(shown, exc.strerror or str(exc), exc.errno, kept=kept) from None
+    finally:
+        if not in_place:
+            _remove(tmp)
+
+
+def _replace(tmp: Path, real: Path, old_dir: bool) -> None:
+    """Rename ``tmp`` to ``real``; an existing directory ``real`` is set aside, then removed.
+
+    If the second rename fails, the directory set aside is put back.
+    """
+    if not old_dir:
+        os.replace(tmp, real)
+        return
+    old = real.with_name(f".{real.name}.old")
+    _remove(old)
+    os.replace(real, old)
+    try:
+        os.replace(tmp, real)
+    except OSError:
+        os.replace(old, real)
+        raise
+    _remove(old)
+
+
+def _remove(path: Path) -> None:
+    """Remove a file or directory tree if it is there (errors ignored)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            path.unlink()
+        except OSError:
+            pass
+
+
+def write_text_atomic(path, text: str) -> None:
+    r"""Write ``text`` (UTF-8, ``\n`` kept as is) to ``path`` through :func:`atomic_output`.
+
+    Raises:
+        OutputError: it cannot be written (the message names ``path``; an existing file is
+            left as it was).
+    """
+    with atomic_output(path) as tmp:
+        with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
 
 
 _BOM = "\ufeff"
@@ -181,12 +325,17 @@ def read_lines(path, what: str = "file") -> list[str]:
 
 
 def write_lines(path, lines: Iterable[str]) -> None:
-    r"""Write one string per line, UTF-8, ``\\n``-terminated; creates parent directories."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
-        for line in lines:
-            f.write(line + "\n")
+    r"""Write one string per line, UTF-8, ``\\n``-terminated, whole or not at all.
+
+    Creates parent directories; written through :func:`atomic_output`.
+
+    Raises:
+        OutputError: it cannot be written (an existing file is left as it was).
+    """
+    with atomic_output(path) as tmp:
+        with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+            for line in lines:
+                f.write(line + "\n")
 
 
 def find_bpe_markers(lines: Sequence[str]) -> list[int]:

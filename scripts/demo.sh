@@ -50,12 +50,13 @@ load_profile_config cpu-proxy
 [[ "$MAX_UPDATE" != 0 ]] \
     || qk_usage_error "a budget of 0 updates (--max-update / QKNORM_MAX_UPDATE) would never stop training (cpu-proxy has no epoch limit)"
 LABEL="$(qk_run_label)"
+THREADS=1  # each training's: the two run at once (CELL_OPTS); the bf16 measurement uses it too
 qk_resolve_bf16  # bf16 autocast where measured faster on this CPU (cpu-proxy: PROFILE_BF16=auto)
 BASELINE=twt
 SYSTEMS=(twt qknorm_paper)
 OUT="$QK_WORK_DIR/results/$LABEL/$PAIR"
 REF="$QK_DATA/raw/$PAIR/test.$TGT"
-CELL_OPTS=(--profile cpu-proxy --seed "$SEED" --max-update "$MAX_UPDATE" --threads 1)
+CELL_OPTS=(--profile cpu-proxy --seed "$SEED" --max-update "$MAX_UPDATE" --threads "$THREADS")
 
 for tool in subword-nmt fairseq-preprocess fairseq-train fairseq-generate; do
     qk_tool "$tool" >/dev/null

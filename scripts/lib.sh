@@ -837,8 +837,8 @@ load_profile_config() {
 # (train.sh, evaluate.sh, a Slurm cell) files and finds its runs the same way. QKNORM_BF16
 # decides if set (1, 0 or auto), else the profile's PROFILE_BF16 (default 0). auto: bf16 only
 # where the CPU has native bf16 and it was measured faster than fp32 (benchmarks/bf16_auto.py:
-# a training step at the proxy size with the profile's default threads, measured once, about a
-# minute, up to 3 under load, cached under $QK_WORK_DIR/bf16-auto/); fp32 for a profile at the
+# a training step at the proxy size with the run's THREADS, measured once after a line saying
+# what and roughly how long, cached under $QK_WORK_DIR/bf16-auto/); fp32 for a profile at the
 # papers' size (a GPU profile: fairseq's --fp16 there). --cached-only: never measure (answers fp32 without a
 # cached verdict); for steps that only find runs, and dry runs.
 qk_resolve_bf16() {
@@ -853,9 +853,9 @@ qk_resolve_bf16() {
                 printf '%s\n' "[bf16 auto] fp32: profile $PROFILE trains at the papers' size (a GPU profile); bf16 autocast on CPU is measured at the proxy size only (QKNORM_BF16=1 forces it)" >&2
             else
                 [[ -n "$QK_PY" ]] || die "no python interpreter found (set QKNORM_PYTHON)"
-                local threads="${QKNORM_THREADS:-2}"  # the profiles' default, whatever --threads says
+                local threads="${THREADS:-${QKNORM_THREADS:-2}}"  # the run's (after --threads / --nproc)
                 answer="$(cd "$QK_REPO_ROOT" && OMP_NUM_THREADS="$threads" "$QK_PY" -m benchmarks.bf16_auto \
-                    "$QK_WORK_DIR/bf16-auto" --size proxy --threads "$threads" "$@" 2> >(grep -v tensorboardX >&2))" \
+                    "$QK_WORK_DIR/bf16-auto" --size proxy --threads "$threads" "$@")" \
                     || die "no bf16 decision (above; QKNORM_BF16=0 or 1 decides without one)"
                 case "$answer" in
                     bf16) QK_BF16_RUN=bf16 ;;

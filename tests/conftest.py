@@ -748,6 +748,37 @@ def slurm_cluster(tmp_path_factory):
             _stop_pid_file(pid_file)
 
 
+def assert_incremental_equals_full_with_reorders(model, d, orders) -> dict:
+    """Beam-search-like decoding of an eval-mode ``model`` with dictionary ``d``: 2 random
+    sources of length 6 (the second one padded), encoder states expanded per beam (2) and
+    shared by the encoder-decoder attention (``set_beam_size``), 5 incremental steps with the
+    cache reordered after every step by ``orders[t % len(orders)]`` (index tensors over the
+    4 beams: swaps, copies over others); each step's output equals the full forward of the
+    reordered prefixes. Returns the incremental state (for checks of the cache)."""
+    import torch
+
+    torch.manual_seed(0)
+    B, beam, S, T = 2, 2, 6, 5
+    src = torch.randint(d.nspecial, len(d), (B, S))
+    src[1, :2] = d.pad()
+    src[:, -1] = d.eos()
+    prev = torch.randint(d.nspecial, len(d), (B * beam, T))
+    prev[:, 0] = d.eos()
+    state: dict = {}
+    with torch.no_grad():
+        enc = model.encoder(src, src_lengths=(src != d.pad()).sum(1))
+        enc = model.encoder.reorder_encoder_out(enc, torch.arange(B).repeat_interleave(beam))
+        model.decoder.set_beam_size(beam)
+        for t in range(T):
+            step, _ = model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)
+            full, _ = model.decoder(prev[:, : t + 1], encoder_out=enc)
+            torch.testing.assert_close(step[:, -1], full[:, -1], atol=1e-5, rtol=1e-4)
+            order = orders[t % len(orders)]
+            prev = prev[order]
+            model.decoder.reorder_incremental_state_scripting(state, order)
+    return state
+
+
 def assert_beam_scores_equal_full_forward(model, d, n_sentences: int) -> None:
     """fairseq's SequenceGenerator (beam 3: incremental decoding, beam-shared encoder keys,
     reordering) on ``n_sentences`` random sources of length 7 (the second one padded): every

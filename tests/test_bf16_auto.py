@@ -113,6 +113,66 @@ def test_measured_once_then_cached(tmp_path, monkeypatch):
     )
 
 
+def test_a_measurement_first_says_what_and_roughly_how_long(tmp_path, monkeypatch, capsys):
+    """Before the minutes it takes: what is measured, with which thread count, roughly how long
+    under the load at hand, where the verdict goes; a later run with another thread count is
+    told the verdict's."""
+    monkeypatch.setattr(cpu_bf16, "native_bf16_support", lambda: (True, "native: avx512_bf16"))
+    monkeypatch.setattr(bf16_auto.os, "getloadavg", lambda: (6.0, 5.0, 4.0))
+    monkeypatch.setattr(bf16_auto.os, "cpu_count", lambda: 2)
+    key = bf16_auto.cache_key("proxy", "native: avx512_bf16")
+    path = bf16_auto.cache_file(tmp_path, key)
+    said = []
+
+    def fake_main(argv):
+        said.append(capsys.readouterr().err)  # what was on the terminal when measuring began
+        with open(argv[argv.index("--out") + 1], "w") as f:
+            json.dump(bench_result(twt=[0.9] * 7, qknorm_paper=[0.9] * 7), f)
+        return 0
+
+    monkeypatch.setattr(bf16_auto.bf16_cpu, "main", fake_main)
+    assert bf16_auto.decide(tmp_path, "proxy", 1, 7, cached_only=False)[0] is False
+    # 2 CPU-minutes on 1 thread with a fair share 2/(6+1) of the 2 cores: 7 minutes
+    assert said == [
+        f"[bf16 auto] measuring once whether bf16 autocast trains faster than fp32 on "
+        f"{key['cpu_model']}: a training step of twt and qknorm_paper at the proxy size, fp32 and "
+        f"bf16 interleaved, 7 repetitions, 1 thread(s); roughly 7 min here (load average 6.0 on "
+        f"2 cores; about 1 on 2 idle cores); the verdict is cached in {path} (QKNORM_BF16=0 or 1 "
+        "decides without measuring)\n"
+    ]
+    assert json.loads(path.read_text())["decision"]["threads"] == 1
+    assert bf16_auto.rough_minutes("proxy", 2, 7, 0.0, 2) == 1.0
+    assert bf16_auto.rough_minutes("smoke", 2, 7, 0.0, 2) is None
+    why = bf16_auto.decide(tmp_path, "proxy", 2, 7, cached_only=False)[1]
+    assert ", with 1 thread(s), not this run's 2; cached in " in why
+    assert "not this run's" not in bf16_auto.decide(tmp_path, "proxy", 1, 7, cached_only=True)[1]
+
+
+def test_train_sh_measures_with_the_runs_thread_count(tmp_path):
+    """qk_resolve_bf16 passes the run's --threads (not the profile's 2) to the measurement, and
+    its stderr reaches the terminal directly (no filter that holds its lines back)."""
+    from conftest import make_data_chain, make_env, out, run_script
+
+    log = tmp_path / "bf16_auto.calls"
+    wrapper = tmp_path / "python"
+    wrapper.write_text(
+        "#!/usr/bin/env bash\n"
+        f'[[ "$1 $2" != "-m benchmarks.bf16_auto" ]] || echo "OMP=$OMP_NUM_THREADS $*" >>{log}\n'
+        f'exec {sys.executable} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    work = tmp_path / "work"
+    make_data_chain(work)
+    env = make_env(work, QKNORM_BF16="auto", QKNORM_PYTHON=wrapper)
+    p = run_script("train.sh", "gl-en", "twt", "--threads", 1, "--dry-run", env=env)
+    assert p.returncode == 0, out(p)
+    calls = log.read_text().splitlines()
+    assert calls == [
+        f"OMP=1 -m benchmarks.bf16_auto {work}/bf16-auto --size proxy --threads 1 --cached-only"
+    ], out(p)
+    assert "tensorboardX" not in p.stderr and "[bf16 auto] " in p.stderr, out(p)
+
+
 def test_a_cached_verdict_is_read_without_the_lock_and_a_corrupt_one_is_named(
     tmp_path, monkeypatch
 ):

@@ -308,6 +308,12 @@ def test_raw_translation_equals_evaluate_sh(evaluated, monkeypatch):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.splitlines() == expected
+    # the terminal: the helper's own line, no fairseq INFO records; dependency warnings (torch's
+    # deprecations during decoding) as one line, as in train.sh's terminal
+    first, *rest = proc.stderr.splitlines()
+    assert first == f"[translate] {work / README_CHECKPOINT}", proc.stderr
+    hidden = "(Python warnings of fairseq's dependencies: not shown, --verbose shows them)"
+    assert rest in ([], [hidden]), proc.stderr
 
     if tool == "subword-nmt":  # the comparison can fail: fairseq's codes-only BPE changes outputs
         stock = interactive(

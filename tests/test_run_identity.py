@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 from qknorm_tools.evaluate import run_identity_mismatches
 
-from conftest import make_data_chain, make_env, out, run_script
+from conftest import FAR_BOUND, REPO, make_data_chain, make_env, out, run_script
 
 
 def test_identity_fields_compared():
@@ -68,3 +70,45 @@ def test_a_copied_run_is_never_decoded_under_another_name(tmp_path, fake_fairseq
     p = run_script("evaluate.sh", "gl-en", "twt", "--max-update", 5, env=env)
     assert p.returncode == 1 and "another run than the one asked for" not in p.stderr, out(p)
     assert f"checkpoint {run}/checkpoints/checkpoint_best.pt not found" in p.stderr
+
+
+def test_the_translate_helper_checks_the_runs_identity(tmp_path):
+    """python -m fairseq_qknorm.translate refuses a copied or renamed run as evaluate.sh does
+    (the same check: qknorm_tools.evaluate.check_run_identity), before loading it."""
+    runs = tmp_path / "runs" / "gl-en"
+    run = runs / "cpu-proxy-max-update-5" / "twt" / "seed1"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "checkpoint_best.pt").write_bytes(b"")
+    record = {"pair": "gl-en", "profile": "cpu-proxy-max-update-5", "system": "twt", "seed": 1,
+              "precision": "fp32", "variant": {}}  # fmt: skip
+    (run / "train.json").write_text(json.dumps(record))
+    env = make_env(tmp_path)
+
+    def translate(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "fairseq_qknorm.translate", "gl-en", "twt", *map(str, args)],
+            input="ola\n", cwd=REPO, env=env, capture_output=True, text=True, timeout=FAR_BOUND,
+        )  # fmt: skip
+
+    for copy, args, field in [
+        (runs / "cpu-proxy-fast-max-update-60" / "twt" / "seed1",
+         ("--profile", "cpu-proxy-fast", "--max-update", 60),
+         "profile: trained as 'cpu-proxy-max-update-5', asked for 'cpu-proxy-fast-max-update-60'"),
+        (run.with_name("seed2"), ("--max-update", 5, "--seed", 2),
+         "seed: trained as 1, asked for 2"),
+        (run.with_name("seed1-bf16"), ("--max-update", 5, "--bf16-autocast"),
+         "precision: trained as 'fp32', asked for 'bf16'"),
+    ]:  # fmt: skip
+        shutil.copytree(run, copy)
+        p = translate(*args)
+        assert p.returncode == 1, out(p)
+        assert p.stderr.splitlines()[-1] == (
+            f"error: {copy} is another run than the one asked for ({copy}/train.json: {field}): "
+            "a run directory copied or renamed is never trained on, decoded or scored under "
+            "another name"
+        ), out(p)
+        assert not p.stdout
+    # the run under its own name passes the check (then fails to load its empty checkpoint)
+    p = translate("--max-update", 5)
+    assert p.returncode != 0 and "another run than the one asked for" not in p.stderr, out(p)
+    assert "EOFError: Ran out of input" in p.stderr, out(p)  # torch.load of the empty file

@@ -80,7 +80,9 @@ def test_an_output_error_exits_1(tmp_path):
         cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=FAR_BOUND,
     )  # fmt: skip
     assert p.returncode == 1, out(p)
-    assert f"error: {blocker}: " in p.stderr
+    assert p.stderr.splitlines()[-1] == (
+        f"error: cannot write {blocker}/cmp.txt: cannot make its directory ({blocker}: File exists)"
+    ), out(p)
 
 
 def test_generate_failures_are_explained_from_the_real_errors(tmp_path):
@@ -156,6 +158,52 @@ def test_terminal_leaves_out_fairseqs_noise_not_errors():
     buf = io.BytesIO()  # without quiet (train.log's copy): every line
     progress.TrainEta(0, 1).filter(lines, buf, heartbeat=0)
     assert len(buf.getvalue().splitlines()) == len(lines)
+
+
+def test_in_process_fairseq_log_leaves_out_its_noise_not_its_warnings():
+    """The translate helper's terminal (progress.TerminalLogHandler): fairseq's INFO records and
+    its dependencies' Python warnings are left out as in train.sh's terminal; warnings and
+    errors of fairseq are shown in its log format."""
+    import logging
+    import re
+    import warnings
+
+    from qknorm_tools import progress
+
+    buf = io.StringIO()
+    handler = progress.TerminalLogHandler("--verbose shows them", stream=buf)
+    log = logging.getLogger("fairseq.test_terminal")
+    log.propagate, py_log = False, logging.getLogger("py.warnings")
+    log.addHandler(handler)
+    py_log.addHandler(handler)
+    try:
+        log.setLevel(logging.INFO)
+        logging.captureWarnings(True)
+        log.info("loading archive file /x")
+        logging.getLogger("fairseq.tasks.text_to_speech").handle(
+            log.makeRecord("fairseq.tasks.text_to_speech", logging.WARNING, "f", 1,
+                           "Please install tensorboardX: pip install tensorboardX", (), None)
+        )  # fmt: skip
+        warnings.warn_explicit("`torch.cuda.amp.autocast` is deprecated", FutureWarning, "x.py", 3)
+        warnings.warn_explicit("another one", UserWarning, "y.py", 4)
+        log.warning("the checkpoint has no %s", "optimizer state")
+        try:
+            raise ValueError("bad")
+        except ValueError:
+            log.exception("cannot load")
+    finally:
+        logging.captureWarnings(False)
+        log.removeHandler(handler)
+        py_log.removeHandler(handler)
+    lines = [
+        re.sub(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", "T", x) for x in buf.getvalue().splitlines()
+    ]
+    assert lines[:3] == [
+        "(Python warnings of fairseq's dependencies: not shown, --verbose shows them)",
+        "T | WARNING | fairseq.test_terminal | the checkpoint has no optimizer state",
+        "T | ERROR | fairseq.test_terminal | cannot load",
+    ]
+    assert lines[3] == "Traceback (most recent call last):" and lines[-1] == "ValueError: bad"
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from conftest import (
     PLUGIN_DIR,
     TINY,
     assert_beam_scores_equal_full_forward,
+    assert_incremental_equals_full_with_reorders,
     build_model,
     make,
     run_cli,
@@ -75,26 +76,8 @@ def test_incremental_decoding_with_beam_reorders_equals_full(toy_task, variant):
     """Beam-shared encoder keys, the cache reordered after every step: each step equals the
     full forward of the reordered prefixes."""
     model = _randomize(_model(toy_task, variant)).eval()
-    torch.manual_seed(0)
-    d = toy_task.target_dictionary
-    B, beam, S, T = 2, 2, 6, 5
-    src = torch.randint(d.nspecial, len(d), (B, S))
-    src[1, :2] = d.pad()
-    src[:, -1] = d.eos()
-    prev = torch.randint(d.nspecial, len(d), (B * beam, T))
-    prev[:, 0] = d.eos()
-    with torch.no_grad():
-        enc = model.encoder(src, src_lengths=(src != d.pad()).sum(1))
-        enc = model.encoder.reorder_encoder_out(enc, torch.arange(B).repeat_interleave(beam))
-        model.decoder.set_beam_size(beam)
-        state = {}
-        for t in range(T):
-            step, _ = model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)
-            full, _ = model.decoder(prev[:, : t + 1], encoder_out=enc)
-            torch.testing.assert_close(step[:, -1], full[:, -1], atol=1e-5, rtol=1e-4)
-            order = torch.tensor([1, 0, 3, 3])
-            prev = prev[order]
-            model.decoder.reorder_incremental_state_scripting(state, order)
+    orders = [torch.tensor([1, 0, 3, 3])]
+    assert_incremental_equals_full_with_reorders(model, toy_task.target_dictionary, orders)
 
 
 @pytest.mark.parametrize("variant", sorted(STABILITY_FLAGS))

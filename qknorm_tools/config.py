@@ -16,7 +16,7 @@ Python::
 Command line::
 
     python -m qknorm_tools.config names pairs|systems|profiles [--in-all]
-    python -m qknorm_tools.config known pairs|systems|profiles NAME
+    python -m qknorm_tools.config known pairs|systems|profiles NAME   # exit 3: not configured
     python -m qknorm_tools.config shell [--pair P] [--system S] [--profile F] [--paper-max-epoch N]
     python -m qknorm_tools.config convert FILE.sh     # a bash pair config -> FILE.toml
 
@@ -348,6 +348,8 @@ class Pair:
     def shell_vars(self) -> list:
         """[(bash variable, value)] as scripts/lib.sh:load_pair_config sets them."""
         out = [(var, getattr(self, field)) for _, field, var, _ in BASE_KEYS + PAIR_KEYS]
+        # an own corpus without a reference L: PAPER_L set and empty (the scripts read it)
+        out = [(v, "" if v == "PAPER_L" and x is None else x) for v, x in out]
         for name, src in self.sources:
             prefix = SOURCES[name]
             out += [(f"{prefix}_{k.upper()}", getattr(src, k)) for k, _ in SOURCE_KEYS]
@@ -794,6 +796,35 @@ def apply_env_pair(pair: Pair, environ: Mapping = os.environ) -> Pair:
 
 
 # ---------------------------------------------------------------------------------------------
+# runs (scripts/lib.sh: qk_run_label, qk_run_dir)
+
+
+def work_dir(environ: Mapping = os.environ) -> Path:
+    """$QKNORM_WORK_DIR (relative: from the current directory), else the repository."""
+    work = environ.get("QKNORM_WORK_DIR") or ""
+    return Path(work).absolute() if work else REPO
+
+
+def run_label(profile: Profile, max_update: int | None = None) -> str:
+    """The label runs and results of ``profile`` are filed under.
+
+    What runs and results of ``profile`` are filed under: its name for its own budget,
+    PROFILE-max-update-N for any other (``max_update``, else QKNORM_MAX_UPDATE via
+    :func:`apply_env`).
+    """
+    budget = profile.run_max_update if max_update is None else max_update
+    return profile.name if budget == profile.max_update else f"{profile.name}-max-update-{budget}"
+
+
+def run_dir(
+    work: Path, pair: str, label: str, system: str, seed: int, lr: str = "", precision: str = ""
+) -> Path:
+    """WORK/runs/PAIR/LABEL/SYSTEM/seedN[-lrLR][-bf16] (scripts/lib.sh:qk_run_dir)."""
+    name = f"seed{seed}" + (f"-lr{lr}" if lr else "") + (f"-{precision}" if precision else "")
+    return Path(work) / "runs" / pair / label / system / name
+
+
+# ---------------------------------------------------------------------------------------------
 # bash
 
 
@@ -1015,7 +1046,7 @@ def main(argv: list | None = None) -> int:
     p.add_argument("kind", choices=KINDS)
     p.add_argument("--in-all", action="store_true", help="systems: only those of `--systems all`")
     p.add_argument("--work-dir", type=Path)
-    p = sub.add_parser("known", help="exit 0 if NAME is configured, else 1 and the hint")
+    p = sub.add_parser("known", help="exit 0 if NAME is configured, else 3 and the hint")
     p.add_argument("kind", choices=KINDS)
     p.add_argument("name")
     p.add_argument("--work-dir", type=Path)
@@ -1029,7 +1060,16 @@ def main(argv: list | None = None) -> int:
     p.add_argument("--work-dir", type=Path)
     p = sub.add_parser("convert", help="a bash pair config FILE.sh -> FILE.toml next to it")
     p.add_argument("file", type=Path)
+    for p in sub.choices.values():
+        p.add_argument(
+            "--repo", type=Path, help="the repository whose configs/ to read (default: this one)"
+        )
     args = parser.parse_args(argv)
+    if (
+        args.repo is not None
+    ):  # scripts/lib.sh passes its own root (a copy of the scripts and configs)
+        global REPO
+        REPO = args.repo.resolve()
     try:
         if args.cmd == "names":
             print(" ".join(names(args.kind, args.work_dir, in_all=args.in_all)))
@@ -1037,7 +1077,7 @@ def main(argv: list | None = None) -> int:
             ok, more = known(args.kind, args.name, args.work_dir)
             if not ok:
                 print(more)
-                return 1
+                return 3
         elif args.cmd == "shell":
             print("\n".join(_shell(args)))
         elif args.cmd == "convert":

@@ -16,7 +16,7 @@ import pytest
 
 from qknorm_tools import config
 
-from conftest import FAR_BOUND, REPO, make_env
+from conftest import FAR_BOUND, REPO, SCRIPTS, make_env
 
 PAIRS = config.names("pairs")
 SYSTEMS = config.names("systems")
@@ -258,7 +258,7 @@ def test_cli_names_known_and_errors(tmp_path):
     )
     assert cli("known", "pairs", "en-gl", env=env).returncode == 0
     p = cli("known", "pairs", "en-he", env=env)
-    assert p.returncode == 1 and "note: he-en already is en->he" in p.stdout
+    assert p.returncode == 3 and "note: he-en already is en->he" in p.stdout
     p = cli("shell", "--profile", "nope", env=env)
     assert p.returncode == 2 and p.stdout.startswith(
         "unknown profile 'nope' (known profiles: cpu-converge"
@@ -312,3 +312,10 @@ def test_converter_round_trip_of_a_user_bash_pair(tmp_path):
         "de", "en", "local", "/data/my-corpus", "valid.src")  # fmt: skip
     assert (pair.spm_vocab_size, pair.paper_arch_size, pair.paper_max_epoch) == (8000, "base", 200)
     assert pair.lines_train is None
+    # and the scripts' loader reads it
+    p = subprocess.run(
+        ["bash", "-c", f'source "{SCRIPTS}/lib.sh"; load_pair_config de-en; '
+         'echo "$SRC $TGT $LOCAL_TEST_TGT $PAIR_CONFIG"'],
+        capture_output=True, text=True, env=env, timeout=FAR_BOUND,
+    )  # fmt: skip
+    assert p.returncode == 0 and p.stdout == f"de en test.tgt {pairs / 'de-en.toml'}\n", p.stderr

@@ -472,7 +472,7 @@ def names(kind: str, work_dir: Path | None = None, in_all: bool = False) -> list
         out.update(p.stem for p in d.glob("*.toml"))
         if kind == "pairs" and d != REPO / "configs" / "pairs":
             out.update(p.stem for p in d.glob("*.sh"))
-    found = sorted(out)
+    found = sorted(out, key=lambda n: n + ".toml")  # as the files sort (the .sh era's order)
     if in_all and kind == "systems":
         found = [n for n in found if load_system(n).in_all]
     return found

@@ -2,7 +2,7 @@ r"""Whether the CPU profiles train in bf16 on this machine: measured once, then 
 
     python -m benchmarks.bf16_auto CACHE_DIR [--size proxy] [--threads N] [--cached-only]
 
-The CPU profiles (``configs/profiles/cpu-proxy*.sh``: ``PROFILE_BF16=auto``) train with the
+The CPU profiles (``configs/profiles/cpu-proxy*.toml``: ``bf16 = "auto"``) train with the
 plugin task's ``--bf16-autocast`` only where it is *measured* faster than fp32 on the CPU at
 hand (``scripts/lib.sh``, ``qk_resolve_bf16``, calls this; ``QKNORM_BF16=0`` or ``1`` there
 decides without it):

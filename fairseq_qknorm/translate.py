@@ -18,7 +18,7 @@ Command line (same arguments as ``scripts/evaluate.sh``; one sentence per line):
 ``from_pipeline`` takes the checkpoint, ``data/bin/PAIR``, ``data/bpe/PAIR``, beam, length
 penalty, ``--max-tokens`` and the profile's other generation flags (``GEN_FLAGS``, e.g.
 ``--max-len-a 1.5 --max-len-b 10``) from the scripts' own configuration
-(``scripts/lib.sh`` under ``QKNORM_WORK_DIR``), as ``evaluate.sh`` passes them to
+(:mod:`qknorm_tools.config`, runs under ``QKNORM_WORK_DIR``), as ``evaluate.sh`` passes them to
 ``fairseq-generate``.
 
 Same checkpoint, segmentation and beam search as ``evaluate.sh``, so the output equals its
@@ -33,28 +33,40 @@ import dataclasses
 import logging
 import os
 import re
-import subprocess
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Optional
 
+from qknorm_tools import config
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
-# Prints what scripts/evaluate.sh decodes with, NUL-separated: the data directory, the run
-# directory, its profile label and precision (the identity qk_check_run_identity checks), BEAM,
-# LENPEN, GEN_MAX_TOKENS, then GEN_FLAGS (mirrors evaluate.sh's lines).
-_PIPELINE_SETTINGS_SH = r"""
-source "$1/scripts/lib.sh"
-load_pair_config "$2"
-load_system_config "$3"
-load_profile_config "$4"
-[[ -z "$6" ]] || MAX_UPDATE="$6"
-qk_resolve_bf16 --cached-only  # the run train.sh made: seedN or seedN-bf16
-printf '%s\0' "$QK_DATA" "$(qk_run_dir "$PAIR" "$(qk_run_label)" "$SYSTEM" "$5")" \
-    "$(qk_run_label)" "${QK_BF16_RUN:-fp32}" \
-    "$BEAM" "$LENPEN" "$GEN_MAX_TOKENS" ${GEN_FLAGS[@]+"${GEN_FLAGS[@]}"}
-"""
+
+def _precision(profile, work: Path) -> str:
+    """The precision a run was trained in: ``bf16`` or ``""``.
+
+    ``bf16`` or ``""``: the precision the run was trained in, decided as
+    ``scripts/lib.sh:qk_resolve_bf16 --cached-only`` does (QKNORM_BF16, else the profile's
+    ``bf16``; ``auto``: the cached verdict of this machine, never a measurement).
+    """
+    mode = os.environ.get("QKNORM_BF16") or str(profile.bf16)
+    if mode in ("0", "1"):
+        return "bf16" if mode == "1" else ""
+    if mode != "auto":
+        raise ValueError(f"QKNORM_BF16='{mode}': expected 1 (bf16 autocast), 0 (fp32) or auto")
+    if profile.arch_size != "proxy":
+        return ""  # a profile at the papers' size: fp32 on CPU (as qk_resolve_bf16)
+    if str(REPO_ROOT) not in sys.path:  # benchmarks/ is not packaged (issue 21 item 2)
+        sys.path.append(str(REPO_ROOT))
+    from benchmarks import bf16_auto
+
+    threads = int(os.environ.get("QKNORM_THREADS") or 2)  # the profiles' default, as lib.sh
+    try:
+        bf16, _ = bf16_auto.decide(work / "bf16-auto", "proxy", threads, 7, cached_only=True)
+    except bf16_auto.CacheError as e:
+        raise ValueError(str(e)) from None
+    return "bf16" if bf16 else ""
 
 
 def generation_options(flags: Sequence[str]) -> dict[str, object]:
@@ -124,7 +136,7 @@ def pipeline_settings(
     checkpoint: str = "best",
     max_update: Optional[int] = None,
 ) -> PipelineSettings:
-    """Resolve a pipeline run through the scripts' own configuration (``scripts/lib.sh``).
+    """Resolve a pipeline run through the scripts' own configuration (:mod:`qknorm_tools.config`).
 
     Args:
         pair: language pair, as for ``scripts/evaluate.sh`` (e.g. ``gl-en``).
@@ -143,29 +155,24 @@ def pipeline_settings(
     """
     if checkpoint not in ("best", "last"):
         raise ValueError(f"checkpoint must be 'best' or 'last', got {checkpoint!r}")
-    proc = subprocess.run(
-        [
-            "bash",
-            "-c",
-            _PIPELINE_SETTINGS_SH,
-            "translate",
-            str(REPO_ROOT),
-            pair,
-            system,
-            profile,
-            str(seed),
-            "" if max_update is None else str(max_update),
-        ],
-        capture_output=True,
-        text=True,
+    try:  # the scripts' configuration, read as they read it (qknorm_tools.config)
+        pair_cfg = config.load_pair(pair, config.work_dir())
+        system_cfg = config.load_system(system)
+        profile_cfg = config.apply_env(config.load_profile(profile, pair_cfg))
+    except config.ConfigError as e:
+        raise ValueError(str(e)) from None
+    work = config.work_dir()
+    label = config.run_label(profile_cfg, max_update)
+    run = config.run_dir(work, pair_cfg.name, label, system_cfg.name, seed,
+                         precision=_precision(profile_cfg, work))  # fmt: skip
+    data = work / "data"
+    beam, lenpen, max_tokens = (
+        str(profile_cfg.beam),
+        str(profile_cfg.lenpen),
+        profile_cfg.gen_max_tokens,
     )
-    if proc.returncode != 0:
-        raise ValueError(
-            proc.stderr.strip().removeprefix("error: ")
-            or f"cannot read the pipeline settings of {pair} {system} --profile {profile}"
-        )
-    fields = proc.stdout.split("\0")[:-1]
-    data, run, label, precision, beam, lenpen, max_tokens, *gen_flags = fields
+    gen_flags = list(profile_cfg.gen_flags)
+    precision = _precision(profile_cfg, work) or "fp32"
     identity = dict(pair=pair, profile=label, system=system, seed=seed, precision=precision)
     return PipelineSettings(
         checkpoint=Path(run) / "checkpoints" / f"checkpoint_{checkpoint}.pt",

@@ -873,7 +873,7 @@ def diagnose_pair_dir(
             hints.append(
                 f"found {shown} in {where}: this pair reads {src}->{tgt} from files named "
                 f"{{{','.join(splits)}}}.{{{src},{tgt}}}; name them so, or write a pair config "
-                "(configs/pairs/PAIR.sh with CORPUS=local) naming your files"
+                '(configs/pairs/PAIR.toml with corpus = "local") naming your files'
             )
         swapped = [f"{lang}.train" for lang in langs if f"{lang}.train" in names]
         if swapped:

@@ -1,6 +1,6 @@
 """Up-front consistency check of a ``fairseq-train`` command (no torch, no fairseq).
 
-``scripts/train.sh`` builds its command from a profile (``configs/profiles/P.sh``), a system,
+``scripts/train.sh`` builds its command from a profile (``configs/profiles/P.toml``), a system,
 the data and the user's ``-- EXTRA`` arguments, then runs
 ``python -m qknorm_tools.train_check --remove-bpe SYMBOL -- ARGS...`` before training (and before
 printing a ``--dry-run``). Values that each look fine but cannot work together are refused

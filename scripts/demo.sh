@@ -20,7 +20,7 @@ usage() {
     cat <<EOF
 usage: scripts/demo.sh [PAIR] [--seed N] [--max-update N] [--data-dir DIR]
   PAIR          default gl-en (the pair whose data ships in ../shared/data); any pair, the
-                reverse direction of one (en-gl) or your own configs/pairs/PAIR.sh
+                reverse direction of one (en-gl) or your own configs/pairs/PAIR.toml
   --seed N      seed for both systems (default 1)
   --max-update N  update budget per system (default: the cpu-proxy profile's, 1200); runs and
                 results of another budget go to runs/PAIR/cpu-proxy-max-update-N/ and

@@ -146,7 +146,7 @@ if [[ -n "$N_AVERAGE" ]]; then
         qk_log "averaging the last $N_AVERAGE checkpoints of $RUN/checkpoints ($AVG_WHICH) -> $CHECKPOINT"
         AVG_CMD[0]="$QK_PY"
         qk_run "${AVG_CMD[@]}" \
-            || die "cannot average $N_AVERAGE checkpoints of $RUN (above): the profile keeps the last ones with --keep-last-epochs / --keep-interval-updates (configs/profiles/$PROFILE.sh)"
+            || die "cannot average $N_AVERAGE checkpoints of $RUN (above): the profile keeps the last ones with --keep-last-epochs / --keep-interval-updates (configs/profiles/$PROFILE.toml)"
     fi
 fi
 

@@ -12,8 +12,9 @@
 #   qk_parse_args SPEC... -- ARGS options and positionals of a script (see below)
 #   qk_print_cmd CMD...           a command line, shell-quoted, on stdout
 #   qk_is_uint / qk_is_posint N   validators; qk_parse_seeds, split_list: comma-separated lists
-#   qk_require_name KIND NAME     NAME is a configs/KIND/NAME.sh (pairs, systems, profiles), or die
-#   load_pair_config / load_system_config / load_profile_config NAME  source a config
+#   qk_require_name KIND NAME     NAME is a configs/KIND/NAME.toml (pairs, systems, profiles), or die
+#   load_pair_config / load_system_config / load_profile_config NAME  load a config
+#                                 (eval of `python -m qknorm_tools.config shell`)
 #   qk_run_label PROFILE          the profile as runs and results are filed: PROFILE, or
 #                                 PROFILE-max-update-N for a budget other than the profile's
 #   qk_run_dir PAIR LABEL SYSTEM SEED [LR [bf16]]   where a run lives (LR: an lr override, qk_set_lr)
@@ -212,18 +213,14 @@ qk_parse_seeds() {
 }
 
 # qk_parse_names KIND OUT_ARRAY LIST: a comma-separated list of configs/KIND names, or "all".
-# For systems, "all" means the papers' systems: a system config with SYSTEM_IN_ALL=0 (one that
+# For systems, "all" means the papers' systems: a system config with in_all = false (one that
 # is not in the papers' tables, e.g. qk_layernorm) is run only when named.
 qk_parse_names() {
     local kind="$1" list="$3" n
     local -n __names_out="$2"
     if [[ "$list" == all ]]; then
         __names_out=()
-        for n in $(qk_config_names "$kind"); do
-            if [[ "$kind" == systems ]] \
-                && grep -q '^SYSTEM_IN_ALL=0' "$QK_REPO_ROOT/configs/systems/$n.sh"; then
-                continue
-            fi
+        for n in $(qk_config_names "$kind" --in-all); do
             __names_out+=("$n")
         done
         return 0
@@ -564,190 +561,73 @@ corpus_py() {
 # ---------------------------------------------------------------------------------------------
 # pair configuration
 
-# qk_config_dirs KIND: the folders holding configs/KIND/*.sh: the repository's, and for pairs
-# also configs/pairs/ of the work dir (a researcher's own pairs, docs/own-data.md; the same
-# folder when QKNORM_WORK_DIR is the repository).
-qk_config_dirs() {
-    printf '%s\n' "$QK_REPO_ROOT/configs/$1"
-    if [[ "$1" == pairs && -d "$QK_WORK_DIR/configs/pairs" ]] \
-        && [[ "$(cd "$QK_WORK_DIR/configs/pairs" && pwd -P)" != "$QK_REPO_ROOT/configs/pairs" ]]; then
-        printf '%s\n' "$QK_WORK_DIR/configs/pairs"
-    fi
+# The configuration is data (configs/base.toml, configs/{pairs,systems,profiles}/*.toml; a
+# researcher's own pairs also in $QK_WORK_DIR/configs/pairs, docs/own-data.md), read and checked
+# by qknorm_tools.config; the loaders below eval what `python -m qknorm_tools.config shell`
+# prints (docs/design/config-as-data.md). No configuration file is ever sourced.
+
+# _qk_config ARGS...: python -m qknorm_tools.config ARGS (with the work dir) -> QK_CONFIG_OUT.
+# Exit status 2 (a name that is not configured, a bad QKNORM_* value) is a usage error with the
+# message it printed; any other failure exits 1 (the error naming file and key is printed).
+_qk_config() {
+    local rc=0
+    [[ -n "$QK_PY" ]] || die "no python interpreter found (set QKNORM_PYTHON)"
+    QK_CONFIG_OUT="$("$QK_PY" -m qknorm_tools.config "$@" --repo "$QK_REPO_ROOT" --work-dir "$QK_WORK_DIR")" \
+        || rc=$?
+    case "$rc" in
+        0) ;;
+        2) qk_usage_error "$QK_CONFIG_OUT" ;;
+        *) exit 1 ;;
+    esac
 }
 
-# qk_config_names KIND: the names of configs/KIND/*.sh (pairs, systems, profiles), space-separated.
+# qk_config_names KIND [--in-all]: the configured names of KIND (pairs, systems, profiles),
+# space-separated (--in-all: systems of `--systems all` only).
 qk_config_names() {
-    local d f out=()
-    while IFS= read -r d; do
-        for f in "$d"/*.sh; do
-            [[ -e "$f" ]] || continue
-            f="$(basename "$f")"
-            out+=("${f%.sh}")
-        done
-    done < <(qk_config_dirs "$1")
-    printf '%s\n' "${out[*]}"
+    _qk_config names "$@"
+    printf '%s\n' "$QK_CONFIG_OUT"
 }
 
 qk_known_pairs() { qk_config_names pairs; }
 qk_known_systems() { qk_config_names systems; }
 qk_known_profiles() { qk_config_names profiles; }
 
-# qk_config_file KIND NAME: the path of configs/KIND/NAME.sh (for pairs: in the repository or
-# the work dir; defined in both is an error), or return 1.
-qk_config_file() {
-    local d found=()
-    [[ "${2-}" =~ ^[a-z0-9][a-z0-9_-]*$ ]] || return 1
-    while IFS= read -r d; do
-        [[ ! -f "$d/$2.sh" ]] || found+=("$d/$2.sh")
-    done < <(qk_config_dirs "$1")
-    ((${#found[@]})) || return 1
-    ((${#found[@]} == 1)) || die "pair $2 is defined twice: ${found[*]} (keep one)"
-    printf '%s\n' "${found[0]}"
-}
-
-# qk_pair_direction FILE: "SRC TGT" as the pair config FILE sets them (in a subshell).
-qk_pair_direction() {
-    (
-        unset SRC TGT
-        # shellcheck disable=SC1090
-        source "$1" >/dev/null 2>&1 || true
-        printf '%s %s\n' "${SRC-}" "${TGT-}"
-    )
-}
-
-# qk_pair_reverse_of NAME: for NAME = A-B without a config of its own, the configured pair
-# whose direction is B->A (gl-en for en-gl), or return 1. Only a config whose languages match
-# its name counts (he-en is en->he: its reverse he->en cannot be called "he-en", see README).
-qk_pair_reverse_of() {
-    local name="${1-}" a b file
-    [[ "$name" =~ ^([a-zA-Z][a-zA-Z0-9_]*)-([a-zA-Z][a-zA-Z0-9_]*)$ ]] || return 1
-    a="${BASH_REMATCH[1]}" b="${BASH_REMATCH[2]}"
-    file="$(qk_config_file pairs "$b-$a")" || return 1
-    [[ "$(qk_pair_direction "$file")" == "$b $a" ]] || return 1
-    printf '%s\n' "$b-$a"
-}
-
 # qk_require_name KIND NAME [HINT]: a usage error (exit 2, with the script's usage) unless NAME
-# has a configs/KIND/NAME.sh (KIND: pairs, systems, profiles), listing the known names (and
-# HINT). A pair may also be the reverse direction of a configured one (qk_pair_reverse_of).
+# is configured (configs/KIND/NAME.toml; a pair may also be the reverse direction of a
+# configured one), listing the known names (and HINT).
 qk_require_name() {
-    local kind="$1" name="${2-}" more=""
-    qk_config_file "$kind" "$name" >/dev/null && return 0
-    if [[ "$kind" == pairs ]]; then
-        qk_pair_reverse_of "$name" >/dev/null && return 0
-        more="; the reverse direction of one, e.g. en-gl; or your own configs/pairs/NAME.sh: docs/own-data.md"
-        local file
-        if [[ "$name" =~ ^([a-zA-Z0-9_]+)-([a-zA-Z0-9_]+)$ ]] \
-            && file="$(qk_config_file pairs "${BASH_REMATCH[2]}-${BASH_REMATCH[1]}")" \
-            && [[ "$(qk_pair_direction "$file")" == "${BASH_REMATCH[1]} ${BASH_REMATCH[2]}" ]]; then
-            more+="; note: ${BASH_REMATCH[2]}-${BASH_REMATCH[1]} already is ${BASH_REMATCH[1]}->${BASH_REMATCH[2]}"
-        fi
-    fi
-    qk_usage_error "unknown ${kind%s} '$name' (known $kind: $(qk_config_names "$kind")${3-}$more)"
+    local kind="$1" name="${2-}" more rc=0
+    more="$("$QK_PY" -m qknorm_tools.config known "$kind" "$name" --repo "$QK_REPO_ROOT" \
+        --work-dir "$QK_WORK_DIR")" || rc=$?
+    case "$rc" in
+        0) return 0 ;;
+        3) qk_usage_error "unknown ${kind%s} '$name' (known $kind: $(qk_config_names "$kind")${3-}$more)" ;;
+        *) exit 1 ;;
+    esac
 }
 
-# Settings of a pair: configs/base.sh, then configs/pairs/PAIR.sh. Cleared before a pair is
-# loaded, so that nothing leaks from another pair or from the environment.
+# Settings of a pair (qknorm_tools.config.PAIR_KEYS: TOML key -> variable). Every one is set or
+# unset by load_pair_config, so that nothing leaks from another pair or from the environment.
 QK_PAIR_VARS=(SRC TGT CORPUS REVERSE_OF TED_LOCAL_DIR QI18_FOLDER IWSLT15_LOCAL_DIR IWSLT15_DEV
     IWSLT15_TEST IWSLT15_FILES LOCAL_DIR LOCAL_TRAIN_SRC LOCAL_TRAIN_TGT LOCAL_DEV_SRC
     LOCAL_DEV_TGT LOCAL_TEST_SRC LOCAL_TEST_TGT BPE_MERGES SPM_VOCAB_SIZE PAPER_L
     PAPER_ARCH_SIZE PAPER_MAX_EPOCH PAPER_TRAIN_PAIRS LINES_TRAIN LINES_DEV LINES_TEST
     QI18_LINES_TRAIN QI18_LINES_DEV QI18_LINES_TEST)
-# file fields of CORPUS=local, per split and side
+# file fields of corpus = "local" ([local] train_src, ... in the TOML), per split and side
 QK_LOCAL_FILE_VARS=(LOCAL_TRAIN_SRC LOCAL_TRAIN_TGT LOCAL_DEV_SRC LOCAL_DEV_TGT LOCAL_TEST_SRC
     LOCAL_TEST_TGT)
 
-# load_pair_config PAIR: set the pair's settings as globals (configs/base.sh, then
-# configs/pairs/PAIR.sh), PAIR, PAIR_CONFIG (the file, for messages), PAIR_DESC (direction and
+# load_pair_config PAIR: set the pair's settings as globals (configs/base.toml, then
+# configs/pairs/PAIR.toml), PAIR, PAIR_CONFIG (the file, for messages), PAIR_DESC (direction and
 # corpus, for messages) and, for a reverse direction, PAIR_REVERSE_OF. A reverse direction
-# (REVERSE_OF=BASE in its config, or a name A-B without a config when B-A is configured as
-# B->A) is BASE's settings with SRC and TGT swapped: it reads the same corpus files. Checks
-# every field; an unknown PAIR is a usage error, a bad config an error naming file and field.
+# (reverse_of = "BASE" in its file, or a name A-B without a file when B-A is configured as
+# B->A) is BASE's settings with SRC and TGT swapped: it reads the same corpus files. Every key is
+# checked by qknorm_tools.config; an unknown PAIR is a usage error, a bad file an error naming
+# file and key.
 load_pair_config() {
-    local pair="${1-}" v file="" base="" base_file cfg
-    qk_require_name pairs "$pair"
     unset "${QK_PAIR_VARS[@]}" PAIR_REVERSE_OF
-    # shellcheck source=configs/base.sh
-    source "$QK_REPO_ROOT/configs/base.sh"
-    if file="$(qk_config_file pairs "$pair")"; then
-        # shellcheck disable=SC1090
-        source "$file"
-        base="${REVERSE_OF:-}"
-    else
-        file="" base="$(qk_pair_reverse_of "$pair")"
-    fi
-    PAIR="$pair"
-    PAIR_CONFIG="${file:-configs/pairs/$base.sh (reversed)}"
-    if [[ -n "$base" ]]; then
-        cfg="${file:-$PAIR_CONFIG}"
-        base_file="$(qk_config_file pairs "$base")" \
-            || die "$cfg: REVERSE_OF=$base: no configs/pairs/$base.sh"
-        [[ "$base" != "$pair" ]] || die "$cfg: REVERSE_OF=$base names the pair itself"
-        unset "${QK_PAIR_VARS[@]}"
-        source "$QK_REPO_ROOT/configs/base.sh"
-        # shellcheck disable=SC1090
-        source "$base_file"
-        [[ -z "${REVERSE_OF:-}" ]] || die "$cfg: REVERSE_OF=$base, which is itself a reverse direction ($base_file)"
-        local base_src="${SRC-}" base_tgt="${TGT-}"
-        SRC="$base_tgt" TGT="$base_src"
-        if [[ -n "$file" ]]; then  # the derived config's own lines override BASE's
-            # shellcheck disable=SC1090
-            source "$file"
-            [[ "$SRC $TGT" == "$base_tgt $base_src" ]] \
-                || die "$file: REVERSE_OF=$base reads $base's corpus with the sides swapped ($base_tgt->$base_src); it cannot set SRC=$SRC TGT=$TGT"
-        fi
-        REVERSE_OF="$base"
-        PAIR_REVERSE_OF="$base"
-    fi
-    cfg="$PAIR_CONFIG"
-    [[ -n "${CORPUS:-}" ]] || die "$cfg does not set CORPUS (ted, iwslt15 or local)"
-    case "$CORPUS" in
-        ted) [[ -n "${TED_LOCAL_DIR:-}" ]] || die "$cfg: CORPUS=ted needs TED_LOCAL_DIR" ;;
-        iwslt15) ;;
-        local) ;;
-        *) die "$cfg: unknown CORPUS '$CORPUS' (ted, iwslt15, or local for your own files)" ;;
-    esac
-    if [[ "$CORPUS" == local ]]; then
-        # own corpus: what has no papers' value gets ours (docs/own-data.md)
-        SPM_VOCAB_SIZE="${SPM_VOCAB_SIZE:-${BPE_MERGES:-}}"
-        PAPER_ARCH_SIZE="${PAPER_ARCH_SIZE:-base}"
-        PAPER_MAX_EPOCH="${PAPER_MAX_EPOCH:-200}"
-        PAPER_L="${PAPER_L:-}"
-        for v in SRC TGT BPE_MERGES "${QK_LOCAL_FILE_VARS[@]}"; do
-            [[ -n "${!v:-}" ]] || die "$cfg does not set $v (CORPUS=local needs SRC, TGT, BPE_MERGES and the six file names LOCAL_{TRAIN,DEV,TEST}_{SRC,TGT}; docs/own-data.md)"
-        done
-    else
-        for v in SRC TGT BPE_MERGES SPM_VOCAB_SIZE PAPER_L PAPER_ARCH_SIZE PAPER_MAX_EPOCH; do
-            [[ -n "${!v:-}" ]] || die "$cfg (or configs/base.sh) does not set $v"
-        done
-    fi
-    for v in MAX_TOKENS_CHECK BPE_VOCAB_THRESHOLD LENGTH_PERCENTILE PREPROCESS_WORKERS; do
-        [[ -n "${!v:-}" ]] || die "configs/base.sh does not set $v"
-    done
-    for v in SRC TGT; do
-        [[ "${!v}" =~ ^[A-Za-z][A-Za-z0-9_]{0,15}$ ]] \
-            || die "$cfg: $v='${!v}' is not a language code (letters, digits, _; it names the files train.$v, ...)"
-    done
-    [[ "$SRC" != "$TGT" ]] || die "$cfg: SRC and TGT are both '$SRC'"
-    for v in BPE_MERGES SPM_VOCAB_SIZE MAX_TOKENS_CHECK PREPROCESS_WORKERS; do
-        qk_is_posint "${!v}" || die "$cfg: $v must be a positive integer, got '${!v}'"
-    done
-    qk_is_uint "$PAPER_MAX_EPOCH" || die "$cfg: PAPER_MAX_EPOCH must be a non-negative integer, got '$PAPER_MAX_EPOCH'"
-    [[ -z "$PAPER_L" || "$PAPER_L" =~ ^[1-9][0-9]*$ && "$PAPER_L" -ge 2 ]] \
-        || die "$cfg: PAPER_L must be empty or an integer >= 2, got '$PAPER_L'"
-    case "$PAPER_ARCH_SIZE" in
-        small | base) ;;
-        *) die "$cfg: PAPER_ARCH_SIZE must be small or base, got '$PAPER_ARCH_SIZE'" ;;
-    esac
-    if [[ "$CORPUS" == local ]]; then
-        local seen=" " f
-        for v in "${QK_LOCAL_FILE_VARS[@]}"; do
-            f="${!v}"
-            [[ "$seen" != *" $f "* ]] || die "$cfg: $v=$f names a file already used by another split or side"
-            seen+="$f "
-        done
-    fi
-    PAIR_DESC="$SRC->$TGT, $CORPUS corpus${PAIR_REVERSE_OF:+, the reverse of $PAIR_REVERSE_OF}"
+    _qk_config shell --pair "${1-}"
+    eval "$QK_CONFIG_OUT"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -793,42 +673,22 @@ qk_download() {
 # ---------------------------------------------------------------------------------------------
 # systems, profiles and runs (scripts/train.sh, scripts/evaluate.sh, scripts/reproduce.sh)
 
-# load_system_config SYSTEM: source configs/systems/SYSTEM.sh (dies listing known systems).
+# load_system_config SYSTEM: the settings of configs/systems/SYSTEM.toml (SYSTEM_ARCH,
+# SYSTEM_QKNORM, SYSTEM_FLAGS, a system's own criterion SYSTEM_CRITERION (empty: train.sh's
+# label_smoothed_cross_entropy) and SYSTEM_CRITERION_FLAGS, ...); an unknown SYSTEM is a usage
+# error listing the known systems.
 load_system_config() {
-    local system="${1-}"
-    qk_require_name systems "$system"
-    SYSTEM_FLAGS=()
-    # a system's own criterion (train.sh: --criterion; default label_smoothed_cross_entropy)
-    # and flags after --label-smoothing (twt_zloss.sh)
-    SYSTEM_CRITERION=""
-    SYSTEM_CRITERION_FLAGS=()
-    # shellcheck disable=SC1090
-    source "$QK_REPO_ROOT/configs/systems/$system.sh"
-    SYSTEM="$system"
-    [[ -n "${SYSTEM_ARCH:-}" ]] || die "configs/systems/$system.sh does not set SYSTEM_ARCH"
+    _qk_config shell --system "${1-}"
+    eval "$QK_CONFIG_OUT"
 }
 
-# load_profile_config PROFILE: source configs/profiles/PROFILE.sh (after load_pair_config) and
-# set MAX_UPDATE to $QKNORM_MAX_UPDATE or the profile's PROFILE_MAX_UPDATE (both checked here,
-# each under its own name).
+# load_profile_config PROFILE: the settings of configs/profiles/PROFILE.toml (its `extends`
+# chain resolved; after load_pair_config: max_epoch = "paper" is the pair's PAPER_MAX_EPOCH), and
+# MAX_UPDATE: $QKNORM_MAX_UPDATE or the profile's PROFILE_MAX_UPDATE (QKNORM_THREADS replaces
+# THREADS; qknorm_tools.config.apply_env).
 load_profile_config() {
-    local profile="${1-}"
-    qk_require_name profiles "$profile"
-    # set by the profile only, never inherited from the environment
-    unset PROFILE_ARCH PROFILE_MAX_UPDATE PROFILE_BF16 TRAIN_DROPOUT TRAIN_TASK
-    TASK_FLAGS=() PROFILE_MODEL_FLAGS=()
-    # shellcheck disable=SC1090
-    source "$QK_REPO_ROOT/configs/profiles/$profile.sh"
-    PROFILE="$profile"
-    case "${PROFILE_ARCH:-}" in
-        proxy | paper) ;;
-        *) die "configs/profiles/$profile.sh sets PROFILE_ARCH='${PROFILE_ARCH:-}', expected proxy or paper" ;;
-    esac
-    [[ -n "${PROFILE_MAX_UPDATE:-}" ]] || die "configs/profiles/$profile.sh does not set PROFILE_MAX_UPDATE"
-    qk_is_uint "$PROFILE_MAX_UPDATE" \
-        || die "configs/profiles/$profile.sh sets PROFILE_MAX_UPDATE='$PROFILE_MAX_UPDATE', expected a non-negative integer"
-    [[ -z "${QKNORM_MAX_UPDATE:-}" ]] || qk_check_uint QKNORM_MAX_UPDATE "$QKNORM_MAX_UPDATE"
-    MAX_UPDATE="${QKNORM_MAX_UPDATE:-$PROFILE_MAX_UPDATE}"
+    _qk_config shell --profile "${1-}" --paper-max-epoch "${PAPER_MAX_EPOCH:-}"
+    eval "$QK_CONFIG_OUT"
 }
 
 # qk_resolve_bf16 [--cached-only]: whether the loaded profile's runs train with bf16 autocast
@@ -867,7 +727,7 @@ qk_resolve_bf16() {
         *)
             local what="expected 1 (bf16 autocast), 0 (fp32) or auto (bf16 where measured faster)"
             [[ -z "${QKNORM_BF16:-}" ]] || qk_usage_error "QKNORM_BF16='$mode': $what"
-            die "configs/profiles/$PROFILE.sh sets PROFILE_BF16='$mode': $what"
+            die "configs/profiles/$PROFILE.toml: key 'bf16' = '$mode': $what"
             ;;
     esac
     if [[ -n "$QK_BF16_RUN" ]]; then export QKNORM_BF16=1; else export QKNORM_BF16=0; fi
@@ -997,11 +857,11 @@ qk_set_lr() {
     for i in "${!OPTIM_FLAGS[@]}"; do
         if [[ "${OPTIM_FLAGS[$i]}" == --lr ]]; then
             own="$(qk_canonical_lr "${OPTIM_FLAGS[$((i + 1))]}")" \
-                || die "configs/profiles/$PROFILE.sh: --lr '${OPTIM_FLAGS[$((i + 1))]}' is not a number"
+                || die "configs/profiles/$PROFILE.toml: key 'optim.flags': --lr '${OPTIM_FLAGS[$((i + 1))]}' is not a number"
             OPTIM_FLAGS[$((i + 1))]="$lr"
         fi
     done
-    [[ -n "$own" ]] || die "configs/profiles/$PROFILE.sh sets no --lr in OPTIM_FLAGS: --lr cannot replace it"
+    [[ -n "$own" ]] || die "configs/profiles/$PROFILE.toml sets no --lr in key 'optim.flags': --lr cannot replace it"
     QK_LR_OVERRIDE="$lr"
     [[ "$lr" != "$own" ]] || QK_LR_OVERRIDE=""
 }
@@ -1442,10 +1302,10 @@ _qk_job_resources() {
         printf '%s %s %s %s\n' "${JOB_GPUS-}" "${JOB_CPUS-}" "${JOB_MEM-}" "${JOB_TIME-}"
     )" || die "cannot load profile $1"
     read -r QK_RES_GPUS QK_RES_CPUS QK_RES_MEM QK_RES_TIME <<<"$out"
-    [[ "$QK_RES_GPUS" =~ ^[01]$ ]] || die "configs/profiles/$1.sh: JOB_GPUS must be 0 or 1 (GPUs per training process), got '$QK_RES_GPUS'"
-    qk_is_posint "$QK_RES_CPUS" || die "configs/profiles/$1.sh: JOB_CPUS must be a positive integer, got '$QK_RES_CPUS'"
-    [[ "$QK_RES_MEM" =~ ^[1-9][0-9]*[KMGT]?$ ]] || die "configs/profiles/$1.sh: JOB_MEM must be like 4G or 4000M, got '$QK_RES_MEM'"
-    [[ -n "$QK_RES_TIME" ]] || die "configs/profiles/$1.sh does not set JOB_TIME (a Slurm time limit, e.g. 24:00:00)"
+    [[ "$QK_RES_GPUS" =~ ^[01]$ ]] || die "configs/profiles/$1.toml: job.gpus must be 0 or 1 (GPUs per training process), got '$QK_RES_GPUS'"
+    qk_is_posint "$QK_RES_CPUS" || die "configs/profiles/$1.toml: job.cpus must be a positive integer, got '$QK_RES_CPUS'"
+    [[ "$QK_RES_MEM" =~ ^[1-9][0-9]*[KMGT]?$ ]] || die "configs/profiles/$1.toml: job.mem must be like 4G or 4000M, got '$QK_RES_MEM'"
+    [[ -n "$QK_RES_TIME" ]] || die "configs/profiles/$1.toml does not set job.time (a Slurm time limit, e.g. 24:00:00)"
     if ((QK_NODES > 1 && QK_RES_GPUS == 0)); then
         qk_usage_error "--nodes $QK_NODES: profile $1 trains on CPUs (JOB_GPUS=0); multi-node cells are for GPU profiles"
     fi

@@ -9,7 +9,7 @@
 #     to data/download/ or to a download of another corpus;
 #   * without one, <repo>/../shared/data if it exists (the project's shared data), then archives
 #     already downloaded to data/download/, then a download from the canonical URL
-#     (configs/base.sh), checked for size and sha256; --download skips the local folders.
+#     (configs/base.toml), checked for size and sha256; --download skips the local folders.
 # A usable copy: for TED pairs (CORPUS=ted) the pair folder DIR/TED_LOCAL_DIR (e.g. ted-gl-en/)
 # or DIR itself holding {train,dev,test}.{SRC,TGT}, qi18naacl-dataset.tar.gz (gl-en), the
 # all-talks TSVs (DIR or DIR/ted_talks/) or ted_talks.tar.gz; for IWSLT'15 (en-vi) the release
@@ -30,7 +30,7 @@ usage() {
     cat <<EOF
 usage: scripts/prepare_data.sh PAIR [--data-dir DIR | --download] [--force]
   PAIR            one of: $(qk_known_pairs); or the reverse direction of one (e.g.
-                  en-gl); or your own configs/pairs/PAIR.sh (docs/own-data.md)
+                  en-gl); or your own configs/pairs/PAIR.toml (docs/own-data.md)
   --data-dir DIR  the local copy of the corpora to use (default: \$QKNORM_DATA_DIR, else
                   <repo>/../shared/data if it exists); a given DIR is used or refused, never
                   replaced by a download
@@ -76,10 +76,10 @@ if [[ "$CORPUS" == local ]]; then
         LOCAL_BASE="$LOCAL_DIR"
     else
         [[ -n "$DATA_DIR" ]] \
-            || die "$PAIR_CONFIG: LOCAL_DIR='${LOCAL_DIR:-}' is ${LOCAL_DIR:+relative to }the data dir: give --data-dir DIR (or QKNORM_DATA_DIR), or make LOCAL_DIR absolute"
+            || die "$PAIR_CONFIG: key 'local.dir' = '${LOCAL_DIR:-}' is ${LOCAL_DIR:+relative to }the data dir: give --data-dir DIR (or QKNORM_DATA_DIR), or make local.dir absolute"
         LOCAL_BASE="$DATA_DIR${LOCAL_DIR:+/$LOCAL_DIR}"
     fi
-    [[ -d "$LOCAL_BASE" ]] || die "$PAIR_CONFIG: LOCAL_DIR: $LOCAL_BASE is not a directory"
+    [[ -d "$LOCAL_BASE" ]] || die "$PAIR_CONFIG: key 'local.dir': $LOCAL_BASE is not a directory"
     LOCAL_BASE="$(cd "$LOCAL_BASE" && pwd -P)"
     for v in "${QK_LOCAL_FILE_VARS[@]}"; do
         f="${!v}"
@@ -481,13 +481,14 @@ prepare_iwslt15() {
 # prepare_local: an own corpus (CORPUS=local): the six files its config names, each present
 # (else die naming the field), verified against LOCAL_BASE/SHA256SUMS when it lists them.
 prepare_local() {
-    local i f v
+    local i f v k
     for i in "${!LOCAL_FILES[@]}"; do
         f="${LOCAL_FILES[$i]}" v="${QK_LOCAL_FILE_VARS[$i]}"
+        k="local.${v#LOCAL_}" k="${k,,}"  # LOCAL_TEST_SRC: key local.test_src of the TOML file
         if [[ ! -f "$f" ]]; then
             local found
             found="$(corpus_py diagnose --dir "$(dirname -- "$f")" --src "$SRC" --tgt "$TGT" | sed 's/^/  - /')" || true
-            die "$PAIR_CONFIG: $v=${!v}: $f not found (LOCAL_DIR: $LOCAL_BASE); found:
+            die "$PAIR_CONFIG: key '$k' = \"${!v}\": $f not found (local.dir: $LOCAL_BASE); found:
 $found"
         fi
     done
@@ -498,8 +499,8 @@ $found"
     fi
     qk_log "own corpus of $PAIR_CONFIG: ${LOCAL_FILES[*]}"
     for i in "${!LOCAL_FILES[@]}"; do
-        v="${QK_LOCAL_FILE_VARS[$i]}"
-        FILE_NAMES+=("$PAIR_CONFIG: $v=${LOCAL_FILES[$i]}")
+        v="${QK_LOCAL_FILE_VARS[$i]}" k="local.${v#LOCAL_}" k="${k,,}"
+        FILE_NAMES+=("$PAIR_CONFIG: $k = ${LOCAL_FILES[$i]}")
     done
     copy_checked_splits "${LOCAL_FILES[@]}"
     SOURCE_DESC="own corpus ($PAIR_CONFIG): ${LOCAL_FILES[*]}"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# scripts/train.sh: train one system (configs/systems/SYSTEM.sh) on one binarized pair with
-# fairseq-train --user-dir <abs>/fairseq_qknorm, under a profile (configs/profiles/PROFILE.sh).
+# scripts/train.sh: train one system (configs/systems/SYSTEM.toml) on one binarized pair with
+# fairseq-train --user-dir <abs>/fairseq_qknorm, under a profile (configs/profiles/PROFILE.toml).
 #   data/bin/PAIR  ->  runs/PAIR/LABEL/SYSTEM/seedN/{checkpoints/,train.log,train.json,command.txt}
 # LABEL is the profile, or PROFILE-max-update-N for another budget than the profile's.
 # The arch is the system's named arch family at the profile's size (scripts/lib.sh:qk_arch); no
@@ -81,7 +81,7 @@ for ((i = 0; i < ${#EXTRA[@]}; i++)); do
         --save-dir) use="the run directory runs/PAIR/LABEL/SYSTEM/seedN (QKNORM_WORK_DIR moves it)" ;;
         --user-dir) use="nothing: train.sh always loads this repository's plugin" ;;
         --arch) use="a system (configs/systems: its arch family) and a profile (its size)" ;;
-        --task) use="a profile (TRAIN_TASK, TASK_FLAGS in configs/profiles), or train.sh --bf16-autocast" ;;
+        --task) use="a profile (train_task, task_flags in configs/profiles), or train.sh --bf16-autocast" ;;
         --bf16-autocast) use="train.sh --bf16-autocast (it also selects the plugin task)" ;;
         --source-lang | --target-lang | -s | -t) use="the pair's direction (configs/pairs; the reverse direction of gl-en is en-gl)" ;;
         --max-update) use="train.sh --max-update N (its runs go to PROFILE-max-update-N)" ;;
@@ -260,7 +260,7 @@ CMD=(fairseq-train "$TRAIN_DATA"
     "${EXTRA[@]+"${EXTRA[@]}"}")
 
 "$QK_PY" -m qknorm_tools.train_check --remove-bpe "$REMOVE_BPE" \
-    --what "profile $PROFILE (configs/profiles/$PROFILE.sh)${EXTRA[*]:+ with -- ${EXTRA[*]}}" \
+    --what "profile $PROFILE (configs/profiles/$PROFILE.toml)${EXTRA[*]:+ with -- ${EXTRA[*]}}" \
     -- "${CMD[@]:1}" || die "refusing to train: settings that cannot work together (above)"
 
 if ((DRY_RUN)); then

@@ -148,19 +148,20 @@ def test_own_corpus_with_a_hard_link_is_refused_naming_the_fields(tmp_path):
     (corpus_dir / "test.tgt").unlink()
     os.link(corpus_dir / "dev.tgt", corpus_dir / "test.tgt")  # test target = dev target
     work = tmp_path / "work"
-    cfg = work / "configs" / "pairs" / "mine.sh"
+    cfg = work / "configs" / "pairs" / "mine.toml"
     cfg.parent.mkdir(parents=True)
     fields = "".join(
-        f"LOCAL_{split.upper()}_{side.upper()}={split}.{side}\n"
+        f'{split}_{side} = "{split}.{side}"\n'
         for split in ("train", "dev", "test")
         for side in ("src", "tgt")
     )
-    cfg.write_text(f"SRC=de\nTGT=en\nCORPUS=local\nLOCAL_DIR={corpus_dir}\n{fields}BPE_MERGES=50\n")
+    head = 'src = "de"\ntgt = "en"\ncorpus = "local"\nbpe_merges = 50\n'
+    cfg.write_text(f'{head}[local]\ndir = "{corpus_dir}"\n{fields}')
     p = run_script("prepare_data.sh", "mine", env=make_env(work))
     assert p.returncode == 1, out(p)
     assert (
-        f"error: {cfg}: LOCAL_TEST_TGT={corpus_dir}/test.tgt: the same file as {cfg}: "
-        f"LOCAL_DEV_TGT={corpus_dir}/dev.tgt (the same path, a symlink or a hard link" in p.stderr
+        f"error: {cfg}: local.test_tgt = {corpus_dir}/test.tgt: the same file as {cfg}: "
+        f"local.dev_tgt = {corpus_dir}/dev.tgt (the same path, a symlink or a hard link" in p.stderr
     ), p.stderr
     assert not (work / "data" / "raw" / "mine").exists()
 

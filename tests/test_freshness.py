@@ -156,17 +156,17 @@ def test_a_profiles_beam_change_makes_evaluate_decode_again_and_bpe_says_why(tmp
     assert made_by["checkpoint"].startswith(f"{run}/checkpoints/checkpoint_best.pt size=")
     assert "is up to date" in step("evaluate.sh")  # nothing changed: reused
 
-    profile = repo / "configs/profiles/cpu-proxy.sh"
+    profile = repo / "configs/profiles/cpu-proxy.toml"
     text = profile.read_text()
-    assert "\nBEAM=4\n" in text and "--max-len-b 10)" in text
-    profile.write_text(text.replace("\nBEAM=4\n", "\nBEAM=2\n"))
+    assert "\nbeam = 4\n" in text and '"--max-len-b", "10"]' in text
+    profile.write_text(text.replace("\nbeam = 4\n", "\nbeam = 2\n"))
     log = step("evaluate.sh")
     assert "decoding again: " in log and "made with other settings: beam 4 -> 2\n" in log, log
     assert "decoding gl-en test" in log and "(beam 2," in log
     made_by = json.loads((run / "test.made_by.json").read_text())["made_by"]
     assert made_by["beam"] == "2" and made_by["max-len-b"] == "10"
     # the length cap (and the beam back): both named, in the record's order
-    profile.write_text(text.replace("--max-len-b 10)", "--max-len-b 12)"))
+    profile.write_text(text.replace('"--max-len-b", "10"]', '"--max-len-b", "12"]'))
     log = step("evaluate.sh")
     assert "made with other settings: beam 2 -> 4; max-len-b 10 -> 12\n" in log, log
     assert "is up to date" in step("evaluate.sh")

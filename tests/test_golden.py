@@ -35,7 +35,7 @@ REGENERATE = "QKNORM_UPDATE_GOLDEN=1 python -m pytest -q tests/test_golden.py"
 
 
 def _names(kind: str) -> list:
-    return sorted(p.stem for p in (REPO / "configs" / kind).glob("*.sh"))
+    return sorted(p.stem for p in (REPO / "configs" / kind).glob("*.toml"))
 
 
 PAIRS, SYSTEMS, PROFILES = _names("pairs"), _names("systems"), _names("profiles")

@@ -342,7 +342,7 @@ def test_paper_profile_word_dropout(work):
     """TWT Sec. 4: word dropout 0.1 (fairseq_qknorm/tasks/translation_word_dropout.py)."""
     f = flags(dry_run_cmd("sk-en", "twt", "paper", work))
     if "--word-dropout" not in f:
-        pytest.skip("configs/profiles/paper.sh does not enable word dropout yet (DEVIATION)")
+        pytest.skip("configs/profiles/paper.toml does not enable word dropout yet (DEVIATION)")
     assert f["--task"] == "translation_word_dropout" and f["--word-dropout"] == "0.1"
     assert "--word-dropout" not in flags(dry_run_cmd("sk-en", "twt", "cpu-proxy", work))
 
@@ -429,9 +429,9 @@ def test_reproduce_jobs_2_gives_each_cell_one_thread(work):
         (
             ["--pairs", "gl-en", "--systems", "twt,bogus"],
             2,  # a usage error: the message and the usage line
-            # every configs/systems/*.sh, in order
+            # every configs/systems/*.toml, in order
             "unknown system 'bogus' (known systems: "
-            + " ".join(sorted(p.stem for p in (REPO / "configs" / "systems").glob("*.sh")))
+            + " ".join(sorted(p.stem for p in (REPO / "configs" / "systems").glob("*.toml")))
             + "; or 'all')",
         ),
         (

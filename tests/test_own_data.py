@@ -1,4 +1,4 @@
-"""A researcher's own corpus (one config file, configs/pairs/NAME.sh with CORPUS=local) and the
+"""A researcher's own corpus (one config file, configs/pairs/NAME.toml, corpus = "local") and the
 reverse direction of a built-in pair (en-gl from gl-en's files) run the same pipeline with the
 same checks: prepare -> bpe -> binarize -> train a few updates -> evaluate (and demo.sh for
 en-gl); bad configs are errors naming the config and the field."""
@@ -38,9 +38,9 @@ OWN_NAMES = {
 def readme_pair_config(local_dir: str) -> str:
     """The own-corpus config of docs/own-data.md, with LOCAL_DIR set to ``local_dir``."""
     text = doc_text()
-    block = re.search(r"```bash\n(# configs/pairs/de-en\.sh\n.*?)```", text, flags=re.S)
-    assert block, "README.md / docs/*.md: no configs/pairs/de-en.sh example"
-    config, n = re.subn(r"^LOCAL_DIR=\S+", f"LOCAL_DIR={local_dir}", block.group(1), flags=re.M)
+    block = re.search(r"```toml\n(# configs/pairs/de-en\.toml\n.*?)```", text, flags=re.S)
+    assert block, "README.md / docs/*.md: no configs/pairs/de-en.toml example"
+    config, n = re.subn(r'^dir = "\S+"', f'dir = "{local_dir}"', block.group(1), flags=re.M)
     assert n == 1
     return config
 
@@ -59,7 +59,7 @@ def own_corpus(tmp_path):
 
 
 def write_config(work: Path, name: str, text: str) -> Path:
-    path = work / "configs" / "pairs" / f"{name}.sh"
+    path = work / "configs" / "pairs" / f"{name}.toml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path
@@ -183,36 +183,41 @@ def bash_lib(code: str, env: dict) -> subprocess.CompletedProcess:
     )
 
 
-LOCAL_OK = """SRC=de
-TGT=en
-CORPUS=local
-LOCAL_DIR={dir}
-LOCAL_TRAIN_SRC=train.src
-LOCAL_TRAIN_TGT=train.tgt
-LOCAL_DEV_SRC=valid.src
-LOCAL_DEV_TGT=valid.tgt
-LOCAL_TEST_SRC=test.src
-LOCAL_TEST_TGT=test.tgt
-BPE_MERGES=100
+LOCAL_OK = """src = "de"
+tgt = "en"
+corpus = "local"
+bpe_merges = 100
+[local]
+dir = "{dir}"
+train_src = "train.src"
+train_tgt = "train.tgt"
+dev_src = "valid.src"
+dev_tgt = "valid.tgt"
+test_src = "test.src"
+test_tgt = "test.tgt"
 """
 
 
 @pytest.mark.parametrize(
     "edit, message",
     [
-        (("LOCAL_TEST_TGT=test.tgt\n", ""), "does not set LOCAL_TEST_TGT (CORPUS=local needs"),
-        (("CORPUS=local", "CORPUS=files"), "unknown CORPUS 'files' (ted, iwslt15, or local"),
-        (("SRC=de", "SRC=en"), "SRC and TGT are both 'en'"),
-        (("SRC=de", "SRC=de-DE"), "SRC='de-DE' is not a language code"),
-        (("LOCAL_DEV_SRC=valid.src", "LOCAL_DEV_SRC=train.src"),
-         "LOCAL_DEV_SRC=train.src names a file already used"),
-        (("BPE_MERGES=100", "BPE_MERGES=8k"), "BPE_MERGES must be a positive integer, got '8k'"),
-        (("BPE_MERGES=100", "BPE_MERGES=100\nPAPER_ARCH_SIZE=large"),
-         "PAPER_ARCH_SIZE must be small or base"),
-        (("LOCAL_DIR={dir}", "LOCAL_DIR=/no/such/dir"),
-         "LOCAL_DIR: /no/such/dir is not a directory"),
-        (("LOCAL_TEST_SRC=test.src", "LOCAL_TEST_SRC=tst.src"),
-         "LOCAL_TEST_SRC=tst.src: {dir}/tst.src not found"),
+        (('test_tgt = "test.tgt"\n', ""), "no key 'local.test_tgt' (corpus = \"local\" needs"),
+        (('corpus = "local"', 'corpus = "files"'),
+         "key 'corpus' = \"files\": allowed ted, iwslt15, local"),
+        (('src = "de"', 'src = "en"'), "keys 'src' and 'tgt' are both \"en\""),
+        (('src = "de"', 'src = "de-DE"'), "key 'src' = \"de-DE\": allowed a language code"),
+        (('dev_src = "valid.src"', 'dev_src = "train.src"'),
+         "key 'local.dev_src' = \"train.src\" names a file already used"),
+        (("bpe_merges = 100", 'bpe_merges = "8k"'),
+         "key 'bpe_merges' = \"8k\": allowed a positive integer"),
+        (("bpe_merges = 100", 'bpe_merges = 100\npaper_arch_size = "large"'),
+         "key 'paper_arch_size' = \"large\": allowed small, base"),
+        (("bpe_merges = 100", "bpe_merge = 100"),
+         "unknown key 'bpe_merge' (did you mean 'bpe_merges'?)"),
+        (('dir = "{dir}"', 'dir = "/no/such/dir"'),
+         "key 'local.dir': /no/such/dir is not a directory"),
+        (('test_src = "test.src"', 'test_src = "tst.src"'),
+         "key 'local.test_src' = \"tst.src\": {dir}/tst.src not found"),
     ],
 )  # fmt: skip
 def test_bad_own_config_is_an_error_naming_config_and_field(tmp_path, own_corpus, edit, message):
@@ -229,9 +234,9 @@ def test_bad_own_config_is_an_error_naming_config_and_field(tmp_path, own_corpus
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("REVERSE_OF=xx-yy\n", "REVERSE_OF=xx-yy: no configs/pairs/xx-yy.sh"),
-        ("REVERSE_OF=gl-en\nSRC=de\n", "cannot set SRC=de TGT=gl"),
-        ("REVERSE_OF=he2en\n", "names the pair itself"),
+        ('reverse_of = "xx-yy"\n', "key 'reverse_of' = \"xx-yy\": no configs/pairs/xx-yy.toml"),
+        ('reverse_of = "gl-en"\nsrc = "de"\n', 'cannot set src = "de" tgt = "gl"'),
+        ('reverse_of = "he2en"\n', "names the pair itself"),
     ],
 )
 def test_bad_reverse_config(tmp_path, text, message):
@@ -244,13 +249,13 @@ def test_bad_reverse_config(tmp_path, text, message):
 def test_reverse_config_file_names_a_new_direction(tmp_path):
     """he-en is en->he; its reverse needs a name of its own: REVERSE_OF in a config."""
     work = tmp_path / "work"
-    write_config(work, "he2en", "REVERSE_OF=he-en\n")
+    write_config(work, "he2en", 'reverse_of = "he-en"\n')
     p = bash_lib(
         'load_pair_config he2en; echo "$SRC $TGT $CORPUS $PAIR_REVERSE_OF"', make_env(work)
     )
     assert p.returncode == 0 and p.stdout == "he en ted he-en\n", out(p)
     # a config in the work dir must not shadow a built-in pair
-    write_config(work, "gl-en", "SRC=gl\n")
+    write_config(work, "gl-en", 'src = "gl"\n')
     p = bash_lib("load_pair_config gl-en", make_env(work))
     assert p.returncode == 1 and "pair gl-en is defined twice" in p.stderr
 

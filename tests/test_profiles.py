@@ -25,8 +25,8 @@ from qknorm_tools.train_check import check_train_args
 
 from conftest import REPO, make_env, make_tiny_ted, out, prepare_pair, run_script, tiny_model
 
-PROFILES = sorted(p.stem for p in (REPO / "configs" / "profiles").glob("*.sh"))
-PAIRS = sorted(p.stem for p in (REPO / "configs" / "pairs").glob("*.sh"))
+PROFILES = sorted(p.stem for p in (REPO / "configs" / "profiles").glob("*.toml"))
+PAIRS = sorted(p.stem for p in (REPO / "configs" / "pairs").glob("*.toml"))
 
 #: test-made size override: the profile's arch family, 1+1 layers of width 16 (seconds on CPU)
 TINY_MODEL = tiny_model(dropout=None)
@@ -311,7 +311,7 @@ def test_paper_profile_stop_min_lr_above_warmup_start_is_refused(tmp_path):
     )
     assert p.returncode != 0
     assert "--warmup-init-lr 1e-07" in out(p) and "--stop-min-lr 1e-06" in out(p)
-    assert "profile paper (configs/profiles/paper.sh) with -- --stop-min-lr 1e-6" in out(p)
+    assert "profile paper (configs/profiles/paper.toml) with -- --stop-min-lr 1e-6" in out(p)
     assert "fairseq-train" not in p.stdout  # no command printed
 
 

@@ -1,0 +1,321 @@
+"""qknorm_tools.config: configuration as data (configs/**/*.toml; docs/design/config-as-data.md).
+
+Every file loads; a bad value, an unknown key and an ``extends`` cycle are errors naming the
+file and the key; the QKNORM_* overrides; the CLI's ``shell`` output evaluated by bash gives the
+variables the scripts read, for every pair x system x profile; the converter of a user's bash
+pair config."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from qknorm_tools import config
+
+from conftest import FAR_BOUND, REPO, SCRIPTS, make_env
+
+PAIRS = config.names("pairs")
+SYSTEMS = config.names("systems")
+PROFILES = config.names("profiles")
+
+
+def cli(*args, env=None, cwd=None):
+    return subprocess.run(
+        [sys.executable, "-m", "qknorm_tools.config", *map(str, args)],
+        capture_output=True, text=True, env=env, cwd=cwd, timeout=FAR_BOUND,
+    )  # fmt: skip
+
+
+def test_every_file_loads():
+    assert PAIRS == ["ar-en", "en-vi", "gl-en", "he-en", "sk-en"]
+    assert len(SYSTEMS) >= 12 and "qknorm_paper" in SYSTEMS
+    assert {"cpu-proxy", "cpu-proxy-fast", "paper"} <= set(PROFILES)
+    for name in PAIRS:
+        pair = config.load_pair(name)
+        assert pair.source == REPO / "configs/pairs" / f"{name}.toml"
+        assert pair.name == name and pair.src != pair.tgt
+    for name in SYSTEMS:
+        system = config.load_system(name)
+        assert system.source.name == f"{name}.toml" and system.arch.startswith("transformer_")
+    for name in PROFILES:
+        profile = config.load_profile(name, config.load_pair("gl-en"))
+        assert profile.source.name == f"{name}.toml" and "--lr" in profile.optim_flags
+        assert isinstance(profile.max_epoch, int)
+
+
+def test_values_of_the_files():
+    gl = config.load_pair("gl-en")
+    assert (gl.src, gl.tgt, gl.bpe_merges, gl.paper_L, gl.paper_arch_size) == (
+        "gl",
+        "en",
+        3000,
+        79,
+        "small",
+    )
+    assert (gl.lines_train, gl.qi18_lines_test, gl.bpe_vocab_threshold) == (11233, 1007, 50)
+    en_gl = config.load_pair("en-gl")  # the reverse direction of gl-en
+    assert (en_gl.src, en_gl.tgt, en_gl.reverse_of) == ("en", "gl", "gl-en")
+    assert en_gl.config == "configs/pairs/gl-en.toml (reversed)"
+    fast = config.load_profile("cpu-proxy-fast")
+    assert [p.name for p in fast.chain] == ["cpu-proxy-fast.toml", "cpu-proxy.toml"]
+    assert (fast.max_update, fast.max_tokens, fast.train_dropout, fast.beam) == (1000, 1024, 0.1, 4)
+    assert fast.optim_flags[fast.optim_flags.index("--lr") + 1] == "1e-3"
+    assert fast.job_cpus == 2 and fast.bf16 == "auto"  # cpu-proxy's, inherited
+    assert config.load_profile("paper").max_epoch == "paper"
+    assert config.load_profile("paper", gl).max_epoch == 1000
+    assert config.load_system("twt_zloss").criterion_flags == ("--z-loss", "1e-4")
+
+
+def _configs(tmp_path: Path, monkeypatch) -> Path:
+    """A copy of configs/ that the test may edit, read by qknorm_tools.config."""
+    import shutil
+
+    shutil.copytree(REPO / "configs", tmp_path / "configs")
+    monkeypatch.setattr(config, "REPO", tmp_path)
+    return tmp_path / "configs"
+
+
+def test_bad_value_names_file_key_and_allowed_values(tmp_path, monkeypatch):
+    cfg = _configs(tmp_path, monkeypatch)
+    path = cfg / "profiles/cpu-proxy.toml"
+    path.write_text(path.read_text().replace('bf16 = "auto"', 'bf16 = "yes"'))
+    with pytest.raises(config.ConfigError) as e:
+        config.load_profile("cpu-proxy-fast")
+    assert str(e.value) == (
+        'configs/profiles/cpu-proxy-fast.toml: key \'bf16\' = "yes": allowed 0 (fp32), '
+                            '1 (bf16 autocast) or "auto" (bf16 where measured faster)')  # fmt: skip
+    path = cfg / "pairs/gl-en.toml"
+    path.write_text(path.read_text().replace('corpus = "ted"', 'corpus = "files"'))
+    with pytest.raises(
+        config.ConfigError,
+        match=r"configs/pairs/gl-en.toml: key 'corpus' = \"files\": allowed ted, iwslt15, local",
+    ):
+        config.load_pair("gl-en")
+
+
+def test_unknown_key_names_the_closest_known_key(tmp_path, monkeypatch):
+    cfg = _configs(tmp_path, monkeypatch)
+    path = cfg / "systems/twt.toml"
+    path.write_text(path.read_text() + "qk_norm = true\n")
+    with pytest.raises(config.ConfigError) as e:
+        config.load_system("twt")
+    assert (
+        str(e.value) == "configs/systems/twt.toml: unknown key 'qk_norm' (did you mean 'qknorm'?)"
+    )
+    path = cfg / "profiles/paper.toml"
+    path.write_text(path.read_text().replace("[decode]\nbeam", "[decode]\nbeams"))
+    with pytest.raises(
+        config.ConfigError,
+        match=r"paper.toml: unknown key 'decode.beams' \(did you mean 'decode.beam'\?\)",
+    ):
+        config.load_profile("paper")
+
+
+def test_extends_cycle_names_the_chain(tmp_path, monkeypatch):
+    cfg = _configs(tmp_path, monkeypatch)
+    path = cfg / "profiles/cpu-proxy.toml"
+    path.write_text('extends = "cpu-proxy-fast"\n' + path.read_text())
+    with pytest.raises(config.ConfigError) as e:
+        config.load_profile("cpu-proxy-fast")
+    assert str(e.value) == (
+        "configs/profiles/cpu-proxy.toml: key 'extends' makes a cycle: "
+        "cpu-proxy-fast -> cpu-proxy -> cpu-proxy-fast"
+    )
+    (cfg / "profiles/x.toml").write_text('extends = "nope"\n')
+    with pytest.raises(
+        config.ConfigError, match=r"x.toml: key 'extends' = \"nope\": no configs/profiles/nope.toml"
+    ):
+        config.load_profile("x")
+
+
+def test_env_overrides_in_one_function():
+    profile = config.load_profile("cpu-proxy")
+    assert config.apply_env(profile, {}) == profile
+    over = config.apply_env(profile, {"QKNORM_THREADS": "1", "QKNORM_MAX_UPDATE": "80"})
+    assert (over.threads, over.max_update, over.run_max_update) == (1, 1200, 80)
+    with pytest.raises(
+        config.UsageError, match="QKNORM_MAX_UPDATE must be a non-negative integer .* got '08'"
+    ):
+        config.apply_env(profile, {"QKNORM_MAX_UPDATE": "08"})
+    pair = config.apply_env_pair(
+        config.load_pair("gl-en"), {"QKNORM_QI18_URL": "http://mirror/q.tgz"}
+    )
+    qi18 = dict(pair.sources)["qi18"]
+    assert (qi18.url, qi18.bytes) == ("http://mirror/q.tgz", 131005909)
+
+
+#: the variables the scripts read after the three loaders
+_DUMP = r"""
+dump() {
+    local v
+    for v in "$@"; do
+        if declare -p "$v" >/dev/null 2>&1; then declare -p "$v"; else echo "unset $v"; fi
+    done
+}
+"""
+
+
+def _vars(text: str) -> dict:
+    """{VAR: value} of ``declare -p`` lines: an array as a tuple, unset and empty alike ''."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("unset "):
+            out[line.split()[1]] = ""
+            continue
+        m = re.match(r"declare -(\S+) ([A-Za-z_0-9]+)(?:=(.*))?$", line, flags=re.S)
+        if not m:
+            continue
+        flags, var, value = m.groups()
+        out[var] = value if "a" in flags else (value or "").strip('"')
+        if "a" not in flags and out[var] == "":
+            out[var] = ""
+    return out
+
+
+def _shell_names(pair, system, profile) -> list:
+    return [v for v, _ in pair.shell_vars() + system.shell_vars() + profile.shell_vars()]
+
+
+def _bash(code: str, env: dict) -> str:
+    p = subprocess.run(
+        ["bash", "-s"], input=code, capture_output=True, text=True, env=env, timeout=FAR_BOUND
+    )
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+_DUMP_RAW = r"""
+dump_raw() {  # NAME US (s|a) US value, or the elements separated by RS; records end in NUL
+    local v
+    for v in "$@"; do
+        if [[ "$(declare -p "$v" 2>/dev/null)" == "declare -a"* ]]; then
+            local -n __a="$v"
+            printf '%s\x1fa\x1f' "$v"; (IFS=$'\x1e'; printf '%s' "${__a[*]}"); printf '\0'
+            unset -n __a
+        elif declare -p "$v" >/dev/null 2>&1; then
+            printf '%s\x1fs\x1f%s\0' "$v" "${!v}"
+        else
+            printf '%s\x1fu\x1f\0' "$v"
+        fi
+    done
+}
+"""
+
+
+def _expected(value) -> tuple:
+    if value is None:
+        return ("u", "")
+    if isinstance(value, bool):
+        return ("s", "1" if value else "0")
+    if isinstance(value, tuple) and value and isinstance(value[0], tuple):
+        return ("s", "\n".join(" ".join(map(str, f)) for f in value))
+    if isinstance(value, tuple):
+        return ("a", "\x1e".join(value))
+    return ("s", str(value))
+
+
+@pytest.mark.parametrize("pair", [*PAIRS, "en-gl"])
+def test_cli_shell_output_evaluated_by_bash_gives_the_config(pair, tmp_path):
+    """`config shell` evaluated by bash == the typed values (every system with cpu-proxy, every
+    profile with twt)."""
+    env = make_env(tmp_path)
+    for k in ("QKNORM_THREADS", "QKNORM_MAX_UPDATE"):
+        env.pop(k, None)
+    cells = [(s, "cpu-proxy") for s in SYSTEMS] + [("twt", f) for f in PROFILES]
+    p = config.load_pair(pair)
+    code = [_DUMP_RAW]
+    for system, profile in cells:
+        want = p.shell_vars() + config.load_system(system).shell_vars()
+        want += config.load_profile(profile, p).shell_vars()
+        code.append(
+            f'( eval "$("{sys.executable}" -m qknorm_tools.config shell --pair {pair} '
+            f'--system {system} --profile {profile})"; '
+            f'dump_raw {" ".join(v for v, _ in want)}; printf "\\0" )'
+        )
+    text = _bash("\n".join(code), env)
+    dumps = text.split("\0\0")
+    assert len(dumps) == len(cells) + 1 and dumps[-1] == ""
+    for (system, profile), dump in zip(cells, dumps):
+        got = {}
+        for record in dump.split("\0"):
+            name, kind, value = record.split("\x1f")
+            got[name] = (kind, value)
+        want = p.shell_vars() + config.load_system(system).shell_vars()
+        want += config.load_profile(profile, p).shell_vars()
+        for var, value in want:
+            assert got[var] == _expected(value), (system, profile, var)
+
+
+def test_cli_names_known_and_errors(tmp_path):
+    env = make_env(tmp_path)
+    p = cli("names", "systems", "--in-all", env=env)
+    assert (
+        p.returncode == 0 and "twt" in p.stdout.split() and "qk_layernorm" not in p.stdout.split()
+    )
+    assert cli("known", "pairs", "en-gl", env=env).returncode == 0
+    p = cli("known", "pairs", "en-he", env=env)
+    assert p.returncode == 3 and "note: he-en already is en->he" in p.stdout
+    p = cli("shell", "--profile", "nope", env=env)
+    assert p.returncode == 2 and p.stdout.startswith(
+        "unknown profile 'nope' (known profiles: cpu-converge"
+    )
+    p = cli(
+        "shell", "--pair", "gl-en", "--profile", "cpu-proxy", env={**env, "QKNORM_MAX_UPDATE": "x"}
+    )
+    assert p.returncode == 2 and "QKNORM_MAX_UPDATE must be a non-negative integer" in p.stdout
+
+
+USER_SH = """# shellcheck shell=bash
+# configs/pairs/de-en.sh: my own corpus
+
+SRC=de                    # source language code
+TGT=en
+CORPUS=local              # your own files
+LOCAL_DIR=/data/my-corpus # absolute, or relative to the data dir
+LOCAL_TRAIN_SRC=train.src LOCAL_TRAIN_TGT=train.tgt
+LOCAL_DEV_SRC=valid.src   LOCAL_DEV_TGT=valid.tgt
+LOCAL_TEST_SRC=test.src   LOCAL_TEST_TGT=test.tgt
+# merges of the joint BPE
+BPE_MERGES=8000
+LINES_TRAIN=
+MY_NOTE="kept"
+"""
+
+
+def test_converter_round_trip_of_a_user_bash_pair(tmp_path):
+    work = tmp_path / "work"
+    pairs = work / "configs" / "pairs"
+    pairs.mkdir(parents=True)
+    sh = pairs / "de-en.sh"
+    sh.write_text(USER_SH)
+    env = make_env(work)
+    # a leftover .sh is listed, and loading it names the one convert command
+    assert "de-en" in cli("names", "pairs", env=env).stdout.split()
+    p = cli("shell", "--pair", "de-en", env=env)
+    assert p.returncode == 1
+    assert f"error: {sh} is a bash pair config; convert it once with" in p.stderr
+    assert f"python -m qknorm_tools.config convert {sh}" in p.stderr
+    p = cli("convert", sh, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "same settings as" in p.stdout and "MY_NOTE" in p.stdout
+    toml = (pairs / "de-en.toml").read_text()
+    assert "# merges of the joint BPE\nbpe_merges = 8000" in toml  # comments kept above their key
+    assert '# source language code\nsrc = "de"' in toml
+    assert "MY_NOTE" in toml  # unknown variables listed, not dropped
+    sh.unlink()
+    pair = config.load_pair("de-en", work)
+    assert (pair.src, pair.tgt, pair.corpus, pair.local_dir, pair.local_dev_src) == (
+        "de", "en", "local", "/data/my-corpus", "valid.src")  # fmt: skip
+    assert (pair.spm_vocab_size, pair.paper_arch_size, pair.paper_max_epoch) == (8000, "base", 200)
+    assert pair.lines_train is None
+    # and the scripts' loader reads it
+    p = subprocess.run(
+        ["bash", "-c", f'source "{SCRIPTS}/lib.sh"; load_pair_config de-en; '
+         'echo "$SRC $TGT $LOCAL_TEST_TGT $PAIR_CONFIG"'],
+        capture_output=True, text=True, env=env, timeout=FAR_BOUND,
+    )  # fmt: skip
+    assert p.returncode == 0 and p.stdout == f"de en test.tgt {pairs / 'de-en.toml'}\n", p.stderr

@@ -47,7 +47,10 @@ def main(argv=None) -> int:
             {
                 "rss_after_import_mib": rss_import,
                 "rss_after_build_mib": rss_build,
-                "vm_hwm_mib": c.vm_hwm_mib(),
+                # the kernel updates VmHWM lazily (on unmap; RSS counters are per-CPU caches),
+                # so after memory is freed it can read below an RSS sampled earlier: the peak
+                # is at least every RSS this process saw
+                "vm_hwm_mib": max(v for v in (c.vm_hwm_mib(), rss_import, rss_build) if v),
                 "params": c.param_counts(model)["total"],
             }
         )

@@ -50,7 +50,9 @@ def main(argv=None) -> int:
                 # the kernel updates VmHWM lazily (on unmap; RSS counters are per-CPU caches),
                 # so after memory is freed it can read below an RSS sampled earlier: the peak
                 # is at least every RSS this process saw
-                "vm_hwm_mib": max(v for v in (c.vm_hwm_mib(), rss_import, rss_build) if v),
+                "vm_hwm_mib": max(
+                    (v for v in (c.vm_hwm_mib(), rss_import, rss_build) if v), default=None
+                ),
                 "params": c.param_counts(model)["total"],
             }
         )

@@ -21,6 +21,8 @@ from typing import Callable, Optional
 
 import torch
 
+from qknorm_tools import config
+
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN_DIR = REPO / "fairseq_qknorm"
 VENV_BIN = Path(sys.executable).parent
@@ -112,8 +114,10 @@ def system_args(system: str, size: str, qk_length: float = DEFAULT_QK_LENGTH) ->
     """``--arch ...`` plus flags for ``system`` at ``size`` (fairseq-train syntax).
 
     Our systems use their named arch at that size (``transformer_qknorm_paper_small`` ...), as
-    scripts/train.sh does; fairseq's ``transformer`` (``stock``) gets the same size as explicit
-    flags, and so does every system at the tests' ``smoke`` size.
+    scripts/train.sh does: the arch family, the system's flags and whether it takes QKNorm's L
+    come from configs/systems/SYSTEM.toml (qknorm_tools.config.load_system). fairseq's
+    ``transformer`` (``stock``) gets the same size as explicit flags, and so does every system
+    at the tests' ``smoke`` size.
 
     Raises:
         ValueError: unknown ``system``.
@@ -122,8 +126,9 @@ def system_args(system: str, size: str, qk_length: float = DEFAULT_QK_LENGTH) ->
         return ["--arch", "transformer", "--share-all-embeddings", *size_flags(size)]
     if system not in SYSTEMS:
         raise ValueError(f"unknown system {system!r}; known: {SYSTEMS}")
-    head = ["--arch", f"transformer_{system}{SIZE_SUFFIX.get(size, '')}"]
-    if system == "qknorm_paper":
+    cfg = config.load_system(system)
+    head = ["--arch", cfg.arch + SIZE_SUFFIX.get(size, ""), *cfg.flags]
+    if cfg.qknorm:
         head += ["--qk-norm-length", f"{qk_length:g}"]
     return head + (size_flags(size) if size == "smoke" else [])
 

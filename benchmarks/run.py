@@ -46,6 +46,8 @@ from typing import Optional
 
 import torch
 
+from qknorm_tools import config
+
 from . import common as c
 from . import stats
 
@@ -60,6 +62,10 @@ ALL_SECTIONS = (
     "generate",
     "fairseq_bf16",
 )
+#: the profile whose settings the e2e and generate sections train and decode with (optimizer,
+#: label smoothing, batch, beam, output length cap: configs/profiles/cpu-proxy.toml, read by
+#: qknorm_tools.config, never copied here)
+E2E_PROFILE = config.load_profile("cpu-proxy")
 #: where scripts/{prepare_data,bpe,binarize}.sh put gl-en ($QKNORM_WORK_DIR, as scripts/lib.sh)
 DATA_ROOT = Path(os.environ.get("QKNORM_WORK_DIR") or c.REPO) / "data"
 DEFAULT_E2E_DATA = DATA_ROOT / "bin" / "gl-en"
@@ -141,7 +147,7 @@ def parse_args(argv=None):
     p.add_argument("--decode-reps", type=int, help="repetitions for decoding (default 3)")
     p.add_argument("--scaling-reps", type=int, help="repetitions for scaling (default 3)")
     p.add_argument("--bf16-reps", type=int, help="repetitions for bf16 (default 2)")
-    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--beam", type=int, default=E2E_PROFILE.beam)
     p.add_argument("--scaling-lens", type=csv(int), help="default 32,64,128,256,512")
     p.add_argument("--scaling-bsz", type=csv(int), help="default 8,32")
     p.add_argument("--scaling-dim", type=int, help="default 512 (4 heads)")
@@ -155,7 +161,7 @@ def parse_args(argv=None):
     p.add_argument("--e2e-rounds", type=int, help="alternating rounds (default 2)")
     p.add_argument("--e2e-systems", type=csv(), help="systems of e2e/generate (default --systems)")
     p.add_argument("--e2e-log-interval", type=int, help="fairseq --log-interval (default 10)")
-    p.add_argument("--e2e-max-tokens", type=int, default=4096)
+    p.add_argument("--e2e-max-tokens", type=int, default=E2E_PROFILE.max_tokens)
     p.add_argument("--gen-sentences", type=int, help="test sentences decoded (default 300)")
     p.add_argument(
         "--gen-checkpoint",
@@ -798,6 +804,8 @@ def split_variant(system: str) -> tuple[str, list[str]]:
 def train_cmd(a, system: str, save_dir: Path, updates: int, size: str, extra=()) -> list:
     """The ``fairseq-train`` command line of an end-to-end run (cpu-proxy settings) + ``extra``.
 
+    The optimizer flags and the label smoothing are the profile's (:data:`E2E_PROFILE`).
+
     A variant ``SYSTEM+bucketed`` / ``+compile`` (:func:`split_variant`) trains ``SYSTEM``
     with the plugin task ``translation_word_dropout`` and that option (word dropout 0).
     """
@@ -815,26 +823,11 @@ def train_cmd(a, system: str, save_dir: Path, updates: int, size: str, extra=())
         "-t",
         a.e2e_tgt,
         *c.system_args(base, size, a.qk_length),
-        "--optimizer",
-        "adam",
-        "--adam-betas",
-        "(0.9,0.98)",
-        "--adam-eps",
-        "1e-8",
-        "--clip-norm",
-        "1.0",
-        "--lr",
-        "2e-3",
-        "--lr-scheduler",
-        "inverse_sqrt",
-        "--warmup-updates",
-        "300",
-        "--warmup-init-lr",
-        "1e-7",
+        *E2E_PROFILE.optim_flags,
         "--criterion",
         "label_smoothed_cross_entropy",
         "--label-smoothing",
-        "0.1",
+        str(E2E_PROFILE.label_smoothing),
         "--max-tokens",
         a.e2e_max_tokens,
         "--max-update",
@@ -992,6 +985,20 @@ GEN_RE = re.compile(
 )
 
 
+def gen_flags(a) -> list[str]:
+    """``--beam`` (``--beam``, default the profile's), then the profile's decoding flags.
+
+    The output length cap and ``--max-tokens`` of :data:`E2E_PROFILE` (``[decode]``).
+    """
+    return [
+        "--beam",
+        str(a.beam),
+        *E2E_PROFILE.gen_flags,
+        "--max-tokens",
+        str(E2E_PROFILE.gen_max_tokens),
+    ]
+
+
 def section_generate(a, work: Path, checkpoints: dict[str, Path], out: dict) -> None:
     """``fairseq-generate`` sentences/s, tokens/s and peak RSS per checkpoint; into ``out``."""
     subset = make_subset(
@@ -1019,14 +1026,7 @@ def section_generate(a, work: Path, checkpoints: dict[str, Path], out: dict) -> 
             ckpt,
             "--gen-subset",
             "test",
-            "--beam",
-            a.beam,
-            "--max-len-a",
-            "1.5",
-            "--max-len-b",
-            "10",
-            "--max-tokens",
-            "6000",
+            *gen_flags(a),
             "--quiet",
             "--seed",
             "1",
@@ -1064,7 +1064,7 @@ def section_generate(a, work: Path, checkpoints: dict[str, Path], out: dict) -> 
             "size": a.e2e_size,
             "beam": a.beam,
             "subset_sentences": a.gen_sentences,
-            "flags": f"--beam {a.beam} --max-len-a 1.5 --max-len-b 10 --max-tokens 6000",
+            "flags": " ".join(gen_flags(a)),
             "note": (
                 "checkpoints barely trained (the e2e runs): output lengths differ between "
                 "systems, so compare tokens/s (per generated token) rather than sentences/s"

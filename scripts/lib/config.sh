@@ -1,0 +1,292 @@
+#!/usr/bin/env bash
+# scripts/lib/config.sh: the bridge to qknorm_tools.config (configs/**/*.toml), runs, labels, the
+# learning rate and the precision. Sourced by scripts/lib.sh (which sets QK_REPO_ROOT,
+# QK_WORK_DIR and QK_PY), never on its own.
+#
+# Offers
+#   _qk_config ARGS...             python -m qknorm_tools.config ARGS -> QK_CONFIG_OUT (exit 2: usage error)
+#   qk_config_names KIND [--in-all]  the configured names of KIND (pairs, systems, profiles)
+#   qk_known_pairs / qk_known_systems / qk_known_profiles   the same, per kind
+#   qk_require_name KIND NAME [HINT]  usage error unless NAME is configured, listing the known names
+#   QK_PAIR_VARS, QK_LOCAL_FILE_VARS  the variables of a pair's settings
+#   load_pair_config PAIR          the pair's settings as globals (configs/base.toml, pairs/PAIR.toml)
+#   load_system_config SYSTEM      the settings of configs/systems/SYSTEM.toml
+#   load_profile_config PROFILE    the settings of configs/profiles/PROFILE.toml, MAX_UPDATE
+#   qk_resolve_bf16 [--cached-only]  the loaded profile's precision: QK_BF16_RUN, QKNORM_BF16
+#   qk_resolve_bf16_of PROFILE [--cached-only]  the same for PROFILE, without loading it here
+#   qk_train_cmd                   the scripts/train.sh command of the loaded run (for messages)
+#   qk_check_run_identity RUN LABEL  RUN/train.json is the run asked for (train.sh, evaluate.sh)
+#   qk_arch                        the named arch of the loaded system at the profile's size
+#   qk_run_label [PROFILE [MAX_UPDATE]]  PROFILE, or PROFILE-max-update-N for another budget
+#   qk_run_dir PAIR LABEL SYSTEM SEED [LR [bf16]]  where a run lives
+#   qk_canonical_lr LR             one spelling of a learning rate (3e-3, 1.5e-2, 0)
+#   qk_check_stops                 usage error unless a training with MAX_UPDATE stops
+#   qk_set_lr LR                   --lr LR over the loaded profile's (QK_LR_OVERRIDE)
+
+# ---------------------------------------------------------------------------------------------
+# pair configuration
+
+# The configuration is data (configs/base.toml, configs/{pairs,systems,profiles}/*.toml; a
+# researcher's own pairs also in $QK_WORK_DIR/configs/pairs, docs/own-data.md), read and checked
+# by qknorm_tools.config; the loaders below eval what `python -m qknorm_tools.config shell`
+# prints (docs/design/config-as-data.md). No configuration file is ever sourced.
+
+# _qk_config ARGS...: python -m qknorm_tools.config ARGS (with the work dir) -> QK_CONFIG_OUT.
+# Exit status 2 (a name that is not configured, a bad QKNORM_* value) is a usage error with the
+# message it printed; any other failure exits 1 (the error naming file and key is printed).
+_qk_config() {
+    local rc=0
+    [[ -n "$QK_PY" ]] || die "no python interpreter found (set QKNORM_PYTHON)"
+    QK_CONFIG_OUT="$("$QK_PY" -m qknorm_tools.config "$@" --repo "$QK_REPO_ROOT" --work-dir "$QK_WORK_DIR")" \
+        || rc=$?
+    case "$rc" in
+        0) ;;
+        2) qk_usage_error "$QK_CONFIG_OUT" ;;
+        *) exit 1 ;;
+    esac
+}
+
+# qk_config_names KIND [--in-all]: the configured names of KIND (pairs, systems, profiles),
+# space-separated (--in-all: systems of `--systems all` only).
+qk_config_names() {
+    _qk_config names "$@"
+    printf '%s\n' "$QK_CONFIG_OUT"
+}
+
+qk_known_pairs() { qk_config_names pairs; }
+qk_known_systems() { qk_config_names systems; }
+qk_known_profiles() { qk_config_names profiles; }
+
+# qk_require_name KIND NAME [HINT]: a usage error (exit 2, with the script's usage) unless NAME
+# is configured (configs/KIND/NAME.toml; a pair may also be the reverse direction of a
+# configured one), listing the known names (and HINT).
+qk_require_name() {
+    local kind="$1" name="${2-}" more rc=0
+    more="$("$QK_PY" -m qknorm_tools.config known "$kind" "$name" --repo "$QK_REPO_ROOT" \
+        --work-dir "$QK_WORK_DIR")" || rc=$?
+    case "$rc" in
+        0) return 0 ;;
+        3) qk_usage_error "unknown ${kind%s} '$name' (known $kind: $(qk_config_names "$kind")${3-}$more)" ;;
+        *) exit 1 ;;
+    esac
+}
+
+# Settings of a pair (qknorm_tools.config.PAIR_KEYS: TOML key -> variable). Every one is set or
+# unset by load_pair_config, so that nothing leaks from another pair or from the environment.
+QK_PAIR_VARS=(SRC TGT CORPUS REVERSE_OF TED_LOCAL_DIR QI18_FOLDER IWSLT15_LOCAL_DIR IWSLT15_DEV
+    IWSLT15_TEST IWSLT15_FILES LOCAL_DIR LOCAL_TRAIN_SRC LOCAL_TRAIN_TGT LOCAL_DEV_SRC
+    LOCAL_DEV_TGT LOCAL_TEST_SRC LOCAL_TEST_TGT BPE_MERGES SPM_VOCAB_SIZE PAPER_L
+    PAPER_ARCH_SIZE PAPER_MAX_EPOCH PAPER_TRAIN_PAIRS LINES_TRAIN LINES_DEV LINES_TEST
+    QI18_LINES_TRAIN QI18_LINES_DEV QI18_LINES_TEST)
+# file fields of corpus = "local" ([local] train_src, ... in the TOML), per split and side
+QK_LOCAL_FILE_VARS=(LOCAL_TRAIN_SRC LOCAL_TRAIN_TGT LOCAL_DEV_SRC LOCAL_DEV_TGT LOCAL_TEST_SRC
+    LOCAL_TEST_TGT)
+
+# load_pair_config PAIR: set the pair's settings as globals (configs/base.toml, then
+# configs/pairs/PAIR.toml), PAIR, PAIR_CONFIG (the file, for messages), PAIR_DESC (direction and
+# corpus, for messages) and, for a reverse direction, PAIR_REVERSE_OF. A reverse direction
+# (reverse_of = "BASE" in its file, or a name A-B without a file when B-A is configured as
+# B->A) is BASE's settings with SRC and TGT swapped: it reads the same corpus files. Every key is
+# checked by qknorm_tools.config; an unknown PAIR is a usage error, a bad file an error naming
+# file and key.
+load_pair_config() {
+    unset "${QK_PAIR_VARS[@]}" PAIR_REVERSE_OF
+    _qk_config shell --pair "${1-}"
+    eval "$QK_CONFIG_OUT"
+}
+
+# ---------------------------------------------------------------------------------------------
+# systems, profiles and runs (scripts/train.sh, scripts/evaluate.sh, scripts/reproduce.sh)
+
+# load_system_config SYSTEM: the settings of configs/systems/SYSTEM.toml (SYSTEM_ARCH,
+# SYSTEM_QKNORM, SYSTEM_FLAGS, a system's own criterion SYSTEM_CRITERION (empty: train.sh's
+# label_smoothed_cross_entropy) and SYSTEM_CRITERION_FLAGS, ...); an unknown SYSTEM is a usage
+# error listing the known systems.
+load_system_config() {
+    _qk_config shell --system "${1-}"
+    eval "$QK_CONFIG_OUT"
+}
+
+# load_profile_config PROFILE: the settings of configs/profiles/PROFILE.toml (its `extends`
+# chain resolved; after load_pair_config: max_epoch = "paper" is the pair's PAPER_MAX_EPOCH), and
+# MAX_UPDATE: $QKNORM_MAX_UPDATE or the profile's PROFILE_MAX_UPDATE (QKNORM_THREADS replaces
+# THREADS; qknorm_tools.config.apply_env).
+load_profile_config() {
+    _qk_config shell --profile "${1-}" --paper-max-epoch "${PAPER_MAX_EPOCH:-}"
+    eval "$QK_CONFIG_OUT"
+}
+
+# qk_resolve_bf16 [--cached-only]: whether the loaded profile's runs train with bf16 autocast
+# (the plugin task's --bf16-autocast on CPU) on this machine. Sets QK_BF16_RUN to "bf16" or ""
+# (qk_run_dir's default sixth argument) and exports QKNORM_BF16=1 or 0, so that every child
+# (train.sh, evaluate.sh, a Slurm cell) files and finds its runs the same way. QKNORM_BF16
+# decides if set (1, 0 or auto), else the profile's PROFILE_BF16 (default 0). auto: bf16 only
+# where the CPU has native bf16 and it was measured faster than fp32 (benchmarks/bf16_auto.py:
+# a training step at the proxy size with the run's THREADS, measured once after a line saying
+# what and roughly how long, cached under $QK_WORK_DIR/bf16-auto/); fp32 for a profile at the
+# papers' size (a GPU profile: fairseq's --fp16 there). --cached-only: never measure (answers fp32 without a
+# cached verdict); for steps that only find runs, and dry runs.
+qk_resolve_bf16() {
+    local mode="${QKNORM_BF16:-${PROFILE_BF16:-0}}" answer
+    QK_BF16_GIVEN="${QKNORM_BF16:-}"  # what the environment (or a flag) asked for, for qk_train_cmd
+    case "$mode" in
+        0) QK_BF16_RUN="" ;;
+        1) QK_BF16_RUN=bf16 ;;
+        auto)
+            if [[ "$PROFILE_ARCH" != proxy ]]; then
+                QK_BF16_RUN=""
+                printf '%s\n' "[bf16 auto] fp32: profile $PROFILE trains at the papers' size (a GPU profile); bf16 autocast on CPU is measured at the proxy size only (QKNORM_BF16=1 forces it)" >&2
+            else
+                [[ -n "$QK_PY" ]] || die "no python interpreter found (set QKNORM_PYTHON)"
+                local threads="${THREADS:-${QKNORM_THREADS:-2}}"  # the run's (after --threads / --nproc)
+                answer="$(cd "$QK_REPO_ROOT" && OMP_NUM_THREADS="$threads" "$QK_PY" -m benchmarks.bf16_auto \
+                    "$QK_WORK_DIR/bf16-auto" --size proxy --threads "$threads" "$@")" \
+                    || die "no bf16 decision (above; QKNORM_BF16=0 or 1 decides without one)"
+                case "$answer" in
+                    bf16) QK_BF16_RUN=bf16 ;;
+                    fp32) QK_BF16_RUN="" ;;
+                    *) die "python -m benchmarks.bf16_auto answered '$answer', expected bf16 or fp32" ;;
+                esac
+            fi
+            ;;
+        *)
+            local what="expected 1 (bf16 autocast), 0 (fp32) or auto (bf16 where measured faster)"
+            [[ -z "${QKNORM_BF16:-}" ]] || qk_usage_error "QKNORM_BF16='$mode': $what"
+            die "configs/profiles/$PROFILE.toml: key 'bf16' = '$mode': $what"
+            ;;
+    esac
+    if [[ -n "$QK_BF16_RUN" ]]; then export QKNORM_BF16=1; else export QKNORM_BF16=0; fi
+}
+
+# qk_resolve_bf16_of PROFILE [--cached-only]: qk_resolve_bf16 for PROFILE without loading it
+# into this shell (for scripts that load profiles in subshells only, e.g. reproduce.sh).
+qk_resolve_bf16_of() {
+    local profile="$1" answer
+    shift
+    answer="$(load_pair_config "$(qk_known_pairs | cut -d' ' -f1)" && load_profile_config "$profile" \
+        && qk_resolve_bf16 "$@" && printf '%s' "$QKNORM_BF16")" || exit $?
+    QKNORM_BF16="$answer"
+    qk_resolve_bf16  # 0 or 1 now: sets QK_BF16_RUN and exports it, nothing measured
+}
+
+# qk_train_cmd: the scripts/train.sh command that makes the run of the loaded pair, system and
+# profile with SEED, MAX_UPDATE_ARG, QK_LR_OVERRIDE and the resolved precision (for messages)
+qk_train_cmd() {
+    local env=""
+    [[ -n "${QK_BF16_RUN:-}" || "${QK_BF16_GIVEN:-}" != 0 ]] || env="QKNORM_BF16=0 "
+    printf '%sscripts/train.sh %s %s --profile %s --seed %s%s%s%s%s\n' "$env" "$PAIR" "$SYSTEM" \
+        "$PROFILE" "$SEED" "${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG}" \
+        "${QK_LR_OVERRIDE:+ --lr $QK_LR_OVERRIDE}" "${SIZE_ARG:+ --size $SIZE_ARG}" \
+        "${QK_BF16_RUN:+ --bf16-autocast}"
+}
+
+# qk_check_run_identity RUN LABEL: RUN's train.json records the run asked for (the loaded pair
+# and system, profile label LABEL, SEED, the resolved precision, QK_LR_OVERRIDE), or die naming
+# the difference: a run directory copied or renamed (runs/.../cpu-proxy/... copied under
+# cpu-proxy-fast-max-update-60) is never reused, decoded or scored under another name. What
+# train.sh and evaluate.sh both check (python -m qknorm_tools.evaluate check-run).
+qk_check_run_identity() {
+    [[ -f "$1/train.json" ]] || return 0
+    "$QK_PY" -m qknorm_tools.evaluate check-run "$1" --pair "$PAIR" --profile "$2" \
+        --system "$SYSTEM" --seed "$SEED" --precision "${QK_BF16_RUN:-fp32}" \
+        ${QK_LR_OVERRIDE:+--variant "lr=$QK_LR_OVERRIDE"} \
+        || die "$1 is not the run of $(qk_train_cmd) (above): train it there with that command, or remove $1"
+}
+
+# qk_arch: the named arch of the loaded system (SYSTEM_ARCH, a family registered by
+# fairseq_qknorm/models/transformer_qknorm.py) at the loaded profile's size: FAMILY_proxy for
+# the CPU profiles; the pair's paper size for the paper profile (FAMILY_small for gl-en's 4+4
+# layers, FAMILY for the 6+6 base).
+qk_arch() {
+    if [[ "$PROFILE_ARCH" == proxy ]]; then
+        printf '%s_proxy\n' "$SYSTEM_ARCH"
+    elif [[ "$PAPER_ARCH_SIZE" == small ]]; then
+        printf '%s_small\n' "$SYSTEM_ARCH"
+    else
+        printf '%s\n' "$SYSTEM_ARCH"
+    fi
+}
+
+# qk_run_label [PROFILE [MAX_UPDATE]]: the name runs and results of a profile are filed under:
+# PROFILE for the profile's own budget, PROFILE-max-update-N for any other (a short trial never
+# writes over, or is mistaken for, the profile's runs and results). Without arguments: for the
+# loaded profile and MAX_UPDATE; with them: for PROFILE at MAX_UPDATE (default: its own budget
+# or $QKNORM_MAX_UPDATE).
+qk_run_label() {
+    if (($#)); then
+        (
+            load_pair_config "$(qk_known_pairs | cut -d' ' -f1)"
+            load_profile_config "$1"
+            [[ -z "${2-}" ]] || MAX_UPDATE="$2"
+            qk_run_label
+        )
+        return
+    fi
+    if [[ "$MAX_UPDATE" == "$PROFILE_MAX_UPDATE" ]]; then
+        printf '%s\n' "$PROFILE"
+    else
+        printf '%s-max-update-%s\n' "$PROFILE" "$MAX_UPDATE"
+    fi
+}
+
+# qk_run_dir PAIR LABEL SYSTEM SEED [LR [bf16]]: where a training run keeps checkpoints, logs and
+# scores (LABEL from qk_run_label; LR: a peak learning rate other than the profile's, from
+# qk_set_lr, filed as seedN-lrLR; empty or absent: the profile's own lr, seedN; bf16: trained
+# with bf16 autocast, filed as seedN[-lrLR]-bf16, next to its fp32 twin; absent: $QK_BF16_RUN
+# from qk_resolve_bf16).
+qk_run_dir() {
+    local precision="${6-${QK_BF16_RUN:-}}"
+    printf '%s\n' "$QK_WORK_DIR/runs/$1/$2/$3/seed$4${5:+-lr$5}${precision:+-$precision}"
+}
+
+# qk_canonical_lr VALUE: VALUE (a non-negative decimal number such as 3e-3, 0.003, 3E-03) in one
+# spelling, MANTISSAeEXPONENT without trailing zeros (3e-3, 1.5e-2, 1e0; 0 for zero), so that
+# one learning rate is always one run directory. Returns 1 if VALUE is not such a number.
+qk_canonical_lr() {
+    local v="${1-}" e m x
+    [[ "$v" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]] || return 1
+    e="$(LC_ALL=C printf '%.6e' "$v")" || return 1  # 3.000000e-03
+    m="${e%e*}" x="${e#*e}"
+    if [[ "$m" == *.* ]]; then
+        while [[ "$m" == *0 ]]; do m="${m%0}"; done
+        m="${m%.}"
+    fi
+    [[ "$m" != 0 ]] || { printf '0\n'; return 0; }
+    x="${x#+}"
+    [[ "$x" != -* ]] || x="-$(printf '%d' "$((10#${x#-}))")"
+    [[ "$x" == -* ]] || x="$((10#$x))"
+    ((${x#-} <= 307)) || return 1  # 1e400: infinite as a double (fairseq's float), not a rate
+    printf '%se%s\n' "$m" "$x"
+}
+
+# qk_check_stops: usage error unless a training with the loaded profile and MAX_UPDATE stops
+# (--max-update 0 is no update limit, which only a profile with an epoch limit allows): what
+# train.sh, evaluate.sh, ablation.sh and reproduce.sh refuse up front, dry runs included.
+qk_check_stops() {
+    [[ "$MAX_UPDATE" != 0 || "${MAX_EPOCH:-0}" != 0 ]] \
+        || qk_usage_error "--max-update 0 with profile $PROFILE (max-epoch 0) would never stop training"
+}
+
+# qk_set_lr LR: the loaded profile (load_profile_config) trained at peak learning rate LR: the
+# value of --lr in OPTIM_FLAGS is replaced (the warmup and the schedule stay the profile's).
+# Sets QK_LR_OVERRIDE to LR in canonical spelling (qk_canonical_lr), or to "" when LR is the
+# profile's own lr (that run is the profile's, seedN). Usage error on a bad LR, dies if the
+# profile sets no --lr.
+qk_set_lr() {
+    local lr i own=""
+    if ! lr="$(qk_canonical_lr "${1-}")"; then
+        [[ ! "${1-}" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)[eE]\+?[0-9]+$ ]] \
+            || qk_usage_error "--lr '${1-}' overflows: fairseq reads it as a double, at most about 1.8e308 (infinite above)"
+        qk_usage_error "--lr must be a non-negative decimal number (e.g. 3e-3, 0.003), got '${1-}'"
+    fi
+    for i in "${!OPTIM_FLAGS[@]}"; do
+        if [[ "${OPTIM_FLAGS[$i]}" == --lr ]]; then
+            own="$(qk_canonical_lr "${OPTIM_FLAGS[$((i + 1))]}")" \
+                || die "configs/profiles/$PROFILE.toml: key 'optim.flags': --lr '${OPTIM_FLAGS[$((i + 1))]}' is not a number"
+            OPTIM_FLAGS[$((i + 1))]="$lr"
+        fi
+    done
+    [[ -n "$own" ]] || die "configs/profiles/$PROFILE.toml sets no --lr in key 'optim.flags': --lr cannot replace it"
+    QK_LR_OVERRIDE="$lr"
+    [[ "$lr" != "$own" ]] || QK_LR_OVERRIDE=""
+}

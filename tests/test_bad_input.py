@@ -290,7 +290,7 @@ def test_demo_checks_every_option_before_any_data_step(tmp_path, good, args, env
         (["--max-update", "5"], "--max-update", "train.sh --max-update N"),
         (["--user-dir", "/x"], "--user-dir", "always loads this repository's plugin"),
         (["--source-lang", "en"], "--source-lang", "the pair's direction"),
-        (["--task", "translation"], "--task", "a profile (TRAIN_TASK"),
+        (["--task", "translation"], "--task", "a profile (train_task, task_flags in configs/profiles)"),
         (["--qk-norm-length", "50"], "--qk-norm-length", "the data's L"),
         (["--bf16-autocast"], "--bf16-autocast", "use train.sh --bf16-autocast"),
     ],
@@ -353,7 +353,7 @@ def test_train_sh_names_the_budget_the_user_gave(tmp_path, args, env_extra, mess
         ("evaluate.sh", ["gl-en", "bogus"], "unknown system 'bogus'"),
         ("prepare_data.sh", ["../../etc"], "unknown pair '../../etc'"),
         ("bpe.sh", ["en-he"], "note: he-en already is en->he"),
-        ("binarize.sh", ["xx"], "or your own configs/pairs/NAME.sh"),
+        ("binarize.sh", ["xx"], "or your own configs/pairs/NAME.toml"),
     ],
 )
 def test_unknown_names_are_usage_errors_with_the_usage_line(tmp_path, script, args, message):

@@ -144,6 +144,7 @@ PROFILE_KEYS = [
     ("decode.lenpen", "lenpen", "LENPEN", "num"),
     ("decode.max_tokens", "gen_max_tokens", "GEN_MAX_TOKENS", "posint"),
     ("decode.flags", "gen_flags", "GEN_FLAGS", "flags"),
+    ("decode.dev_bleu", "dev_bleu", "DEV_BLEU", "bool"),
     ("job.gpus", "job_gpus", "JOB_GPUS", "enum:0|1"),
     ("job.cpus", "job_cpus", "JOB_CPUS", "posint"),
     ("job.mem", "job_mem", "JOB_MEM", "mem"),
@@ -408,6 +409,8 @@ class Profile:
     bf16: int | str = 0
     valid_flags: tuple = ()
     gen_flags: tuple = ()
+    #: a grid cell also decodes the dev set with the chosen checkpoint (dev BLEU in its record)
+    dev_bleu: bool = False
     job_gpus: int | None = None
     job_cpus: int | None = None
     job_mem: str | None = None
@@ -763,8 +766,9 @@ def apply_env(profile: Profile, environ: Mapping = os.environ) -> Profile:
     """A profile with the QKNORM_* overrides applied.
 
     The QKNORM_* overrides of a profile, in one place: QKNORM_THREADS (intra-op threads),
-    QKNORM_MAX_UPDATE (the update budget; runs then filed as PROFILE-max-update-N). A bad value
-    is a UsageError naming the variable. (QKNORM_BF16 is resolved by scripts/lib.sh's
+    QKNORM_MAX_UPDATE (the update budget; runs then filed as PROFILE-max-update-N),
+    QKNORM_DEV_BLEU (0 or 1: whether a grid cell also decodes the dev set). A bad value is a
+    UsageError naming the variable. (QKNORM_BF16 is resolved by scripts/lib.sh's
     qk_resolve_bf16, which may measure; the download mirrors QKNORM_*_URL: :func:`apply_env_pair`.)
     """
     changes: dict = {}
@@ -779,6 +783,11 @@ def apply_env(profile: Profile, environ: Mapping = os.environ) -> Profile:
             raise UsageError("QKNORM_MAX_UPDATE must be a non-negative integer (no leading zeros, "
                              f"below 10^9), got '{budget}'")  # fmt: skip
         changes["env_max_update"] = int(budget)
+    dev_bleu = environ.get("QKNORM_DEV_BLEU") or ""
+    if dev_bleu:
+        if dev_bleu not in ("0", "1"):
+            raise UsageError(f"QKNORM_DEV_BLEU must be 0 or 1, got '{dev_bleu}'")
+        changes["dev_bleu"] = dev_bleu == "1"
     return dataclasses.replace(profile, **changes) if changes else profile
 
 

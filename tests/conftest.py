@@ -86,6 +86,7 @@ def make_env(work: Path, **extra) -> dict:
         "QKNORM_IWSLT15_URL",
         "QKNORM_MAX_UPDATE",
         "QKNORM_THREADS",
+        "QKNORM_DEV_BLEU",
     ):
         env.pop(key, None)
     for k, v in extra.items():

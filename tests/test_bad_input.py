@@ -290,7 +290,7 @@ def test_demo_checks_every_option_before_any_data_step(tmp_path, good, args, env
         (["--max-update", "5"], "--max-update", "train.sh --max-update N"),
         (["--user-dir", "/x"], "--user-dir", "always loads this repository's plugin"),
         (["--source-lang", "en"], "--source-lang", "the pair's direction"),
-        (["--task", "translation"], "--task", "a profile (train_task, task_flags in configs/profiles)"),
+        (["--task", "translation"], "--task", "a profile (train_task, task_flags in"),
         (["--qk-norm-length", "50"], "--qk-norm-length", "the data's L"),
         (["--bf16-autocast"], "--bf16-autocast", "use train.sh --bf16-autocast"),
     ],

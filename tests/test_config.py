@@ -141,6 +141,14 @@ def test_env_overrides_in_one_function():
         config.UsageError, match="QKNORM_MAX_UPDATE must be a non-negative integer .* got '08'"
     ):
         config.apply_env(profile, {"QKNORM_MAX_UPDATE": "08"})
+    # decode.dev_bleu: on in the cpu-converge profiles (extends keeps it), off elsewhere;
+    # QKNORM_DEV_BLEU overrides it either way
+    assert config.load_profile("cpu-converge-d128").dev_bleu and not profile.dev_bleu
+    assert config.apply_env(profile, {"QKNORM_DEV_BLEU": "1"}).dev_bleu
+    d128 = config.load_profile("cpu-converge-d128")
+    assert not config.apply_env(d128, {"QKNORM_DEV_BLEU": "0"}).dev_bleu
+    with pytest.raises(config.UsageError, match="QKNORM_DEV_BLEU must be 0 or 1, got 'yes'"):
+        config.apply_env(profile, {"QKNORM_DEV_BLEU": "yes"})
     pair = config.apply_env_pair(
         config.load_pair("gl-en"), {"QKNORM_QI18_URL": "http://mirror/q.tgz"}
     )

@@ -237,12 +237,22 @@ def test_ablation_rebuilds_from_records_and_trains_nothing(tmp_path):
     made with other settings is refused before anything trains."""
     make_tiny_ted(tmp_path / "data_in")
     work = tmp_path / "work"
-    env = make_env(work, QKNORM_DATA_DIR=tmp_path / "data_in", OMP_NUM_THREADS=1)
+    # QKNORM_DEV_BLEU=1: each cell also decodes the dev set, as the cpu-converge profiles do
+    env = make_env(work, QKNORM_DATA_DIR=tmp_path / "data_in", OMP_NUM_THREADS=1,
+                   QKNORM_DEV_BLEU=1)  # fmt: skip
     prepare_pair(env, "--merges", 60)
+    dry = run_script("ablation.sh", *ABL, "--dry-run", "--", *TINY, env=env)
+    assert dry.returncode == 0, out(dry)
+    assert dry.stdout.count("--split dev") == 4  # one dev decoding per cell
     p = run_script("ablation.sh", *ABL, "--jobs", 2, "--", *TINY, env=env, timeout=1200)
     assert p.returncode == 0, out(p)
     res = work / "results" / "cpu-proxy-fast-max-update-4" / "gl-en"
     recs = sorted(res.glob("records/*/seed1/record.json"))
+    for r in recs:  # the dev set's score travels with the record, into the per-run table
+        dev = json.loads((r.parent / "dev.score.json").read_text())
+        assert json.loads(r.read_text())["record"]["dev_bleu_tok"] == dev["bleu_tok"]
+    runs = json.loads((res / "ablation.json").read_text())["runs"]
+    assert len(runs) == 4 and all(x["dev_bleu_tok"] is not None for x in runs)
     assert [r.parent.parent.name for r in recs] == sorted(
         ["prenorm_fixnorm_layernorm", "qknorm_paper", "twt", "scalenorm_qknorm"]
     )

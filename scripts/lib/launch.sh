@@ -49,13 +49,29 @@ _qk_cell_split() {
 # --max-update, --lr, --threads); --nproc N and --launch L go to train.sh only, TRAIN_ARGS to
 # fairseq-train only; --train-only: train.sh only (a model that is never decoded, e.g. the LR
 # sweep's initial model). Both scripts skip finished work. Exit status 3: the training diverged
-# (RUN/diverged, scripts/train.sh), nothing decoded.
+# (RUN/diverged, scripts/train.sh), nothing decoded. A profile with decode.dev_bleu (the
+# cpu-converge ones) also has the dev set decoded (evaluate.sh --split dev: the record's dev BLEU).
 qk_cell() {
     _qk_cell_split "$@"
     bash "$QK_REPO_ROOT/scripts/train.sh" "${QK_CELL_OPTS[@]}" \
         "${QK_CELL_TRAIN_OPTS[@]+"${QK_CELL_TRAIN_OPTS[@]}"}" "${QK_CELL_EXTRA[@]+"${QK_CELL_EXTRA[@]}"}" \
         || return
-    ((QK_CELL_TRAIN_ONLY)) || bash "$QK_REPO_ROOT/scripts/evaluate.sh" "${QK_CELL_OPTS[@]}" >/dev/null
+    ((QK_CELL_TRAIN_ONLY == 0)) || return 0
+    bash "$QK_REPO_ROOT/scripts/evaluate.sh" "${QK_CELL_OPTS[@]}" >/dev/null || return
+    if _qk_cell_dev_bleu; then
+        bash "$QK_REPO_ROOT/scripts/evaluate.sh" "${QK_CELL_OPTS[@]}" --split dev >/dev/null
+    fi
+}
+
+# _qk_cell_dev_bleu: whether the profile of the cell just split (_qk_cell_split: its --profile,
+# default cpu-proxy as train.sh's) has decode.dev_bleu (QKNORM_DEV_BLEU overrides): the cell then
+# also decodes the dev set (scripts/evaluate.sh --split dev; its record keeps the dev BLEU).
+_qk_cell_dev_bleu() {
+    local i profile=cpu-proxy
+    for i in "${!QK_CELL_OPTS[@]}"; do
+        [[ "${QK_CELL_OPTS[$i]}" != --profile ]] || profile="${QK_CELL_OPTS[$((i + 1))]-}"
+    done
+    (load_profile_config "$profile" >/dev/null 2>&1 && ((${DEV_BLEU:-0})))
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -445,6 +461,8 @@ _qk_print_cells() {
             "${QK_CELL_EXTRA[@]+"${QK_CELL_EXTRA[@]}"}" \
             || die "scripts/train.sh --dry-run failed for cell ${QK_CELL_NAME[$i]}"
         ((QK_CELL_TRAIN_ONLY)) || qk_print_cmd bash "$QK_REPO_ROOT/scripts/evaluate.sh" "${QK_CELL_OPTS[@]}"
+        ((QK_CELL_TRAIN_ONLY)) || ! _qk_cell_dev_bleu \
+            || qk_print_cmd bash "$QK_REPO_ROOT/scripts/evaluate.sh" "${QK_CELL_OPTS[@]}" --split dev
     done
 }
 

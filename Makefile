@@ -26,7 +26,7 @@ $(VENV)/.installed: setup.py pyproject.toml
 
 TESTS ?=
 test: install
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q $(TESTS) tests
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q --durations=15 $(TESTS) tests
 
 LINT_PATHS ?= .
 lint: install

@@ -31,6 +31,14 @@ from pathlib import Path
 
 import pytest
 
+# The Ctrl-C tests send SIGINT to a script's process group, as a terminal does. A suite started
+# in the background of a non-interactive shell (`cmd &`, nohup, some CI runners) inherits
+# SIGINT ignored, and so would every script it starts: bash cannot trap a signal ignored on
+# entry, so those scripts would never see the Ctrl-C. A handled signal is reset to the default
+# in a child at exec, so handling it here gives the scripts a terminal's SIGINT.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN_DIR = REPO / "fairseq_qknorm"
 SCRIPTS = REPO / "scripts"

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from .aggregate import mean_sd, seed_order
 from .records import RunRecord, as_record
 from .significance import format_p, paired_significance
-from .tables import format_mean_sd, write_markdown_and_json
+from .tables import format_mean_sd, format_optional, write_markdown_and_json
 from .textio import ResultsError, check_same_length, read_lines
 
 __all__ = [
@@ -245,14 +245,12 @@ def ablation_runs(ordered: Mapping[str, Sequence[RunRecord]], metric: str) -> li
         A list of ``{"cell", "system", "seed", "stop_reason", "epochs", "updates",
         "dev_loss_min", "best_dev_loss_epoch", metric, "dev_bleu_tok", "g0", "g_final",
         "g_final_mean", "g_final_min", "g_final_max", "max_attn_logit", "cpu_minutes"}``;
-        fields a record
-        does not have are ``None``.
+        fields a record does not have are ``None``.
     """
     rows = []
     for cell in ABLATION_CELLS:
         for r in ordered.get(cell, ()):
             g = dict(r.qk_norm_g_final or {})
-            vals = list(g.values())
             rows.append(
                 {
                     "cell": cell,
@@ -267,9 +265,9 @@ def ablation_runs(ordered: Mapping[str, Sequence[RunRecord]], metric: str) -> li
                     "dev_bleu_tok": r.dev_bleu_tok,
                     "g0": r.qk_norm_g0,
                     "g_final": g or None,
-                    "g_final_mean": sum(vals) / len(vals) if vals else None,
-                    "g_final_min": min(vals) if vals else None,
-                    "g_final_max": max(vals) if vals else None,
+                    "g_final_mean": r.qk_norm_g_final_mean,
+                    "g_final_min": min(g.values()) if g else None,
+                    "g_final_max": max(g.values()) if g else None,
                     "max_attn_logit": r.max_attn_logit,
                     "cpu_minutes": None if r.cpu_seconds is None else r.cpu_seconds / 60.0,
                 }
@@ -391,8 +389,8 @@ def _markdown(report: Mapping[str, object]) -> list[str]:
     return md + _runs_markdown(report.get("runs") or [], metric)
 
 
-def _fmt(v, spec: str) -> str:
-    return "-" if v is None else format(v, spec)
+def _opt(value, spec: str) -> str:
+    return format_optional(value, spec, none="-")
 
 
 def _runs_markdown(runs: Sequence[Mapping[str, object]], metric: str) -> list[str]:
@@ -417,15 +415,15 @@ def _runs_markdown(runs: Sequence[Mapping[str, object]], metric: str) -> list[st
         g = "-"
         if r.get("g_final_mean") is not None:
             g = f"{r['g_final_mean']:.2f} [{r['g_final_min']:.2f}, {r['g_final_max']:.2f}]"
-        best = _fmt(r.get("dev_loss_min"), ".3f")
+        best = _opt(r.get("dev_loss_min"), ".3f")
         if r.get("best_dev_loss_epoch") is not None:
             best += f" ({r['best_dev_loss_epoch']})"
         md.append(
             f"| {r['cell']} | {r['system']} | {r['seed']} | {r.get('stop_reason') or '-'} "
-            f"| {_fmt(r.get('epochs'), 'd')} | {_fmt(r.get('updates'), 'd')} | {best} "
-            f"| {_fmt(r.get(metric), '.2f')} | {_fmt(r.get('dev_bleu_tok'), '.2f')} "
-            f"| {_fmt(r.get('g0'), '.2f')} | {g} "
-            f"| {_fmt(r.get('max_attn_logit'), '.1f')} | {_fmt(r.get('cpu_minutes'), '.1f')} |"
+            f"| {_opt(r.get('epochs'), 'd')} | {_opt(r.get('updates'), 'd')} | {best} "
+            f"| {_opt(r.get(metric), '.2f')} | {_opt(r.get('dev_bleu_tok'), '.2f')} "
+            f"| {_opt(r.get('g0'), '.2f')} | {g} "
+            f"| {_opt(r.get('max_attn_logit'), '.1f')} | {_opt(r.get('cpu_minutes'), '.1f')} |"
         )
     return md
 

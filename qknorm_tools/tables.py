@@ -252,8 +252,12 @@ def write_aggregate_tables(
 # per-run table
 
 
-def _fmt(value, spec: str = ".2f", none: str = "–") -> str:
+def format_optional(value, spec: str = ".2f", none: str = "–") -> str:
+    """``value`` formatted with ``spec``, or ``none`` for a value a record does not have."""
     return none if value is None else format(value, spec)
+
+
+_fmt = format_optional
 
 
 def runs_table(records: Sequence[RunRecord], baseline: str | None = None) -> str:

@@ -45,7 +45,13 @@ from .lr_sweep import lr_sweep, write_lr_sweep_report
 from .provenance import check_one_data_version
 from .records import RunRecord, load_records
 from .scoring import SCORE_FIELDS, format_scores, score_files
-from .significance import MIN_SIG_LINES, TOKENIZE_TO_METRIC, compare_files, format_compare
+from .significance import (
+    MIN_SIG_LINES,
+    TOKENIZE_TO_METRIC,
+    compare_files,
+    format_compare,
+    split_named,
+)
 from .tables import write_aggregate_tables
 from .textio import (
     BPE_MODES,
@@ -151,6 +157,13 @@ def _cmd_score(a) -> int:
 
 
 def _cmd_compare(a) -> int:
+    if a.out:  # never write the table over one of the files it is computed from
+        for arg, what in ((a.ref, "--ref"), (a.baseline, "--baseline"),
+                          *((x, "--system") for x in a.system)):  # fmt: skip
+            path = Path(split_named(arg)[1])
+            if path.exists() and Path(a.out).exists() and path.samefile(a.out):
+                raise EvaluationError(f"--out {a.out} is the {what} file {path}: it would be "
+                                      "overwritten; write the results elsewhere")  # fmt: skip
     res = compare_files(
         a.ref,
         a.baseline,

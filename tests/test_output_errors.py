@@ -186,3 +186,22 @@ def test_the_other_tools_name_their_output_and_exit_1(tmp_path):
     assert p.returncode == 0 and (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG", out(p)
     (tmp_path / "c.png").unlink()
     _no_siblings(tmp_path, ["file", "made_by.json", "train.log"])
+
+
+@pytest.mark.parametrize("which", ["--ref", "--baseline", "--system"])
+def test_compare_refuses_to_write_over_one_of_its_inputs(tmp_path, which):
+    """--out naming an input file (a new-user trial overwrote a hypothesis file with the table):
+    a usage error naming both, and every input left as it was."""
+    files = {}
+    for flag in ("--ref", "--baseline", "--system"):
+        files[flag] = tmp_path / flag.strip("-")
+        files[flag].write_text("a b c\nd e f\n")
+    link = tmp_path / "same-file"  # the same file under another name is the same file
+    link.symlink_to(files[which])
+    p = _tool(
+        "qknorm_tools.evaluate", "compare", *(x for f, v in files.items() for x in (f, v)),
+        "--allow-few-lines", "--n-bootstrap", "5", "--n-ar", "5", "--out", link,
+    )  # fmt: skip
+    assert p.returncode == 2, out(p)
+    assert f"--out {link} is the {which} file {files[which]}: it would be overwritten" in p.stderr
+    assert all(f.read_text() == "a b c\nd e f\n" for f in files.values())

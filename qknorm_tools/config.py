@@ -965,11 +965,19 @@ def convert(path: Path, out: Path | None = None) -> tuple:
 
     Convert the bash pair config ``path`` (configs/pairs/NAME.sh) into TOML next to it.
     Returns (the TOML file written, [unknown variables, kept as comments]).
+
+    Raises:
+        ConfigError: ``path`` is missing or not a ``.sh`` file, the TOML file exists already
+            (it is never overwritten), or bash cannot source ``path``.
     """
     path = Path(path)
-    if path.suffix != ".sh" or not path.is_file():
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such file (expected a bash pair config FILE.sh)")
+    if path.suffix != ".sh":
         raise ConfigError(f"{path}: expected a bash pair config FILE.sh")
     out = out or path.with_suffix(".toml")
+    if out.exists():  # a TOML config the user may have edited since: never written over
+        raise ConfigError(f"{out} exists: remove it first to convert {path.name} again")
     values = _sh_values(path)
     header, comments = _sh_comments(path)
     known_vals, unknown = {}, []

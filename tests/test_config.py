@@ -314,6 +314,14 @@ def test_converter_round_trip_of_a_user_bash_pair(tmp_path):
     assert "# merges of the joint BPE\nbpe_merges = 8000" in toml  # comments kept above their key
     assert '# source language code\nsrc = "de"' in toml
     assert "MY_NOTE" in toml  # unknown variables listed, not dropped
+    # converting again never writes over the TOML file (the user may have edited it)
+    (pairs / "de-en.toml").write_text(toml + "# my edit\n")
+    p = cli("convert", sh, env=env)
+    assert p.returncode == 1 and f"{pairs / 'de-en.toml'} exists: remove it first" in p.stderr
+    assert (pairs / "de-en.toml").read_text() == toml + "# my edit\n"
+    p = cli("convert", pairs / "nope.sh", env=env)
+    assert p.returncode == 1 and "nope.sh: no such file" in p.stderr
+    (pairs / "de-en.toml").write_text(toml)
     sh.unlink()
     pair = config.load_pair("de-en", work)
     assert (pair.src, pair.tgt, pair.corpus, pair.local_dir, pair.local_dev_src) == (

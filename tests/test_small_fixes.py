@@ -176,25 +176,32 @@ def test_in_process_fairseq_log_leaves_out_its_noise_not_its_warnings():
     log.propagate, py_log = False, logging.getLogger("py.warnings")
     log.addHandler(handler)
     py_log.addHandler(handler)
-    try:
-        log.setLevel(logging.INFO)
-        logging.captureWarnings(True)
-        log.info("loading archive file /x")
-        logging.getLogger("fairseq.tasks.text_to_speech").handle(
-            log.makeRecord("fairseq.tasks.text_to_speech", logging.WARNING, "f", 1,
-                           "Please install tensorboardX: pip install tensorboardX", (), None)
-        )  # fmt: skip
-        warnings.warn_explicit("`torch.cuda.amp.autocast` is deprecated", FutureWarning, "x.py", 3)
-        warnings.warn_explicit("another one", UserWarning, "y.py", 4)
-        log.warning("the checkpoint has no %s", "optimizer state")
-        try:
-            raise ValueError("bad")
-        except ValueError:
-            log.exception("cannot load")
-    finally:
+    # order-independent: a test before may have run quiet_fairseq_logging in this process
+    # (bf16_auto), leaving Python warnings captured (captureWarnings(True) is then a no-op)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
         logging.captureWarnings(False)
-        log.removeHandler(handler)
-        py_log.removeHandler(handler)
+        try:
+            log.setLevel(logging.INFO)
+            logging.captureWarnings(True)
+            log.info("loading archive file /x")
+            logging.getLogger("fairseq.tasks.text_to_speech").handle(
+                log.makeRecord("fairseq.tasks.text_to_speech", logging.WARNING, "f", 1,
+                               "Please install tensorboardX: pip install tensorboardX", (), None)
+            )  # fmt: skip
+            warnings.warn_explicit(
+                "`torch.cuda.amp.autocast` is deprecated", FutureWarning, "x.py", 3
+            )
+            warnings.warn_explicit("another one", UserWarning, "y.py", 4)
+            log.warning("the checkpoint has no %s", "optimizer state")
+            try:
+                raise ValueError("bad")
+            except ValueError:
+                log.exception("cannot load")
+        finally:
+            logging.captureWarnings(False)
+            log.removeHandler(handler)
+            py_log.removeHandler(handler)
     lines = [
         re.sub(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", "T", x) for x in buf.getvalue().splitlines()
     ]

@@ -25,8 +25,11 @@ $(VENV)/.installed: setup.py pyproject.toml
 	touch $@
 
 TESTS ?=
+# the suite's processes (pytest-xdist; tests of one file stay in one process, sharing its
+# fixtures): 2 for the 2 cores of the CI machine; TEST_WORKERS=0 runs it in this process
+TEST_WORKERS ?= 2
 test: install
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q --durations=15 $(TESTS) tests
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadfile $(TESTS) tests
 
 LINT_PATHS ?= .
 lint: install

@@ -40,7 +40,8 @@ setup(
         "fairseq": ["ve-fairseq==0.12.3"],
         "spm": ["sentencepiece>=0.1.99"],
         "tensorboard": ["tensorboard"],
-        "test": ["pytest>=7", "ruff==0.17.6"],
+        # pytest-xdist: make test runs the suite in TEST_WORKERS processes, a test file per process
+        "test": ["pytest>=7", "pytest-xdist>=3.5", "ruff==0.17.6"],
         # the interactive HTML report (python -m qknorm_tools.report; plotly.js is inlined)
         "report": ["plotly>=5.0"],
     },

@@ -93,14 +93,17 @@ def _cmd_runs(a) -> int:
     for u in unfinished:
         _log(f"not finished, left out: {u}")
     out = Path(a.out_dir)
+    if not records:  # an earlier runs.json (and its tables) is never replaced by an empty one
+        kept = f"; {out / 'runs.json'} left as it was" if (out / "runs.json").exists() else ""
+        raise EvaluationError(
+            f"no finished run among the {len(a.run)} given (each needs train.json, "
+            f"test.score.json and test.hyp, or a committed record): nothing to report{kept}"
+        )
     save_records(records, out / "runs.json", work_dir=a.work_dir)
     _log(
         f"wrote {out / 'runs.json'} ({len(records)} runs"
         + (f", {n_recorded} from committed records)" if n_recorded else ")")
     )
-    if not records:
-        warn("no finished run (train.json + test.score.json + test.hyp): nothing to report")
-        return 0
     if a.runs_table:
         paths = write_runs_table(records, out, a.runs_table, a.baseline, work_dir=a.work_dir)
         print(Path(paths["md"]).read_text(encoding="utf-8"))

@@ -167,8 +167,15 @@ if ((AGG_ONLY == 0)); then
         qk_warn "failed cells: ${QK_LAUNCH_FAILED[*]}: reporting on the finished cells"
     fi
 fi
+# runs.json is written by this collection or not at all (no finished cell): an earlier one is
+# left as it was, and never reported on as if it were this grid's
+qk_mktemp_dir STAMP "$OUT" collect
+touch "$STAMP/started"
 qk_run "${REPRO[@]}" || { qk_warn "collecting the finished cells failed (see above)"; RC=1; }
-[[ -f "$OUT/runs.json" ]] || die "no finished cell in $OUT/runs.json: nothing to report"
+if [[ ! "$OUT/runs.json" -nt "$STAMP/started" ]]; then
+    [[ ! -f "$OUT/runs.json" ]] || die "no finished cell: nothing to report ($OUT/runs.json, of an earlier collection, is left as it was)"
+    die "no finished cell: nothing to report"
+fi
 (cd "$QK_WORK_DIR" && "${ABL[@]}") || die "ablation report failed (see above); rerun to resume the missing cells"
 qk_log "wrote $OUT/ablation.md and $OUT/ablation.json"
 

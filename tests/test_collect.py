@@ -223,6 +223,32 @@ def test_collect_runs_writes_records_and_tables(tmp_path, capsys):
     assert concat["n_lines_concat"] == 20  # 2 seeds x 10 lines, read through the relative paths
 
 
+def test_no_finished_run_leaves_the_earlier_runs_json_as_it_was(tmp_path, capsys):
+    """A collection that finds no finished run (runs deleted, a wrong --run) is an error, and the
+    results of an earlier collection stay: an empty runs.json never replaces them."""
+    out_dir = tmp_path / "results"
+    out_dir.mkdir()
+    earlier = '{"runs": [{"pair": "gl-en"}]}'
+    (out_dir / "runs.json").write_text(earlier)
+    unfinished = tmp_path / "runs/gl-en/cpu-proxy/twt/seed1"
+    unfinished.mkdir(parents=True)
+    args = [
+        "runs",
+        "--work-dir",
+        str(tmp_path),
+        "--out-dir",
+        str(out_dir),
+        "--run",
+        str(unfinished),
+    ]
+    assert collect.main(args) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "error: no finished run among the 1 given (each needs train.json, test.score.json and "
+        f"test.hyp, or a committed record): nothing to report; {out_dir}/runs.json left as it was"
+    )
+    assert (out_dir / "runs.json").read_text() == earlier
+
+
 def test_collect_train_json_cli(tmp_path):
     run = tmp_path / "run"
     run.mkdir()

@@ -511,6 +511,25 @@ def _fake_cell(work, pair, system, seed, hyps, refs):
     return run
 
 
+def test_ablation_without_a_finished_cell_reports_nothing_and_keeps_the_earlier_results(tmp_path):
+    """ablation.sh --aggregate-only with no finished cell (runs/ deleted, another machine) fails
+    and leaves the earlier collection's runs.json as it was, instead of reporting on it as if it
+    were this grid's, or replacing it with an empty one."""
+    res = tmp_path / "results" / "cpu-proxy" / "gl-en"
+    res.mkdir(parents=True)
+    earlier = '{"runs": [{"pair": "gl-en", "system": "twt"}]}'
+    (res / "runs.json").write_text(earlier)
+    args = ("gl-en", "--profile", "cpu-proxy", "--aggregate-only")
+    proc = script("ablation.sh", *args, work_dir=tmp_path, check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.splitlines()[-1] == (
+        f"error: no finished cell: nothing to report ({res}/runs.json, of an earlier "
+        "collection, is left as it was)"
+    )
+    assert (res / "runs.json").read_text() == earlier
+    assert not (res / "ablation.md").exists()
+
+
 def test_reproduce_aggregates_finished_cells(tmp_path):
     refs = [f"the cat number {i} sat on the mat ." for i in range(12)]
     raw = tmp_path / "data" / "raw" / "gl-en"

@@ -32,6 +32,7 @@ import argparse
 import dataclasses
 import logging
 import os
+import pickle
 import re
 import sys
 from collections.abc import Iterable, Sequence
@@ -207,6 +208,14 @@ def existing_runs(pair_runs: Path, system: str, checkpoint_name: str) -> list:
     return out
 
 
+class CheckpointError(RuntimeError):
+    """A checkpoint file that cannot be loaded.
+
+    Truncated, corrupt, not a fairseq checkpoint, or a model that does not match it; the
+    message names the file.
+    """
+
+
 class Translator:
     """A checkpoint with the pipeline's segmentation and generation settings.
 
@@ -227,6 +236,7 @@ class Translator:
     Raises:
         ValueError: an unknown generation option.
         FileNotFoundError: no checkpoint file; see also :func:`fairseq_qknorm.bpe.read_manifest`.
+        CheckpointError: the checkpoint file cannot be loaded.
     """
 
     def __init__(
@@ -265,14 +275,20 @@ class Translator:
         checkpoint = checkpoint.resolve()
         #: the checkpoint file translated with (absolute)
         self.checkpoint = checkpoint
-        self.hub = TransformerQKNormModel.from_pretrained(
-            str(checkpoint.parent),
-            checkpoint_file=checkpoint.name,
-            data_name_or_path=os.path.abspath(data_bin),
-            bpe="pipeline",
-            bpe_dir=os.path.abspath(bpe_dir),
-            **overrides,
-        )
+        try:
+            self.hub = TransformerQKNormModel.from_pretrained(
+                str(checkpoint.parent),
+                checkpoint_file=checkpoint.name,
+                data_name_or_path=os.path.abspath(data_bin),
+                bpe="pipeline",
+                bpe_dir=os.path.abspath(bpe_dir),
+                **overrides,
+            )
+        # what torch.load raises on a truncated, empty or foreign file (and load_state_dict on
+        # a model that does not match): named with the file, as any bad input
+        except (pickle.UnpicklingError, EOFError, RuntimeError) as e:
+            first = str(e).strip().split("\n")[0] or type(e).__name__
+            raise CheckpointError(f"cannot load the checkpoint {checkpoint}: {first}") from e
         self.hub.eval()
 
     @classmethod
@@ -403,7 +419,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as e:  # unknown pair, system or profile: a usage error
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except FileNotFoundError as e:
+    except (FileNotFoundError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(f"[translate] {translator.checkpoint}", file=sys.stderr)

@@ -343,6 +343,32 @@ def test_translate_helper_moses_input(evaluated, monkeypatch):
     assert hyps == [detok_en.detokenize(h.split()) for h in read(run / "test.hyp")]
 
 
+@pytest.mark.slow
+def test_a_corrupt_checkpoint_is_named(evaluated, tmp_path):
+    """A truncated checkpoint (a copy cut short, a full disk) is an error naming the file, from
+    the Translator class and from the CLI (exit 1, an input error), not a torch traceback."""
+    from fairseq_qknorm.translate import CheckpointError, Translator
+
+    env, work, tool, run = evaluated
+    if tool != "subword-nmt":
+        pytest.skip("the checkpoint does not depend on the BPE tool")
+    last = run / "checkpoints" / "checkpoint_last.pt"
+    whole = last.read_bytes()
+    cut = tmp_path / "checkpoint_best.pt"
+    cut.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(CheckpointError, match=f"cannot load the checkpoint {cut}: "):
+        Translator(cut, work / "data/bin/gl-en", work / "data/bpe/gl-en")
+    try:  # the run's own checkpoint_last.pt, cut short, then restored for the other tests
+        last.write_bytes(whole[: len(whole) // 2])
+        args = ("gl-en", "twt", "--max-update", 200, "--checkpoint", "last")
+        proc = translate_cli(*args, work=work, input_text="o gato .\n")
+    finally:
+        last.write_bytes(whole)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.splitlines()[-1].startswith(f"error: cannot load the checkpoint {last}: ")
+    assert not proc.stdout
+
+
 def test_translate_errors(tmp_path, monkeypatch):
     from fairseq_qknorm.translate import pipeline_settings
 

@@ -440,9 +440,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         lines.pop()
     hyps = translator.translate(lines)
     text = "".join(h + "\n" for h in hyps)
-    if a.output:
-        with open(a.output, "w", encoding="utf-8") as f:
-            f.write(text)
+    if a.output:  # whole or not at all: an existing file is left as it was on an error
+        from qknorm_tools.textio import OutputError, write_text_atomic
+
+        try:
+            write_text_atomic(a.output, text)
+        except OutputError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
     else:
         sys.stdout.write(text)
     return 0

@@ -369,6 +369,26 @@ def test_a_corrupt_checkpoint_is_named(evaluated, tmp_path):
     assert not proc.stdout
 
 
+@pytest.mark.slow
+def test_translate_output_file_whole_or_not_at_all(evaluated, tmp_path):
+    """--output FILE holds stdout's lines; an output that cannot be written (a file where its
+    directory should be) is an error naming it, exit 1, with nothing half-written."""
+    env, work, tool, run = evaluated
+    if tool != "subword-nmt":
+        pytest.skip("writing the output does not depend on the BPE tool")
+    args = ("gl-en", "twt", "--max-update", 200, "--input", work / "data/raw/gl-en/test.gl")
+    good = tmp_path / "hyp.txt"
+    proc = translate_cli(*args, "--output", good, work=work, input_text="")
+    assert proc.returncode == 0, proc.stderr
+    assert read(good) == read(run / "test.hyp") and not proc.stdout
+    (tmp_path / "afile").write_text("x\n")
+    bad = tmp_path / "afile" / "hyp.txt"
+    proc = translate_cli(*args, "--output", bad, work=work, input_text="")
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines()[-1].startswith(f"error: cannot write {bad}: ")
+    assert (tmp_path / "afile").read_text() == "x\n"
+
+
 def test_translate_errors(tmp_path, monkeypatch):
     from fairseq_qknorm.translate import pipeline_settings
 

@@ -445,6 +445,17 @@ def test_reproduce_jobs_2_gives_each_cell_one_thread(work):
         (["--pairs", "gl-en", "--systems", "twt", "--seeds", "1,"], 2, "bad --seeds list '1,'"),
         # seed01 and seed1 would be the same fairseq seed counted twice
         (["--pairs", "gl-en", "--systems", "twt", "--seeds", "01,1"], 2, "bad --seeds list '01,1'"),
+        # a repeat is a typo (of 1,2 or twt,qknorm_paper), not silently one cell
+        (
+            ["--pairs", "gl-en", "--systems", "twt", "--seeds", "1, 2,1"],
+            2,
+            "bad --seeds list '1, 2,1': 1 is given twice",
+        ),
+        (
+            ["--pairs", "gl-en", "--systems", "twt,qknorm_paper,twt"],
+            2,
+            "bad --systems list 'twt,qknorm_paper,twt': twt is given twice",
+        ),
         # "00" is the budget 0 (never stops) in disguise; an option is not a value
         (["--pairs", "gl-en", "--systems", "twt", "--max-update", "00"], 2, "--max-update must be"),
         (

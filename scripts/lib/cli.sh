@@ -152,7 +152,7 @@ split_list() {
 }
 
 # qk_parse_seeds OUT_ARRAY LIST: --seeds LIST -> array OUT_ARRAY of distinct seeds; a usage error
-# (exit 2) naming LIST on an empty item or an item that is not a seed (qk_is_uint).
+# (exit 2) naming LIST on an empty item, an item that is not a seed (qk_is_uint) or a repeat.
 qk_parse_seeds() {
     local -n __seeds_out="$1"
     local s
@@ -161,6 +161,19 @@ qk_parse_seeds() {
     for s in "${__seeds_out[@]}"; do
         qk_is_uint "$s" \
             || qk_usage_error "bad --seeds list '$2': '$s' is not a non-negative integer (no leading zeros, below 10^9; e.g. --seeds 1,2,3)"
+    done
+    _qk_refuse_repeats seeds "$2"
+}
+
+# _qk_refuse_repeats KIND LIST: a usage error naming an item LIST (comma-separated) gives twice,
+# which split_list would drop: "1,1" is a typo of "1,2" more often than a wish
+_qk_refuse_repeats() {
+    local items=() item seen=" "
+    IFS=',' read -r -a items <<<"$2"
+    for item in "${items[@]}"; do
+        item="${item//[[:space:]]/}"
+        [[ "$seen" != *" $item "* ]] || qk_usage_error "bad --$1 list '$2': $item is given twice"
+        seen+="$item "
     done
 }
 
@@ -181,4 +194,5 @@ qk_parse_names() {
     for n in "${__names_out[@]}"; do
         qk_require_name "$kind" "$n" "; or 'all'"
     done
+    _qk_refuse_repeats "$kind" "$list"
 }

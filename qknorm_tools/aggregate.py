@@ -65,13 +65,14 @@ def group_by_pair(records: Iterable[RunRecord]) -> dict[str, dict[str, list[RunR
 
 
 def concat_over_seeds(
-    records: Sequence[RunRecord], refs: Sequence[str]
+    records: Sequence[RunRecord], refs: Sequence[str], ref_path="reference"
 ) -> tuple[list[str], list[str], list[object]]:
     """Concatenate the hypotheses of several seeds, in seed order.
 
     The hypotheses of seed s1 < s2 < ... are concatenated and scored against the reference
     repeated once per seed, so that a paired test on the result pairs line i of seed k of one
-    system with line i of the k-th seed of the other (same reference line).
+    system with line i of the k-th seed of the other (same reference line). ``ref_path``
+    names the reference file in messages.
 
     Returns:
         ``(hyps, refs_repeated, seeds_in_order)``.
@@ -89,7 +90,7 @@ def concat_over_seeds(
                 f"(needed for the paired test)"
             )
         h = read_lines(r.hyp_path, "hypothesis")
-        check_same_length(h, r.hyp_path, refs, "reference")
+        check_same_length(h, r.hyp_path, refs, ref_path)
         hyps.extend(h)
     return hyps, list(refs) * len(recs), [r.seed for r in recs]
 
@@ -144,7 +145,7 @@ def _pair_significance(pair, order, systems, stats, ref_path, metric, lang, **te
     ref_lines = read_lines(ref_path, "reference")
     named, rep_refs = [], []
     for s in order:
-        hyps, rep_refs, _ = concat_over_seeds(systems[s], ref_lines)
+        hyps, rep_refs, _ = concat_over_seeds(systems[s], ref_lines, ref_path)
         named.append((s, hyps))
     sig = paired_significance(rep_refs, named, metric=metric, tgt_lang=lang, **test_args)
     for rec in sig["systems"]:
@@ -330,7 +331,10 @@ def select_for_aggregate(
             )
             significance = False
         ref = refs.get(pair)
-        if significance and (ref is None or not os.path.isfile(ref)):
-            warn(f"{pair}: reference {ref} not found: paired tests skipped")
+        if significance and ref is None:
+            warn(f"{pair}: no reference (--ref {pair}=PATH): paired tests skipped")
+            significance = False
+        elif significance and not os.path.isfile(ref):
+            warn(f"{pair}: reference file {ref} not found: paired tests skipped")
             significance = False
     return [r for r in records if r.pair in keep], significance

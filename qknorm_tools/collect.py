@@ -84,6 +84,13 @@ def _cmd_runs(a) -> int:
     # live runs and committed records of other data, settings or profiles never mix
     records = merge_runs_and_records([(lv, rc) for lv, rc, _ in cells], profile=a.profile)
     check_one_data_version(records)  # results never mix data versions of a pair
+    # a --ref of no pair among the runs: misspelled, or the runs are not the ones meant
+    pairs = {str(r.pair) for r in records}
+    pairs |= {Path(run).parents[2].name for run in a.run if len(Path(run).parents) > 2}
+    for pair in sorted(set(refs) - pairs):
+        warn(
+            f"--ref {pair}=...: no run of pair {pair!r} is given (pairs: {' '.join(sorted(pairs))})"
+        )
     if a.write_records:
         for live, rec, rec_dir in cells:
             if live is not None and rec is None and rec_dir is not None and live.hyp_path:

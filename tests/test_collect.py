@@ -223,6 +223,32 @@ def test_collect_runs_writes_records_and_tables(tmp_path, capsys):
     assert concat["n_lines_concat"] == 20  # 2 seeds x 10 lines, read through the relative paths
 
 
+def test_references_of_the_aggregate_are_named(tmp_path, capsys):
+    """--ref of a pair no run has is a warning naming it; a pair without --ref, or whose reference
+    file is missing, skips the paired tests with a warning naming what is missing; a reference
+    of another length is an error naming the reference file (not 'reference')."""
+    runs = [_finished_run(tmp_path, system=s) for s in ("twt", "qknorm_paper")]
+    ref = tmp_path / "data/raw/gl-en/test.en"
+    out_dir = tmp_path / "results"
+    args = ["runs", "--work-dir", str(tmp_path), "--out-dir", str(out_dir), "--aggregate"]
+    args += ["--baseline", "twt", *sum((["--run", str(r)] for r in runs), [])]
+    assert collect.main([*args, "--ref", f"gl-enn={ref}"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: --ref gl-enn=...: no run of pair 'gl-enn' is given (pairs: gl-en)" in err
+    assert "gl-en: no reference (--ref gl-en=PATH): paired tests skipped" in err
+    missing = tmp_path / "no/test.en"
+    assert collect.main([*args, "--ref", f"gl-en={missing}"]) == 0
+    assert (
+        f"gl-en: reference file {missing} not found: paired tests skipped"
+        in capsys.readouterr().err
+    )
+    short = tmp_path / "short.en"
+    short.write_text("".join(ref.read_text().splitlines(keepends=True)[:9]))
+    assert collect.main([*args, "--ref", f"gl-en={short}"]) == 2
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err.startswith("error: ") and str(short) in err and "10" in err and "9" in err, err
+
+
 def test_no_finished_run_leaves_the_earlier_runs_json_as_it_was(tmp_path, capsys):
     """A collection that finds no finished run (runs deleted, a wrong --run) is an error, and the
     results of an earlier collection stay: an empty runs.json never replaces them."""

@@ -66,12 +66,20 @@ qk_cell() {
 # _qk_cell_dev_bleu: whether the profile of the cell just split (_qk_cell_split: its --profile,
 # default cpu-proxy as train.sh's) has decode.dev_bleu (QKNORM_DEV_BLEU overrides): the cell then
 # also decodes the dev set (scripts/evaluate.sh --split dev; its record keeps the dev BLEU).
+# The answer is kept per profile (_QK_DEV_BLEU_OF): a grid's cells share a few profiles, and
+# each load is a Python start.
+declare -gA _QK_DEV_BLEU_OF=()
 _qk_cell_dev_bleu() {
     local i profile=cpu-proxy
     for i in "${!QK_CELL_OPTS[@]}"; do
         [[ "${QK_CELL_OPTS[$i]}" != --profile ]] || profile="${QK_CELL_OPTS[$((i + 1))]-}"
     done
-    (load_profile_config "$profile" >/dev/null 2>&1 && ((${DEV_BLEU:-0})))
+    if [[ -z "${_QK_DEV_BLEU_OF[$profile]+x}" ]]; then
+        _QK_DEV_BLEU_OF[$profile]=0
+        ! (load_profile_config "$profile" >/dev/null 2>&1 && ((${DEV_BLEU:-0}))) \
+            || _QK_DEV_BLEU_OF[$profile]=1
+    fi
+    ((_QK_DEV_BLEU_OF[$profile]))
 }
 
 # ---------------------------------------------------------------------------------------------

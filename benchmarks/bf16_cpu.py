@@ -50,7 +50,6 @@ fairseq_qknorm --task translation --cpu --path .../seedS-bf16/checkpoints/checkp
 import argparse
 import datetime
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -62,25 +61,13 @@ from types import SimpleNamespace
 
 import torch
 
+from fairseq_qknorm import bf16_timing as bt
+from fairseq_qknorm.bf16_timing import EXPLICIT, MODES, speedup
+
 from . import common as c
 from . import run as bench
 
 SECTIONS = ("model", "e2e")
-MODES = ("fp32", "bf16")
-#: model-only extra entry: bf16 autocast with the attention modules' explicit matmul/softmax
-#: path instead of torch's fused scaled_dot_product_attention
-EXPLICIT = "bf16_explicit_attention"
-
-
-def mode_flags(a) -> dict[str, list[str]]:
-    """fairseq-train flags of each mode: CPU, the plugin task, and bf16 autocast or not."""
-    base = ["--cpu", "--task", "translation_word_dropout"]
-    return {
-        "fp32": base,
-        "bf16": base
-        + ["--bf16-autocast"]
-        + (["--bf16-autocast-allow-emulated"] if a.allow_emulated else []),
-    }
 
 
 def parse_args(argv=None):
@@ -146,154 +133,25 @@ def parse_args(argv=None):
     return a
 
 
-def uptime() -> str:
-    """The ``uptime`` line (load averages), or ``os.getloadavg()`` without it."""
-    try:
-        return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        return f"load average {os.getloadavg()}"
-
-
-def speedup(fp32_s: list[float], bf16_s: list[float]) -> dict:
-    """Speed of bf16 relative to fp32 (> 1: bf16 faster).
-
-    The ratio of the medians, the min-max of the per-repetition ratios (repetition i of both entries
-    ran back to back), and the ratio of the fastest repetitions (the figure least disturbed by other
-    jobs).
-    """
-    per_rep = [f / b for f, b in zip(fp32_s, bf16_s)]
-    return {
-        "median_ratio": c.median(fp32_s) / c.median(bf16_s),
-        "rep_ratio_min": min(per_rep),
-        "rep_ratio_max": max(per_rep),
-        "best_ratio": min(fp32_s) / min(bf16_s),
-    }
-
-
 # ------------------------------------------------------------------------ model-only
-def plugin_task(dict_dir: Path, flags: list[str]):
-    """``(task, args)`` as fairseq-train builds them from ``flags`` (:func:`mode_flags`).
-
-    Plus the cpu-proxy criterion and optimizer, on a dictionary-only data dir.
-    """
-    from fairseq import options, tasks
-
-    args = options.parse_args_and_arch(
-        options.get_training_parser(),
-        [
-            str(dict_dir),
-            "--user-dir",
-            str(c.PLUGIN_DIR),
-            "-s",
-            "src",
-            "-t",
-            "tgt",
-            "--arch",
-            "transformer_qknorm",
-            "--criterion",
-            "label_smoothed_cross_entropy",
-            "--label-smoothing",
-            "0.1",
-            "--optimizer",
-            "adam",
-            "--adam-betas",
-            "(0.9,0.98)",
-            "--adam-eps",
-            "1e-8",
-            "--lr",
-            "1e-4",
-            *flags,
-        ],
-    )
-    return tasks.setup_task(args), args
-
-
-def make_step(task, args, model, batch):
-    """One fairseq training step: ``task.train_step``, then ``optimizer.step``.
-
-    Forward + loss under the task's autocast, backward outside, with fairseq's criterion and
-    Adam.
-    """
-    from fairseq import optim
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-
-    criterion = task.build_criterion(args)
-    optimizer = optim.build_optimizer(
-        convert_namespace_to_omegaconf(args).optimizer, list(model.parameters())
-    )
-
-    def step() -> float:
-        optimizer.zero_grad()
-        loss, _, _ = task.train_step(batch, model, criterion, optimizer, update_num=1)
-        optimizer.step()
-        return float(loss.detach())
-
-    return step
-
-
-def use_explicit_attention(model) -> int:
-    """Switch every QKNorm/TWT attention module of ``model`` to its explicit path.
-
-    The explicit matmul/softmax path is ``QKNormMultiheadAttention.use_fused = False``;
-    returns how many modules were switched.
-    """
-    from fairseq_qknorm.modules import QKNormMultiheadAttention
-
-    mods = [m for m in model.modules() if isinstance(m, QKNormMultiheadAttention)]
-    for m in mods:
-        m.use_fused = False
-    return len(mods)
-
-
 def section_model(a, work: Path, bf16_ok: bool, out: dict) -> None:
     """Time training steps per system and mode on one synthetic batch; results into ``out``.
 
-    The bf16 modes run only if ``bf16_ok``.
+    :func:`fairseq_qknorm.bf16_timing.section_model` (the CPU profiles' bf16 decision times
+    the same step) with this command's options; the bf16 modes run only if ``bf16_ok``.
     """
-    dict_dir = c.write_dict_dir(work / "dict", a.vocab)
-    tasks = {
-        mode: plugin_task(dict_dir, mode_flags(a)[mode])
-        for mode in MODES
-        if mode == "fp32" or bf16_ok
-    }
-    batch = c.synthetic_batch(tasks["fp32"][0].source_dictionary, a.batch, a.len, a.len)
-    batch.update(ntokens=batch["target"].numel(), nsentences=a.batch)  # the criterion's
-    entries = {}
-    for system in a.systems:
-        for mode, (task, args) in tasks.items():
-            model, _ = c.build_model(task, system, a.size)
-            entries[f"{system}:{mode}"] = make_step(task, args, model, batch)
-            if mode == "bf16" and a.explicit_attention:
-                model, _ = c.build_model(task, system, a.size)
-                if use_explicit_attention(model):
-                    entries[f"{system}:{EXPLICIT}"] = make_step(task, args, model, batch)
-    times = c.interleaved(entries, a.reps, warmup=1)
-    res = {}
-    for system in a.systems:
-        r = {
-            mode: times[f"{system}:{mode}"]
-            for mode in (*MODES, EXPLICIT)
-            if f"{system}:{mode}" in times
-        }
-        r["speedup"] = {
-            mode: speedup(r["fp32"]["samples_s"], r[mode]["samples_s"])
-            for mode in r
-            if mode != "fp32"
-        }
-        res[system] = r
-    s = c.SIZES[a.size]
-    out.update(
-        {
-            "size": a.size,
-            "model": s,
-            "batch_sentences": a.batch,
-            "tokens_per_side": a.batch * a.len,
-            "reps": a.reps,
-            "systems": res,
-            "what": "task.train_step (fairseq label-smoothed CE, fairseq Adam) + "
-            "optimizer.step; one synthetic batch without padding; "
-            f"{EXPLICIT}: bf16 with the attention's explicit path (use_fused=False)",
-        }
+    bt.section_model(
+        out,
+        work,
+        a.systems,
+        a.size,
+        a.reps,
+        batch=a.batch,
+        length=a.len,
+        vocab=a.vocab,
+        bf16_ok=bf16_ok,
+        explicit_attention=a.explicit_attention,
+        allow_emulated=a.allow_emulated,
     )
 
 
@@ -336,7 +194,7 @@ def section_e2e(a, work: Path, bf16_ok: bool, out: dict) -> None:
         e2e_log_interval=a.e2e_log_interval,
     )
     modes = [m for m in MODES if m == "fp32" or bf16_ok]
-    extra = mode_flags(a)
+    extra = bt.mode_flags(a.allow_emulated)
     runs: dict[str, list[dict]] = {f"{s}:{m}": [] for s in a.systems for m in modes}
     for r in range(a.e2e_rounds):
         for system in a.systems:
@@ -460,21 +318,12 @@ def markdown(res: dict) -> str:
 
 def main(argv=None) -> int:
     """Run the benchmark, write the JSON and Markdown, print the Markdown; exit status."""
-    from fairseq_qknorm.tasks import cpu_bf16
-
     a = parse_args(argv)
     torch.set_num_threads(a.threads)
-    native, reason = cpu_bf16.native_bf16_support()
-    bf16_ok = native or a.allow_emulated
     command = "python -m benchmarks.bf16_cpu " + " ".join(sys.argv[1:] if argv is None else argv)
-    res: dict = {
-        "command": command,
-        "machine": c.machine_info(),
-        "uptime_start": uptime(),
-        "bf16_detector": reason,
-        "native_bf16": native,
-        "errors": {},
-    }
+    res = bt.new_result(command)
+    reason = res["bf16_detector"]
+    bf16_ok = res["native_bf16"] or a.allow_emulated
     bench.log(f"{res['machine']['cpu_model']}: {reason}; {res['uptime_start']}")
     if not bf16_ok:
         bench.log("no native bf16: bf16 entries skipped (--allow-emulated to time them)")
@@ -495,7 +344,7 @@ def main(argv=None) -> int:
                 except Exception as exc:  # noqa: BLE001  (report it, keep the other section)
                     res["errors"][name] = traceback.format_exc()
                     bench.log(f"section {name} failed: {exc}")
-                res["uptime_end"] = uptime()
+                res["uptime_end"] = bt.uptime()
                 a.out.write_text(json.dumps(res, indent=1, default=str) + "\n")  # partial
                 bench.log(f"section {name} done:\n{markdown(res)}")
     res["total_wall_s"] = time.perf_counter() - t0

@@ -15,13 +15,18 @@ __version__ = "0.1.0"
 
 import sys as _sys  # noqa: E402
 
-# python -m fairseq_qknorm.translate: Python imports this package, and so fairseq (whose modules
-# log at import time), before the helper's main() runs; its terminal leaves fairseq's noise out
+# python -m fairseq_qknorm.translate (or .bf16_auto): Python imports this package, and so fairseq
+# (whose modules log at import time), before the helper's main() runs; its terminal leaves
+# fairseq's noise out (the hint: where to see it)
+_QUIET_MAINS = {
+    f"{__name__}.translate": "--verbose shows them",
+    f"{__name__}.bf16_auto": "python -m benchmarks.bf16_cpu shows them",
+}
 _argv = getattr(_sys, "orig_argv", [])
-if "-m" in _argv[:-1] and _argv[_argv.index("-m") + 1] == f"{__name__}.translate":
+if "-m" in _argv[:-1] and _argv[_argv.index("-m") + 1] in _QUIET_MAINS:
     from qknorm_tools.progress import quiet_fairseq_logging
 
-    quiet_fairseq_logging("--verbose shows them")
+    quiet_fairseq_logging(_QUIET_MAINS[_argv[_argv.index("-m") + 1]])
 
 from . import checkpoint_compat, distributed_compat, resume_compat  # noqa: E402
 

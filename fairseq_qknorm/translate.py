@@ -41,8 +41,6 @@ from typing import Optional
 
 from qknorm_tools import config
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-
 
 def _precision(profile, work: Path) -> str:
     """The precision a run was trained in: ``bf16`` or ``""``.
@@ -58,9 +56,7 @@ def _precision(profile, work: Path) -> str:
         raise ValueError(f"QKNORM_BF16='{mode}': expected 1 (bf16 autocast), 0 (fp32) or auto")
     if profile.arch_size != "proxy":
         return ""  # a profile at the papers' size: fp32 on CPU (as qk_resolve_bf16)
-    if str(REPO_ROOT) not in sys.path:  # benchmarks/ is not packaged (issue 21 item 2)
-        sys.path.append(str(REPO_ROOT))
-    from benchmarks import bf16_auto
+    from . import bf16_auto
 
     threads = int(os.environ.get("QKNORM_THREADS") or 2)  # the profiles' default, as lib.sh
     try:

@@ -1,7 +1,7 @@
 """The CPU profiles' PROFILE_BF16=auto: bf16 autocast only where measured faster on this CPU.
 
-benchmarks/bf16_auto.py decides (native bf16, then a cached or new measurement);
-scripts/lib.sh:qk_resolve_bf16 files the runs as seedN-bf16 and exports the decision.
+fairseq_qknorm/bf16_auto.py decides (native bf16, then a cached or new measurement);
+scripts/lib/config.sh:qk_resolve_bf16 files the runs as seedN-bf16 and exports the decision.
 """
 
 import json
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from benchmarks import bf16_auto
+from fairseq_qknorm import bf16_auto
 from fairseq_qknorm.tasks import cpu_bf16
 
 from conftest import FAR_BOUND, REPO, cli_env
@@ -19,7 +19,7 @@ NATIVE, NATIVE_REASON = cpu_bf16.native_bf16_support()
 
 
 def bench_result(**ratios):
-    """A ``benchmarks.bf16_cpu`` result whose per-repetition bf16 speed-ups are ``ratios[system]``
+    """A ``bf16_auto.measure`` result whose per-repetition bf16 speed-ups are ``ratios[system]``
     (step times: fp32 = the ratio, bf16 = 1 s)."""
     return {
         "machine": {"date_utc": "2026-12-01 00:00:00 UTC"},
@@ -57,10 +57,10 @@ def test_verdict_from_the_bootstrap_interval_of_both_systems():
 
 
 def forbid_measuring(monkeypatch):
-    def fail(argv):
-        raise AssertionError(f"measured: {argv}")
+    def fail(*args):
+        raise AssertionError(f"measured: {args}")
 
-    monkeypatch.setattr(bf16_auto.bf16_cpu, "main", fail)
+    monkeypatch.setattr(bf16_auto, "measure", fail)
 
 
 def test_no_native_bf16_is_fp32_without_measuring(tmp_path, monkeypatch):
@@ -74,14 +74,11 @@ def test_measured_once_then_cached(tmp_path, monkeypatch):
     monkeypatch.setattr(cpu_bf16, "native_bf16_support", lambda: (True, "native: avx512_bf16"))
     calls = []
 
-    def fake_main(argv):
-        calls.append(argv)
-        out = argv[argv.index("--out") + 1]
-        with open(out, "w") as f:
-            json.dump(bench_result(twt=[1.3] * 5, qknorm_paper=[1.2] * 5), f)
-        return 0
+    def fake_measure(size, threads, reps):
+        calls.append((size, threads, reps))
+        return bench_result(twt=[1.3] * 5, qknorm_paper=[1.2] * 5)
 
-    monkeypatch.setattr(bf16_auto.bf16_cpu, "main", fake_main)
+    monkeypatch.setattr(bf16_auto, "measure", fake_measure)
     monkeypatch.setattr(bf16_auto.os, "getloadavg", lambda: (1.5, 1.0, 0.5))
     # nothing cached: --cached-only answers fp32 and measures nothing
     bf16, why = bf16_auto.decide(tmp_path, "proxy", 2, 7, cached_only=True)
@@ -94,11 +91,7 @@ def test_measured_once_then_cached(tmp_path, monkeypatch):
     assert "; measured while other processes ran (load average 1.50 -> 1.50): on an idle " in why
     assert "(measured 2026-12-01 00:00:00 UTC, load average 1.50 at start, 1.50 at end;" in why
     assert why.endswith(": delete it to measure again)")
-    assert len(calls) == 1
-    assert calls[0][: calls[0].index("--out")] == [
-        "--sections", "model", "--systems", "twt,qknorm_paper", "--size", "proxy",
-        "--reps", "7", "--threads", "2", "--no-explicit-attention",
-    ]  # fmt: skip
+    assert calls == [("proxy", 2, 7)]
     key = bf16_auto.cache_key("proxy", "native: avx512_bf16")
     cached = json.loads(bf16_auto.cache_file(tmp_path, key).read_text())
     assert cached["decision"]["bf16"] is True and cached["decision"]["key"] == key
@@ -124,13 +117,11 @@ def test_a_measurement_first_says_what_and_roughly_how_long(tmp_path, monkeypatc
     path = bf16_auto.cache_file(tmp_path, key)
     said = []
 
-    def fake_main(argv):
+    def fake_measure(size, threads, reps):
         said.append(capsys.readouterr().err)  # what was on the terminal when measuring began
-        with open(argv[argv.index("--out") + 1], "w") as f:
-            json.dump(bench_result(twt=[0.9] * 7, qknorm_paper=[0.9] * 7), f)
-        return 0
+        return bench_result(twt=[0.9] * 7, qknorm_paper=[0.9] * 7)
 
-    monkeypatch.setattr(bf16_auto.bf16_cpu, "main", fake_main)
+    monkeypatch.setattr(bf16_auto, "measure", fake_measure)
     assert bf16_auto.decide(tmp_path, "proxy", 1, 7, cached_only=False)[0] is False
     # 2 CPU-minutes on 1 thread with a fair share 2/(6+1) of the 2 cores: 7 minutes
     assert said == [
@@ -157,7 +148,8 @@ def test_train_sh_measures_with_the_runs_thread_count(tmp_path):
     wrapper = tmp_path / "python"
     wrapper.write_text(
         "#!/usr/bin/env bash\n"
-        f'[[ "$1 $2" != "-m benchmarks.bf16_auto" ]] || echo "OMP=$OMP_NUM_THREADS $*" >>{log}\n'
+        '[[ "$1 $2" != "-m fairseq_qknorm.bf16_auto" ]] || '
+        f'echo "OMP=$OMP_NUM_THREADS $*" >>{log}\n'
         f'exec {sys.executable} "$@"\n'
     )
     wrapper.chmod(0o755)
@@ -168,7 +160,7 @@ def test_train_sh_measures_with_the_runs_thread_count(tmp_path):
     assert p.returncode == 0, out(p)
     calls = log.read_text().splitlines()
     assert calls == [
-        f"OMP=1 -m benchmarks.bf16_auto {work}/bf16-auto --size proxy --threads 1 --cached-only"
+        f"OMP=1 -m fairseq_qknorm.bf16_auto {work}/bf16-auto --size proxy --threads 1 --cached-only"
     ], out(p)
     assert "tensorboardX" not in p.stderr and "[bf16 auto] " in p.stderr, out(p)
 
@@ -201,7 +193,7 @@ def test_a_cached_verdict_is_read_without_the_lock_and_a_corrupt_one_is_named(
 def test_real_measurement_at_smoke_size(tmp_path):
     """The CLI end to end on this CPU: stdout bf16 or fp32, the verdict cached with its figures."""
     p = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bf16_auto", str(tmp_path), "--size", "smoke",
+        [sys.executable, "-m", "fairseq_qknorm.bf16_auto", str(tmp_path), "--size", "smoke",
          "--threads", "1"],
         cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=FAR_BOUND,
     )  # fmt: skip
@@ -325,3 +317,23 @@ def test_auto_is_fp32_for_the_paper_profile_and_checks_data_before_measuring(tmp
     p = run_script("train.sh", "gl-en", "twt", env=make_env(work, QKNORM_BF16=None))
     assert p.returncode == 1 and "data/bpe/gl-en/bpe.json not found" in p.stderr
     assert not (work / "bf16-auto").exists()
+
+
+def test_the_plugin_imports_no_benchmarks_code():
+    """benchmarks/ may depend on the package, never the reverse (issue 21): no module of
+    fairseq_qknorm or qknorm_tools imports ``benchmarks``, and no script runs it."""
+    import ast
+
+    found = []
+    for package in ("fairseq_qknorm", "qknorm_tools"):
+        for path in sorted((REPO / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                    names = [node.module or ""]
+                else:
+                    continue
+                found += [f"{path}: {n}" for n in names if n.split(".")[0] == "benchmarks"]
+    found += [str(p) for p in (REPO / "scripts").rglob("*.sh") if "-m benchmarks" in p.read_text()]
+    assert found == []

@@ -121,7 +121,7 @@ load_profile_config() {
 # (qk_run_dir's default sixth argument) and exports QKNORM_BF16=1 or 0, so that every child
 # (train.sh, evaluate.sh, a Slurm cell) files and finds its runs the same way. QKNORM_BF16
 # decides if set (1, 0 or auto), else the profile's PROFILE_BF16 (default 0). auto: bf16 only
-# where the CPU has native bf16 and it was measured faster than fp32 (benchmarks/bf16_auto.py:
+# where the CPU has native bf16 and it was measured faster than fp32 (fairseq_qknorm/bf16_auto.py:
 # a training step at the proxy size with the run's THREADS, measured once after a line saying
 # what and roughly how long, cached under $QK_WORK_DIR/bf16-auto/); fp32 for a profile at the
 # papers' size (a GPU profile: fairseq's --fp16 there). --cached-only: never measure (answers fp32 without a
@@ -139,13 +139,13 @@ qk_resolve_bf16() {
             else
                 [[ -n "$QK_PY" ]] || die "no python interpreter found (set QKNORM_PYTHON)"
                 local threads="${THREADS:-${QKNORM_THREADS:-2}}"  # the run's (after --threads / --nproc)
-                answer="$(cd "$QK_REPO_ROOT" && OMP_NUM_THREADS="$threads" "$QK_PY" -m benchmarks.bf16_auto \
+                answer="$(cd "$QK_REPO_ROOT" && OMP_NUM_THREADS="$threads" "$QK_PY" -m fairseq_qknorm.bf16_auto \
                     "$QK_WORK_DIR/bf16-auto" --size proxy --threads "$threads" "$@")" \
                     || die "no bf16 decision (above; QKNORM_BF16=0 or 1 decides without one)"
                 case "$answer" in
                     bf16) QK_BF16_RUN=bf16 ;;
                     fp32) QK_BF16_RUN="" ;;
-                    *) die "python -m benchmarks.bf16_auto answered '$answer', expected bf16 or fp32" ;;
+                    *) die "python -m fairseq_qknorm.bf16_auto answered '$answer', expected bf16 or fp32" ;;
                 esac
             fi
             ;;

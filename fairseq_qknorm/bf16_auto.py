@@ -1,27 +1,29 @@
 r"""Whether the CPU profiles train in bf16 on this machine: measured once, then cached.
 
-    python -m benchmarks.bf16_auto CACHE_DIR [--size proxy] [--threads N] [--cached-only]
+    python -m fairseq_qknorm.bf16_auto CACHE_DIR [--size proxy] [--threads N] [--cached-only]
 
 The CPU profiles (``configs/profiles/cpu-proxy*.toml``: ``bf16 = "auto"``) train with the
 plugin task's ``--bf16-autocast`` only where it is *measured* faster than fp32 on the CPU at
-hand (``scripts/lib.sh``, ``qk_resolve_bf16``, calls this; ``QKNORM_BF16=0`` or ``1`` there
-decides without it):
+hand (``qk_resolve_bf16`` of ``scripts/lib/config.sh`` calls this; ``QKNORM_BF16=0`` or ``1``
+there decides without it):
 
 1. no native bf16 (:func:`fairseq_qknorm.tasks.cpu_bf16.native_bf16_support`): fp32, nothing
    measured (emulated bf16 is about 20x slower);
 2. a verdict cached in ``CACHE_DIR`` for this CPU model, its bf16 features, the torch version
    and the model size: that verdict;
-3. otherwise (unless ``--cached-only``, which then answers fp32): ``benchmarks.bf16_cpu``'s
-   model-only section, a training step of the demo's two systems (``twt``, ``qknorm_paper``) at
-   the profile's size, fp32 and bf16 interleaved over ``--reps`` repetitions (7: about a
-   minute at the proxy size on 2 idle cores, up to 3 minutes under load); bf16 is chosen only
-   if, for **both** systems, the 95% bootstrap interval of the median per-repetition speed-up
-   (:mod:`benchmarks.stats`, as the harness's targets) lies at or above 1: one disturbed
-   repetition does not decide, and a tie stays fp32. The full benchmark result, the load
-   average and the verdict are cached; delete the file to measure again.
+3. otherwise (unless ``--cached-only``, which then answers fp32): the model-only section of
+   :mod:`fairseq_qknorm.bf16_timing` (:func:`measure`; ``benchmarks.bf16_cpu`` runs the same
+   section), a training step of the demo's two systems (``twt``, ``qknorm_paper``) at the
+   profile's size, fp32 and bf16 interleaved over ``--reps`` repetitions (7: about a minute at
+   the proxy size on 2 idle cores, up to 3 minutes under load); bf16 is chosen only if, for
+   **both** systems, the 95% bootstrap interval of the median per-repetition speed-up
+   (:func:`fairseq_qknorm.bf16_timing.ratio_summary`, as the benchmark harness's targets) lies
+   at or above 1: one disturbed repetition does not decide, and a tie stays fp32. The full
+   benchmark result, the load average and the verdict are cached; delete the file to measure
+   again.
 
 The thread count is not part of the key: a machine gets one verdict, measured with
-``--threads`` of the training that measured it (``scripts/lib.sh`` passes the run's own
+``--threads`` of the training that measured it (``qk_resolve_bf16`` passes the run's own
 thread count), so that every step that only finds runs (``--cached-only``) agrees with the
 step that trained; a verdict read for another thread count says so.
 
@@ -46,7 +48,7 @@ import torch
 
 from qknorm_tools.progress import quiet_fairseq_logging
 
-from . import bf16_cpu, stats
+from . import bf16_timing
 
 #: the systems timed for the verdict: the demo's two (the TWT baseline and the paper's QKNorm)
 SYSTEMS = ("twt", "qknorm_paper")
@@ -75,10 +77,10 @@ class CacheError(Exception):
 
 
 def verdict(result: dict) -> tuple[bool, str]:
-    """``(bf16, why)`` from a ``benchmarks.bf16_cpu`` result with the model section.
+    """``(bf16, why)`` from a result with the model section (:func:`measure`).
 
     Per system, the per-repetition speed-ups ``t_fp32[i] / t_bf16[i]`` (> 1: bf16 faster), their
-    median and its 95% bootstrap interval (:func:`benchmarks.stats.ratio_summary`); bf16 only
+    median and its 95% bootstrap interval (:func:`.bf16_timing.ratio_summary`); bf16 only
     if the interval's verdict against 1.0 is ``met`` (low end >= 1) for every system of
     :data:`SYSTEMS`.
 
@@ -94,8 +96,8 @@ def verdict(result: dict) -> tuple[bool, str]:
         except KeyError:
             msg = f"no bf16 and fp32 step times for {name}: {result.get('errors')}"
             raise ValueError(msg) from None
-        r = stats.ratio_summary(stats.paired_ratios(fp32, bf16))
-        faster &= stats.verdict(r["ci_low"], r["ci_high"], 1.0) == stats.MET
+        r = bf16_timing.ratio_summary(bf16_timing.paired_ratios(fp32, bf16))
+        faster &= bf16_timing.verdict(r["ci_low"], r["ci_high"], 1.0) == bf16_timing.MET
         parts.append(
             f"{name} {r['median']:.2f}x (95% CI {r['ci_low']:.2f}-{r['ci_high']:.2f}; "
             f"repetitions {r['min']:.2f}-{r['max']:.2f})"
@@ -192,24 +194,35 @@ def decide(cache_dir: Path, size: str, threads: int, reps: int, cached_only: boo
         return _measure(path, key, size, threads, reps)
 
 
-def _measure(path: Path, key: dict, size: str, threads: int, reps: int) -> tuple[bool, str]:
-    load_start = os.getloadavg()[0]
-    tmp = path.with_suffix(".partial.json")
-    args = ["--sections", "model", "--systems", ",".join(SYSTEMS), "--size", size]
-    args += ["--reps", str(reps), "--threads", str(threads), "--no-explicit-attention"]
-    # its report and progress (and fairseq's warnings) only in the cache file: one verdict line
+def measure(size: str, threads: int, reps: int) -> dict:
+    """The measurement of step 3: :data:`SYSTEMS` timed at ``size``, fp32 and bf16 interleaved.
+
+    :func:`fairseq_qknorm.bf16_timing.measure_model` with ``threads`` torch threads and ``reps``
+    repetitions, without the explicit-attention entry; what it prints (and fairseq's warnings)
+    goes nowhere: the result (step times in seconds, machine, load) is what the cache keeps. A
+    failure is in the result's ``errors``, not raised.
+    """
+    command = (
+        f"python -m fairseq_qknorm.bf16_auto CACHE_DIR --size {size} --threads {threads} "
+        f"--reps {reps}"
+    )
     with (
         open(os.devnull, "w") as quiet,
         contextlib.redirect_stdout(quiet),
         contextlib.redirect_stderr(quiet),
     ):
-        bf16_cpu.main([*args, "--out", str(tmp)])
-    result = json.loads(tmp.read_text())
-    tmp.with_suffix(".md").unlink(missing_ok=True)
+        return bf16_timing.measure_model(
+            command, SYSTEMS, size, threads, reps, explicit_attention=False
+        )
+
+
+def _measure(path: Path, key: dict, size: str, threads: int, reps: int) -> tuple[bool, str]:
+    load_start = os.getloadavg()[0]
+    tmp = path.with_suffix(".partial.json")
+    result = measure(size, threads, reps)
     try:
         bf16, why = verdict(result)
     except ValueError as exc:
-        tmp.unlink()
         return False, f"the bf16 measurement failed ({exc}); nothing cached"
     load_end = os.getloadavg()[0]
     if max(load_start, load_end) >= 0.5:  # something else ran: the figures may be the load's
@@ -233,10 +246,10 @@ def _measure(path: Path, key: dict, size: str, threads: int, reps: int) -> tuple
 def main(argv=None) -> int:
     """Print ``bf16`` or ``fp32`` (stdout) and the reason (stderr); exit status."""
     p = argparse.ArgumentParser(
-        prog="python -m benchmarks.bf16_auto", description=__doc__.split("\n\n")[0]
+        prog="python -m fairseq_qknorm.bf16_auto", description=__doc__.split("\n\n")[0]
     )
     p.add_argument("cache_dir", type=Path, help="where verdicts are cached")
-    p.add_argument("--size", default="proxy", help="model size (a benchmarks size: proxy, ...)")
+    p.add_argument("--size", default="proxy", help="model size (proxy; smoke for tests)")
     p.add_argument("--threads", type=int, default=2, help="threads of the measurement")
     p.add_argument(
         "--reps",

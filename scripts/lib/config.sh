@@ -15,6 +15,7 @@
 #   qk_resolve_bf16 [--cached-only]  the loaded profile's precision: QK_BF16_RUN, QKNORM_BF16
 #   qk_resolve_bf16_of PROFILE [--cached-only]  the same for PROFILE, without loading it here
 #   qk_train_cmd                   the scripts/train.sh command of the loaded run (for messages)
+#   qk_command VAR KIND ARGS...    the fairseq command qknorm_tools.commands builds, as array VAR
 #   qk_check_run_identity RUN LABEL  RUN/train.json is the run asked for (train.sh, evaluate.sh)
 #   qk_arch                        the named arch of the loaded system at the profile's size
 #   qk_run_label [PROFILE [MAX_UPDATE]]  PROFILE, or PROFILE-max-update-N for another budget
@@ -178,6 +179,23 @@ qk_train_cmd() {
         "$PROFILE" "$SEED" "${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG}" \
         "${QK_LR_OVERRIDE:+ --lr $QK_LR_OVERRIDE}" "${SIZE_ARG:+ --size $SIZE_ARG}" \
         "${QK_BF16_RUN:+ --bf16-autocast}"
+}
+
+# qk_command VAR KIND ARGS... [-- EXTRA...]: the command line that python -m
+# qknorm_tools.commands KIND builds (generate: fairseq-generate, average: checkpoint averaging,
+# train: fairseq-train) from the configuration and ARGS, as the bash array VAR: the one place
+# every fairseq command is built. Exit status 2 there is a usage error, any other failure exits 1.
+qk_command() {
+    local var="$1" kind="$2" out rc=0
+    shift 2
+    [[ -n "$QK_PY" ]] || die "no python interpreter found (set QKNORM_PYTHON)"
+    out="$("$QK_PY" -m qknorm_tools.commands "$kind" --repo "$QK_REPO_ROOT" --work-dir "$QK_WORK_DIR" "$@")" \
+        || rc=$?
+    case "$rc" in
+        0) eval "$var=($out)" ;;
+        2) qk_usage_error "$out" ;;
+        *) exit 1 ;;
+    esac
 }
 
 # qk_check_run_identity RUN LABEL: RUN's train.json records the run asked for (the loaded pair

@@ -105,7 +105,14 @@ def _with_lr(optim_flags: tuple, lr: str | None) -> list:
 
 
 def _short_try(valid_flags: tuple) -> list:
-    """``valid_flags`` with the short try's length cap added to --eval-bleu-args (if not set)."""
+    """``valid_flags`` with the short try's length cap added to --eval-bleu-args (if not set).
+
+    A short try (a budget other than the profile's: PROFILE-max-update-N) that validates by dev
+    BLEU decodes dev with the CPU profiles' length cap 1.5 * source + 10: an undertrained model
+    repeats tokens up to fairseq's default cap of 200 (the first validation of ``--profile paper
+    --max-update 20`` took more than 9 minutes on a CPU); the profile's own runs keep its
+    settings (docs/short-paper-try.md).
+    """
     flags = list(valid_flags)
     for i, flag in enumerate(list(flags)):
         value = flags[i + 1] if i + 1 < len(flags) else ""
@@ -153,6 +160,8 @@ def train_argv(
     """
     task, task_flags = profile.train_task or "translation", list(profile.task_flags)
     if bf16:
+        # --bf16-autocast is an option of the plugin task (fairseq_qknorm/tasks); a profile on
+        # stock translation gets it with word dropout off, which is stock translation's training
         if task == "translation":
             task, task_flags = "translation_word_dropout", ["--word-dropout", "0"]
         task_flags.append("--bf16-autocast")

@@ -22,7 +22,7 @@
 #   qk_run_dir PAIR LABEL SYSTEM SEED [LR [bf16]]  where a run lives
 #   qk_canonical_lr LR             one spelling of a learning rate (3e-3, 1.5e-2, 0)
 #   qk_check_stops                 usage error unless a training with MAX_UPDATE stops
-#   qk_set_lr LR                   --lr LR over the loaded profile's (QK_LR_OVERRIDE)
+#   qk_set_lr LR                   --lr LR over the loaded profile's (QK_LR, QK_LR_OVERRIDE)
 
 # ---------------------------------------------------------------------------------------------
 # pair configuration
@@ -285,11 +285,11 @@ qk_check_stops() {
         || qk_usage_error "--max-update 0 with profile $PROFILE (max-epoch 0) would never stop training"
 }
 
-# qk_set_lr LR: the loaded profile (load_profile_config) trained at peak learning rate LR: the
-# value of --lr in OPTIM_FLAGS is replaced (the warmup and the schedule stay the profile's).
-# Sets QK_LR_OVERRIDE to LR in canonical spelling (qk_canonical_lr), or to "" when LR is the
-# profile's own lr (that run is the profile's, seedN). Usage error on a bad LR, dies if the
-# profile sets no --lr.
+# qk_set_lr LR: the loaded profile (load_profile_config) trained at peak learning rate LR (the
+# warmup and the schedule stay the profile's). Sets QK_LR to LR in canonical spelling
+# (qk_canonical_lr), the value of fairseq-train's --lr (qknorm_tools.commands replaces the
+# profile's), and QK_LR_OVERRIDE to the same, or to "" when LR is the profile's own lr (that run
+# is the profile's, seedN). Usage error on a bad LR, dies if the profile sets no --lr.
 qk_set_lr() {
     local lr i own=""
     if ! lr="$(qk_canonical_lr "${1-}")"; then
@@ -301,10 +301,10 @@ qk_set_lr() {
         if [[ "${OPTIM_FLAGS[$i]}" == --lr ]]; then
             own="$(qk_canonical_lr "${OPTIM_FLAGS[$((i + 1))]}")" \
                 || die "configs/profiles/$PROFILE.toml: key 'optim.flags': --lr '${OPTIM_FLAGS[$((i + 1))]}' is not a number"
-            OPTIM_FLAGS[$((i + 1))]="$lr"
         fi
     done
     [[ -n "$own" ]] || die "configs/profiles/$PROFILE.toml sets no --lr in key 'optim.flags': --lr cannot replace it"
+    QK_LR="$lr"
     QK_LR_OVERRIDE="$lr"
     [[ "$lr" != "$own" ]] || QK_LR_OVERRIDE=""
 }

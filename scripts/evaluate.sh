@@ -99,25 +99,14 @@ STEM="$SPLIT"
 GEN="$RUN/$STEM.gen.out"
 HYP="$RUN/$STEM.hyp"
 SCORE="$RUN/$STEM.score.json"
-# the commands, built once: what --dry-run prints is what runs
-AVG_CMD=() AVG_WHICH=--num-epoch-checkpoints
-if [[ -n "$N_AVERAGE" ]]; then
-    # the last N checkpoints the profile keeps: update checkpoints (checkpoint_E_U.pt,
-    # --keep-interval-updates), else epoch ones (checkpointE.pt, --keep-last-epochs)
-    if [[ " ${VALID_FLAGS[*]-} " == *" --keep-interval-updates "* ]] \
-        || compgen -G "$RUN/checkpoints/checkpoint_*_*.pt" >/dev/null; then
-        AVG_WHICH=--num-update-checkpoints  # the profile's kind, also when none was written yet
-    fi
-    AVG_CMD=(python -m fairseq_qknorm.average_checkpoints --inputs "$RUN/checkpoints"
-        "$AVG_WHICH" "$N_AVERAGE" --output "$CHECKPOINT")
-fi
-GEN_CMD=(fairseq-generate "$BIN"
-    --user-dir "$QK_REPO_ROOT/fairseq_qknorm"
-    --task translation --source-lang "$SRC" --target-lang "$TGT"
-    --path "$CHECKPOINT" --gen-subset "$GEN_SUBSET"
-    --beam "$BEAM" --lenpen "$LENPEN" --max-tokens "$GEN_MAX_TOKENS"
-    "${GEN_FLAGS[@]+"${GEN_FLAGS[@]}"}"
-    --required-batch-size-multiple 1 --num-workers 0 --seed "$SEED")
+# the commands, built once (python -m qknorm_tools.commands): what --dry-run prints is what runs
+AVG_CMD=()
+# the last N checkpoints the profile keeps: update checkpoints (checkpoint_E_U.pt,
+# --keep-interval-updates), else epoch ones (checkpointE.pt, --keep-last-epochs)
+[[ -z "$N_AVERAGE" ]] \
+    || qk_command AVG_CMD average --profile "$PROFILE" --run "$RUN" -n "$N_AVERAGE" --output "$CHECKPOINT"
+qk_command GEN_CMD generate --pair "$PAIR" --profile "$PROFILE" --data "$BIN" \
+    --checkpoint "$CHECKPOINT" --gen-subset "$GEN_SUBSET" --seed "$SEED"
 if ((DRY_RUN)); then
     ((${#AVG_CMD[@]} == 0)) || qk_print_cmd "${AVG_CMD[@]}"
     qk_print_cmd env "OMP_NUM_THREADS=$THREADS" "${GEN_CMD[@]}"
@@ -143,7 +132,7 @@ DATA_ID="$("$QK_PY" -m qknorm_tools.provenance check --pair "$PAIR" --data "$QK_
 if [[ -n "$N_AVERAGE" ]]; then
     # CHECKPOINT is checkpoint_avgN.pt, the average of the last N checkpoints the profile keeps
     if ((FORCE)) || [[ ! "$CHECKPOINT" -nt "$RUN/checkpoints/checkpoint_last.pt" ]]; then
-        qk_log "averaging the last $N_AVERAGE checkpoints of $RUN/checkpoints ($AVG_WHICH) -> $CHECKPOINT"
+        qk_log "averaging the last $N_AVERAGE checkpoints of $RUN/checkpoints (${AVG_CMD[5]}) -> $CHECKPOINT"
         AVG_CMD[0]="$QK_PY"
         qk_run "${AVG_CMD[@]}" \
             || die "cannot average $N_AVERAGE checkpoints of $RUN (above): the profile keeps the last ones with --keep-last-epochs / --keep-interval-updates (configs/profiles/$PROFILE.toml)"

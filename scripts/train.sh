@@ -105,7 +105,7 @@ esac
 load_pair_config "$PAIR_ARG"
 load_system_config "$SYSTEM_ARG"
 load_profile_config "$PROFILE_ARG"
-QK_LR_OVERRIDE=""
+QK_LR_OVERRIDE="" QK_LR=""
 [[ -z "$LR_ARG" ]] || qk_set_lr "$LR_ARG"
 [[ -z "$MAX_UPDATE_ARG" ]] || MAX_UPDATE="$MAX_UPDATE_ARG"
 [[ -z "$THREADS_ARG" ]] || THREADS="$THREADS_ARG"
@@ -130,7 +130,7 @@ fi
 # GPU: NCCL, one GPU per process, through torchrun (one machine) or srun (Slurm tasks, any
 # number of nodes: fairseq's Slurm support reads SLURM_PROCID/SLURM_LOCALID/SLURM_NNODES; the
 # rendezvous port, from the job id, is not part of the run's command.txt).
-LAUNCH=() DIST_FLAGS=() PORT_FLAGS=()
+LAUNCH=() DIST_BACKEND=gloo PORT_FLAGS=()
 qk_check_posint --nproc "$NPROC"
 case "$LAUNCH_ARG" in auto | torchrun | srun) ;; *) qk_usage_error "--launch must be auto, torchrun or srun" ;; esac
 mapfile -t GPUS < <(qk_gpu_list)
@@ -151,15 +151,14 @@ if ((NPROC > 1)); then
         # srun does not take the job's --cpus-per-task from the environment in every version
         LAUNCH=(srun --ntasks "$NPROC" ${SLURM_CPUS_PER_TASK:+--cpus-per-task "$SLURM_CPUS_PER_TASK"}
             --kill-on-bad-exit=1)
-        DIST_FLAGS=(--distributed-world-size "$NPROC" --distributed-backend nccl)
+        DIST_BACKEND=nccl
         PORT_FLAGS=(--distributed-port "$((10000 + ${SLURM_JOB_ID:-0} % 50000))")
     else
         LAUNCH=(torchrun --standalone --nproc_per_node "$NPROC")
         if ((${#GPUS[@]})); then
             ((${#GPUS[@]} >= NPROC)) || die "--nproc $NPROC: only ${#GPUS[@]} GPUs here (${GPUS[*]})"
-            DIST_FLAGS=(--distributed-world-size "$NPROC" --distributed-backend nccl)
+            DIST_BACKEND=nccl
         else
-            DIST_FLAGS=(--cpu --distributed-world-size "$NPROC" --distributed-backend gloo)
             THREADS=$((THREADS > NPROC ? THREADS / NPROC : 1))
         fi
     fi
@@ -194,7 +193,6 @@ RETRAIN="$(qk_train_cmd) --force"
 ARCH="$(qk_arch)"
 [[ -z "$SIZE_ARG" ]] || ARCH="${SYSTEM_ARCH}_$SIZE_ARG"
 
-QKNORM_FLAGS=()
 L=""
 L_NOTE=""
 if [[ "$SYSTEM_QKNORM" == 1 ]]; then
@@ -208,56 +206,17 @@ if [[ "$SYSTEM_QKNORM" == 1 ]]; then
     else
         die "$BPE_DIR/length_stats.json not found: run scripts/bpe.sh $PAIR first (QKNorm needs the data's L)"
     fi
-    QKNORM_FLAGS=(--qk-norm-length "$L")
     L_NOTE="QKNorm L = $L (authors' L for $PAIR: ${PAPER_L:-none}); the model logs its g0 = log2(L^2 - L)$L_NOTE"
 fi
-if [[ -n "$QK_BF16_RUN" ]]; then
-    # --bf16-autocast is an option of the plugin task (fairseq_qknorm/tasks); a profile on stock
-    # translation gets it with word dropout off, which is stock translation's training.
-    if [[ "${TRAIN_TASK:-translation}" == translation ]]; then
-        TRAIN_TASK=translation_word_dropout
-        TASK_FLAGS=(--word-dropout 0)
-    fi
-    TASK_FLAGS+=(--bf16-autocast)
-fi
 
-DROPOUT_FLAGS=()
-[[ -z "${TRAIN_DROPOUT:-}" ]] || DROPOUT_FLAGS=(--dropout "$TRAIN_DROPOUT")  # a profile's training setting
-EVAL_BLEU_FLAGS=()
-[[ " ${VALID_FLAGS[*]} " != *" --eval-bleu "* ]] || EVAL_BLEU_FLAGS=(--eval-bleu-remove-bpe "$REMOVE_BPE")
-# a short try (a budget other than the profile's: PROFILE-max-update-N) that validates by dev
-# BLEU decodes dev with the CPU profiles' length cap 1.5 * source + 10: an undertrained model
-# repeats tokens up to fairseq's default cap of 200 (the first validation of `--profile paper
-# --max-update 20` took more than 9 minutes on a CPU); the profile's own runs keep its settings
-# (docs/short-paper-try.md)
-if [[ "$LABEL" != "$PROFILE" ]]; then
-    for i in "${!VALID_FLAGS[@]}"; do
-        if [[ "${VALID_FLAGS[i]}" == --eval-bleu-args && "${VALID_FLAGS[i + 1]:-}" != *max_len* ]]; then
-            VALID_FLAGS[i + 1]="${VALID_FLAGS[i + 1]%\}}, \"max_len_a\": 1.5, \"max_len_b\": 10}"
-        fi
-    done
-fi
-
-CMD=(fairseq-train "$TRAIN_DATA"
-    --user-dir "$QK_REPO_ROOT/fairseq_qknorm"
-    --task "${TRAIN_TASK:-translation}" "${TASK_FLAGS[@]+"${TASK_FLAGS[@]}"}"
-    --source-lang "$SRC" --target-lang "$TGT"
-    --arch "$ARCH" "${SYSTEM_FLAGS[@]+"${SYSTEM_FLAGS[@]}"}" "${QKNORM_FLAGS[@]+"${QKNORM_FLAGS[@]}"}"
-    "${PROFILE_MODEL_FLAGS[@]+"${PROFILE_MODEL_FLAGS[@]}"}"
-    "${DROPOUT_FLAGS[@]+"${DROPOUT_FLAGS[@]}"}"
-    "${OPTIM_FLAGS[@]}"
-    --criterion "${SYSTEM_CRITERION:-label_smoothed_cross_entropy}" --label-smoothing "$LABEL_SMOOTHING"
-    "${SYSTEM_CRITERION_FLAGS[@]+"${SYSTEM_CRITERION_FLAGS[@]}"}"
-    --max-tokens "$MAX_TOKENS" --max-update "$MAX_UPDATE" --max-epoch "$MAX_EPOCH"
-    "${VALID_FLAGS[@]}" "${EVAL_BLEU_FLAGS[@]+"${EVAL_BLEU_FLAGS[@]}"}"
-    # fairseq (upstream main) drops a last batch that is not a multiple of this value, also in
-    # validation: 1 keeps every sentence
-    --required-batch-size-multiple 1
-    --seed "$SEED" --save-dir "$RUN/checkpoints"
-    --log-format simple --log-interval 50 --tensorboard-logdir "$RUN/tensorboard"
-    --attn-stats-interval 100 --num-workers 0
-    "${DIST_FLAGS[@]+"${DIST_FLAGS[@]}"}"
-    "${EXTRA[@]+"${EXTRA[@]}"}")
+# the fairseq-train command (python -m qknorm_tools.commands: the configuration's settings, the
+# data's L for QKNORM systems, bf16 autocast through the plugin task, validation BLEU removing
+# the data's BPE, a short try's dev-BLEU length cap, the processes' DDP flags, EXTRA last)
+qk_command CMD train --pair "$PAIR" --system "$SYSTEM" --profile "$PROFILE" --data "$TRAIN_DATA" \
+    --run "$RUN" --label "$LABEL" --arch "$ARCH" --seed "$SEED" --max-update "$MAX_UPDATE" \
+    --max-tokens "$MAX_TOKENS" --remove-bpe "$REMOVE_BPE" ${QK_LR:+--lr "$QK_LR"} \
+    ${L:+--qk-norm-length "$L"} ${QK_BF16_RUN:+--bf16} --nproc "$NPROC" --dist-backend "$DIST_BACKEND" \
+    -- "${EXTRA[@]+"${EXTRA[@]}"}"
 
 "$QK_PY" -m qknorm_tools.train_check --remove-bpe "$REMOVE_BPE" \
     --what "profile $PROFILE (configs/profiles/$PROFILE.toml)${EXTRA[*]:+ with -- ${EXTRA[*]}}" \

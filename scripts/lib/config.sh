@@ -15,13 +15,14 @@
 #   qk_resolve_bf16 [--cached-only]  the loaded profile's precision: QK_BF16_RUN, QKNORM_BF16
 #   qk_resolve_bf16_of PROFILE [--cached-only]  the same for PROFILE, without loading it here
 #   qk_train_cmd                   the scripts/train.sh command of the loaded run (for messages)
+#   qk_command VAR KIND ARGS...    the fairseq command qknorm_tools.commands builds, as array VAR
 #   qk_check_run_identity RUN LABEL  RUN/train.json is the run asked for (train.sh, evaluate.sh)
 #   qk_arch                        the named arch of the loaded system at the profile's size
 #   qk_run_label [PROFILE [MAX_UPDATE]]  PROFILE, or PROFILE-max-update-N for another budget
 #   qk_run_dir PAIR LABEL SYSTEM SEED [LR [bf16]]  where a run lives
 #   qk_canonical_lr LR             one spelling of a learning rate (3e-3, 1.5e-2, 0)
 #   qk_check_stops                 usage error unless a training with MAX_UPDATE stops
-#   qk_set_lr LR                   --lr LR over the loaded profile's (QK_LR_OVERRIDE)
+#   qk_set_lr LR                   --lr LR over the loaded profile's (QK_LR, QK_LR_OVERRIDE)
 
 # ---------------------------------------------------------------------------------------------
 # pair configuration
@@ -180,6 +181,23 @@ qk_train_cmd() {
         "${QK_BF16_RUN:+ --bf16-autocast}"
 }
 
+# qk_command VAR KIND ARGS... [-- EXTRA...]: the command line that python -m
+# qknorm_tools.commands KIND builds (generate: fairseq-generate, average: checkpoint averaging,
+# train: fairseq-train) from the configuration and ARGS, as the bash array VAR: the one place
+# every fairseq command is built. Exit status 2 there is a usage error, any other failure exits 1.
+qk_command() {
+    local var="$1" kind="$2" out rc=0
+    shift 2
+    [[ -n "$QK_PY" ]] || die "no python interpreter found (set QKNORM_PYTHON)"
+    out="$("$QK_PY" -m qknorm_tools.commands "$kind" --repo "$QK_REPO_ROOT" --work-dir "$QK_WORK_DIR" "$@")" \
+        || rc=$?
+    case "$rc" in
+        0) eval "$var=($out)" ;;
+        2) qk_usage_error "$out" ;;
+        *) exit 1 ;;
+    esac
+}
+
 # qk_check_run_identity RUN LABEL: RUN's train.json records the run asked for (the loaded pair
 # and system, profile label LABEL, SEED, the resolved precision, QK_LR_OVERRIDE), or die naming
 # the difference: a run directory copied or renamed (runs/.../cpu-proxy/... copied under
@@ -267,11 +285,11 @@ qk_check_stops() {
         || qk_usage_error "--max-update 0 with profile $PROFILE (max-epoch 0) would never stop training"
 }
 
-# qk_set_lr LR: the loaded profile (load_profile_config) trained at peak learning rate LR: the
-# value of --lr in OPTIM_FLAGS is replaced (the warmup and the schedule stay the profile's).
-# Sets QK_LR_OVERRIDE to LR in canonical spelling (qk_canonical_lr), or to "" when LR is the
-# profile's own lr (that run is the profile's, seedN). Usage error on a bad LR, dies if the
-# profile sets no --lr.
+# qk_set_lr LR: the loaded profile (load_profile_config) trained at peak learning rate LR (the
+# warmup and the schedule stay the profile's). Sets QK_LR to LR in canonical spelling
+# (qk_canonical_lr), the value of fairseq-train's --lr (qknorm_tools.commands replaces the
+# profile's), and QK_LR_OVERRIDE to the same, or to "" when LR is the profile's own lr (that run
+# is the profile's, seedN). Usage error on a bad LR, dies if the profile sets no --lr.
 qk_set_lr() {
     local lr i own=""
     if ! lr="$(qk_canonical_lr "${1-}")"; then
@@ -283,10 +301,10 @@ qk_set_lr() {
         if [[ "${OPTIM_FLAGS[$i]}" == --lr ]]; then
             own="$(qk_canonical_lr "${OPTIM_FLAGS[$((i + 1))]}")" \
                 || die "configs/profiles/$PROFILE.toml: key 'optim.flags': --lr '${OPTIM_FLAGS[$((i + 1))]}' is not a number"
-            OPTIM_FLAGS[$((i + 1))]="$lr"
         fi
     done
     [[ -n "$own" ]] || die "configs/profiles/$PROFILE.toml sets no --lr in key 'optim.flags': --lr cannot replace it"
+    QK_LR="$lr"
     QK_LR_OVERRIDE="$lr"
     [[ "$lr" != "$own" ]] || QK_LR_OVERRIDE=""
 }

@@ -40,8 +40,17 @@ allocates a ``torch.cuda.ByteTensor`` (none of this plugin's recipes uses one).
 
 Rank 0 loads a checkpoint to resume and broadcasts it; the receiving side's
 ``torch.load`` is made trusted by :mod:`.checkpoint_compat`.
+
+At exit, a CPU torchrun launch destroys its gloo process group (:func:`_end_process_group`,
+registered with :mod:`atexit`; fairseq's ``distributed_main`` ends with a barrier but never
+destroys the group). Without it, gloo's threads were torn down during interpreter shutdown, and
+a rank now and then aborted there ("terminate called without an active exception", SIGABRT,
+seen on a busy machine after "done training"): torchrun reported a finished training as failed.
+Destroying is local (no collective), so a rank that exits on an error cannot hang in it.
 """
 
+import atexit
+import logging
 import os
 
 import torch
@@ -66,6 +75,18 @@ def _cpu_torchrun_launch(cfg) -> bool:
     )
 
 
+def _end_process_group() -> None:
+    """Destroy the default process group, if one is still up (before interpreter shutdown)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    try:
+        dist.destroy_process_group()
+    except Exception as e:  # the training's own status is what torchrun reports
+        logging.getLogger(__name__).warning(f"could not destroy the process group at exit: {e}")
+
+
 def _wrap_infer_init_method(fairseq_infer_init_method):
     def infer_init_method(cfg, force_distributed=False):
         """Fairseq's ``infer_init_method``; a CPU torchrun launch is set up here.
@@ -87,6 +108,8 @@ def _wrap_infer_init_method(fairseq_infer_init_method):
         cfg.distributed_world_size = int(os.environ["WORLD_SIZE"])
         cfg.distributed_rank = int(os.environ["RANK"])
         cfg.distributed_no_spawn = True
+        atexit.unregister(_end_process_group)  # registered once, however often this runs
+        atexit.register(_end_process_group)
 
     setattr(infer_init_method, _MARK, True)
     infer_init_method.__wrapped__ = fairseq_infer_init_method

@@ -97,6 +97,29 @@ def test_cpu_torchrun_launch_is_set_up_from_the_environment(cpu_torchrun_env):
     assert cfg.distributed_no_spawn and cfg.device_id == 0
 
 
+def test_cpu_torchrun_launch_destroys_its_process_group_at_exit(
+    cpu_torchrun_env, monkeypatch, tmp_path
+):
+    """A CPU torchrun launch registers the group's destruction at exit (before interpreter
+    shutdown, where gloo's threads aborted a rank now and then), and it destroys a real group."""
+    import atexit
+
+    import torch.distributed as dist
+    from fairseq.distributed import utils as distributed_utils
+
+    from fairseq_qknorm import distributed_compat
+
+    registered = []
+    monkeypatch.setattr(atexit, "register", registered.append)
+    distributed_utils.infer_init_method(_dist_cfg("--distributed-backend", "gloo"))
+    assert registered == [distributed_compat._end_process_group]
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    assert dist.is_initialized()
+    distributed_compat._end_process_group()
+    assert not dist.is_initialized()
+    distributed_compat._end_process_group()  # no group left: nothing to do
+
+
 def test_cpu_torchrun_launch_with_nccl_is_a_clear_error(cpu_torchrun_env):
     from fairseq.distributed import utils as distributed_utils
 

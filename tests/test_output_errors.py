@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 import pytest
+from test_collect import _finished_run
 
 from conftest import FAR_BOUND, REPO, cli_env, out
 
@@ -95,7 +96,8 @@ def test_collect_on_a_full_disk_keeps_runs_json(tmp_path):
     res = tmp_path / "results"
     res.mkdir()
     (res / "runs.json").write_text(OLD)
-    args = ("runs", "--run", tmp_path / "no-run", "--work-dir", tmp_path, "--out-dir", res)
+    run = _finished_run(tmp_path)  # no finished run writes nothing (the earlier file is kept)
+    args = ("runs", "--run", run, "--work-dir", tmp_path, "--out-dir", res)
     p = _tool("qknorm_tools.collect", *args, limit=8)
     _assert_output_error(p, res / "runs.json", "File too large", kept=True)
     assert (res / "runs.json").read_text() == OLD
@@ -110,7 +112,8 @@ def test_collect_on_a_full_disk_keeps_runs_json(tmp_path):
 def test_collect_under_a_file_names_the_output(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    args = ("runs", "--run", tmp_path / "no-run", "--work-dir", tmp_path, "--out-dir", blocker)
+    run = _finished_run(tmp_path)
+    args = ("runs", "--run", run, "--work-dir", tmp_path, "--out-dir", blocker)
     p = _tool("qknorm_tools.collect", *args)
     _assert_output_error(
         p, blocker / "runs.json", f"cannot make its directory ({blocker}: File exists)", False

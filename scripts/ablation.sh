@@ -54,6 +54,7 @@ usage: scripts/ablation.sh PAIR [--seeds 1,2] [--profile P] [--max-update N] [--
   --aggregate-only   no training: report on the finished runs only
   --dry-run      print the four systems' training commands and the report steps
   -- ARGS        passed on to every cell's fairseq-train (e.g. -- --fp16)
+$(qk_precision_usage)
 $(qk_launch_usage)
 cells (all PreNorm + FixNorm): layernorm_dot=prenorm_fixnorm_layernorm,
   layernorm_qknorm=qknorm_paper, scalenorm_dot=twt, scalenorm_qknorm=scalenorm_qknorm
@@ -68,7 +69,7 @@ EOF
 SEEDS_ARG=1,2 PROFILE_ARG=cpu-proxy-fast MAXU="" DATA_DIR_ARG="" NO_SIG=0 AGG_ONLY=0 DRY_RUN=0
 qk_parse_args "@PAIR_ARG" "--seeds SEEDS_ARG" "--profile PROFILE_ARG" "--max-update MAXU" \
     "--data-dir DATA_DIR_ARG" "--no-significance NO_SIG=1" "--aggregate-only AGG_ONLY=1" \
-    "--dry-run DRY_RUN=1" "${QK_LAUNCH_SPECS[@]}" -- "$@"
+    "--dry-run DRY_RUN=1" "$QK_PRECISION_SPEC" "${QK_LAUNCH_SPECS[@]}" -- "$@"
 EXTRA=("${QK_REST[@]+"${QK_REST[@]}"}")
 [[ -z "$MAXU" ]] || qk_check_uint --max-update "$MAXU"
 ((DRY_RUN == 0 || QK_STATUS == 0)) || qk_usage_error "--dry-run and --status exclude each other"
@@ -79,7 +80,8 @@ load_profile_config "$PROFILE_ARG"
 
 [[ -z "$MAXU" ]] || MAX_UPDATE="$MAXU"
 qk_check_stops  # before any cell (dry runs too): the cells' train.sh would refuse it
-# bf16 autocast or fp32 (the profile's PROFILE_BF16, QKNORM_BF16): decided once, here, for every cell
+# bf16 autocast or fp32 (--precision, QKNORM_BF16, the profile's PROFILE_BF16): decided once, here,
+# and passed to every cell and child script as --precision
 if ((DRY_RUN || QK_STATUS || AGG_ONLY)); then qk_resolve_bf16 --cached-only; else qk_resolve_bf16; fi
 # a budget other than the profile's reports to its own folder: a short trial run never
 # overwrites the profile's results
@@ -87,7 +89,7 @@ LABEL="$(qk_run_label)"
 OUT="$QK_WORK_DIR/results/$LABEL/$PAIR"
 REF="$QK_DATA/raw/$PAIR/test.$TGT"
 SYSTEMS=()
-CELL_OPTS=(--profile "$PROFILE")
+CELL_OPTS=(--profile "$PROFILE" --precision "$QK_PRECISION")
 [[ -z "$MAXU" ]] || CELL_OPTS+=(--max-update "$MAXU")
 ((${#EXTRA[@]} == 0)) || CELL_OPTS+=(-- "${EXTRA[@]}")
 for c in "${CELLS[@]}"; do
@@ -114,11 +116,11 @@ done
 
 # collection of the finished cells (runs.json, aggregate.*): scripts/reproduce.sh --aggregate-only
 REPRO=(bash "$SCRIPT_DIR/reproduce.sh" --pairs "$PAIR" --systems "$(IFS=,; echo "${SYSTEMS[*]}")"
-    --seeds "$SEEDS_ARG" --profile "$PROFILE" --baseline twt --results-dir "$OUT" --aggregate-only
+    --seeds "$SEEDS_ARG" --profile "$PROFILE" --precision "$QK_PRECISION" --baseline twt --results-dir "$OUT" --aggregate-only
     ${MAXU:+--max-update "$MAXU"})
 ((NO_SIG == 0)) || REPRO+=(--no-significance)
 # the report as a Slurm job after the cells: this script again, reporting only
-AGGREGATE=(bash "$SCRIPT_DIR/ablation.sh" "$PAIR" --seeds "$SEEDS_ARG" --profile "$PROFILE"
+AGGREGATE=(bash "$SCRIPT_DIR/ablation.sh" "$PAIR" --seeds "$SEEDS_ARG" --profile "$PROFILE" --precision "$QK_PRECISION"
     ${MAXU:+--max-update "$MAXU"} --aggregate-only)
 ((NO_SIG == 0)) || AGGREGATE+=(--no-significance)
 

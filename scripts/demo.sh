@@ -56,7 +56,7 @@ BASELINE=twt
 SYSTEMS=(twt qknorm_paper)
 OUT="$QK_WORK_DIR/results/$LABEL/$PAIR"
 REF="$QK_DATA/raw/$PAIR/test.$TGT"
-CELL_OPTS=(--profile cpu-proxy --seed "$SEED" --max-update "$MAX_UPDATE" --threads "$THREADS")
+CELL_OPTS=(--profile cpu-proxy --seed "$SEED" --max-update "$MAX_UPDATE" --threads "$THREADS" --precision "$QK_PRECISION")
 
 for tool in subword-nmt fairseq-preprocess fairseq-train fairseq-generate; do
     qk_tool "$tool" >/dev/null

@@ -26,7 +26,7 @@ source "$SCRIPT_DIR/lib.sh"
 usage() {
     cat <<EOF
 usage: scripts/evaluate.sh PAIR SYSTEM [--profile P] [--seed N] [--max-update N] [--lr LR]
-                           [--bf16-autocast] [--split test|dev] [--checkpoint best|last|avgN]
+                           [--bf16-autocast | --precision P] [--split test|dev] [--checkpoint best|last|avgN]
                            [--threads N] [--force] [--dry-run]
   PAIR         one of: $(qk_known_pairs)
   SYSTEM       one of: $(qk_known_systems)
@@ -37,6 +37,8 @@ usage: scripts/evaluate.sh PAIR SYSTEM [--profile P] [--seed N] [--max-update N]
   --bf16-autocast  the run trained with scripts/train.sh --bf16-autocast (seedN-bf16);
                without it the profile decides as train.sh did (the CPU profiles: bf16 where
                measured faster on this CPU, cached in the work dir); decoding stays fp32
+  --precision P  the run's precision as train.sh's --precision: bf16 (as --bf16-autocast),
+               fp32 or auto (the cached verdict; never measured here)
   --split S    test (default) or dev
   --checkpoint C  best (default: checkpoint_best.pt, the profile's best on dev), last, or
                avgN: the average of the last N checkpoints the profile keeps (outputs SPLIT.avgN.*)
@@ -52,7 +54,7 @@ EOF
 PROFILE_ARG=cpu-proxy SEED=1 MAX_UPDATE_ARG="" LR_ARG="" SPLIT=test CKPT=best THREADS_ARG="" FORCE=0
 BF16=0 DRY_RUN=0
 qk_parse_args "@PAIR_ARG SYSTEM_ARG" "--profile PROFILE_ARG" "--seed SEED" \
-    "--max-update MAX_UPDATE_ARG" "--lr LR_ARG" "--bf16-autocast BF16=1" "--split SPLIT" "--checkpoint CKPT" "--threads THREADS_ARG" \
+    "--max-update MAX_UPDATE_ARG" "--lr LR_ARG" "--bf16-autocast BF16=1" "$QK_PRECISION_SPEC" "--split SPLIT" "--checkpoint CKPT" "--threads THREADS_ARG" \
     "--force FORCE=1" "--dry-run DRY_RUN=1" -- "$@"
 qk_check_uint --seed "$SEED"
 [[ -z "$MAX_UPDATE_ARG" ]] || qk_check_uint --max-update "$MAX_UPDATE_ARG"
@@ -73,7 +75,7 @@ QK_LR_OVERRIDE=""
 [[ -z "$THREADS_ARG" ]] || THREADS="$THREADS_ARG"
 [[ -z "$MAX_UPDATE_ARG" ]] || MAX_UPDATE="$MAX_UPDATE_ARG"
 qk_check_stops  # as train.sh: no run of a budget that never stops exists
-((BF16 == 0)) || QKNORM_BF16=1
+qk_precision_from_flag "$BF16"
 qk_resolve_bf16 --cached-only  # finds the run train.sh made; never measures
 
 LABEL="$(qk_run_label)"
@@ -82,13 +84,7 @@ RUN="$(qk_run_dir "$PAIR" "$LABEL" "$SYSTEM" "$SEED" "$QK_LR_OVERRIDE")"
 TWIN="$(qk_run_dir "$PAIR" "$LABEL" "$SYSTEM" "$SEED" "$QK_LR_OVERRIDE" "$([[ -n "$QK_BF16_RUN" ]] || echo bf16)")"
 TWIN_HINT=""
 if [[ -f "$TWIN/train.json" ]]; then
-    if [[ -z "$QK_BF16_RUN" ]]; then
-        TWIN_HINT="; $TWIN is finished: --bf16-autocast (or QKNORM_BF16=1) selects it"
-    elif ((BF16)); then
-        TWIN_HINT="; $TWIN is finished: without --bf16-autocast, with QKNORM_BF16=0, it is selected"
-    else
-        TWIN_HINT="; $TWIN is finished: QKNORM_BF16=0 selects it"
-    fi
+    TWIN_HINT="; $TWIN is finished: --precision $([[ -n "$QK_BF16_RUN" ]] && echo fp32 || echo bf16) selects it"
 fi
 CHECKPOINT="$RUN/checkpoints/checkpoint_$CKPT.pt"
 BIN="$QK_DATA/bin/$PAIR"

@@ -96,6 +96,7 @@ usage: scripts/lr_sweep.sh PAIR [--systems S1,S2,...] [--lrs LR1,LR2,...] [--see
   --report-only  skip data and training: collect the finished runs, write the report
   --dry-run      print every step (each run's full fairseq-train command; on Slurm also the
                  cells file and the batch scripts) without running any
+$(qk_precision_usage)
 $(qk_launch_usage)
 environment: QKNORM_WORK_DIR (data/, runs/, results/ below it), QKNORM_DATA_DIR
 EOF
@@ -106,7 +107,7 @@ MAXU="$SWEEP_MAX_UPDATE" RESULTS_DIR_ARG="" DATA_DIR_ARG="" REPORT_ONLY=0 DRY_RU
 qk_parse_args "@PAIR_ARG" "--systems SYSTEMS_ARG" "--lrs LRS_ARG" "--seeds SEEDS_ARG" "--sizes SIZES_ARG" \
     "--profile PROFILE_ARG" "--max-update MAXU" "--results-dir RESULTS_DIR_ARG" \
     "--data-dir DATA_DIR_ARG" "--report-only REPORT_ONLY=1" "--dry-run DRY_RUN=1" \
-    "${QK_LAUNCH_SPECS[@]}" -- "$@"
+    "$QK_PRECISION_SPEC" "${QK_LAUNCH_SPECS[@]}" -- "$@"
 
 # ---------------------------------------------------------------------------------------------
 # argument checks (everything is checked before anything runs)
@@ -148,7 +149,8 @@ load_pair_config "$PAIR_ARG"
 load_profile_config "$PROFILE_ARG"
 [[ -z "$SIZES_ARG" || "$PROFILE_ARCH" == proxy ]] || qk_usage_error "--sizes needs a CPU profile (proxy size), not $PROFILE"
 MAX_UPDATE="$MAXU"
-# bf16 autocast or fp32 (the profile's PROFILE_BF16, QKNORM_BF16): decided once, here, for every cell
+# bf16 autocast or fp32 (--precision, QKNORM_BF16, the profile's PROFILE_BF16): decided once, here,
+# and passed to every cell and child script as --precision
 if ((DRY_RUN || QK_STATUS || REPORT_ONLY)); then qk_resolve_bf16 --cached-only; else qk_resolve_bf16; fi
 if [[ "$MAX_UPDATE" == 0 && "${MAX_EPOCH:-0}" == 0 ]]; then
     qk_usage_error "--max-update 0 with profile $PROFILE (max-epoch 0) would never stop training"
@@ -159,12 +161,12 @@ OUT="${RESULTS_DIR_ARG:-$QK_WORK_DIR/results/$LABEL/$PAIR/lr-sweep}"
 REF="$QK_DATA/raw/$PAIR/test.$TGT"
 
 # the launcher adds --threads 1 (local, --jobs N > 1) or the job's CPUs (Slurm) to every cell
-CELL_OPTS=(--profile "$PROFILE" --max-update "$MAX_UPDATE")
+CELL_OPTS=(--profile "$PROFILE" --max-update "$MAX_UPDATE" --precision "$QK_PRECISION")
 DATA_OPT=()
 [[ -z "$DATA_DIR_ARG" ]] || DATA_OPT=(--data-dir "$DATA_DIR_ARG")
 # the initial model: one update at lr 0 from an lr-0 warmup start (no parameter moves), never
 # decoded (a --train-only cell)
-INIT_OPTS=(--profile "$PROFILE" --max-update 1 --lr 0 --train-only)
+INIT_OPTS=(--profile "$PROFILE" --max-update 1 --lr 0 --train-only --precision "$QK_PRECISION")
 INIT_EXTRA=(-- --warmup-init-lr 0 --no-save-optimizer-state)
 
 # run directories: qk_run_dir is the one place that names them (the profile's own lr: seedN)
@@ -229,7 +231,7 @@ add_cells() {
 # the report as a Slurm job after the cells: this script again, reporting only
 REPORT_JOB=(bash "$SCRIPT_DIR/lr_sweep.sh" "$PAIR" --systems "$(IFS=,; echo "${SYSTEMS[*]}")"
     --lrs "$(IFS=,; echo "${LRS[*]}")" --seeds "$(IFS=,; echo "${SEEDS[*]}")" --profile "$PROFILE"
-    --max-update "$MAX_UPDATE" --results-dir "$OUT" --report-only)
+    --max-update "$MAX_UPDATE" --precision "$QK_PRECISION" --results-dir "$OUT" --report-only)
 [[ -z "$SIZES_ARG" ]] || REPORT_JOB+=(--sizes "$(IFS=,; echo "${SIZE_WIDTHS[*]}")")
 
 # report_cmds SIZE: COLLECT, REPORT and FIGURES for one size's runs, into SIZE_OUT (OUT itself

@@ -57,6 +57,7 @@ usage: scripts/reproduce.sh --pairs P1,P2,...|all --systems S1,S2,...|all [--see
   --list         list pairs, systems (with their paper rows and arch families) and profiles
   -- ARGS        passed on to every cell's fairseq-train (e.g. -- --fp16); a run made with other
                  ARGS is never reused (scripts/train.sh stops, naming it)
+$(qk_precision_usage)
 $(qk_launch_usage)
 environment: QKNORM_WORK_DIR (data/, runs/, results/, slurm/ below it), QKNORM_MAX_UPDATE,
   QKNORM_DATA_DIR, QKNORM_SLURM_PARTITION, QKNORM_SLURM_ACCOUNT, QKNORM_SBATCH_ARGS
@@ -69,7 +70,7 @@ qk_parse_args "--pairs PAIRS_ARG" "--systems SYSTEMS_ARG" "--seeds SEEDS_ARG" \
     "--profile PROFILE_ARG" "--max-update MAX_UPDATE_ARG" "--baseline BASELINE" \
     "--results-dir RESULTS_DIR_ARG" "--data-dir DATA_DIR_ARG" "--no-significance NO_SIG=1" \
     "--aggregate-only AGG_ONLY=1" "--no-aggregate NO_AGG=1" "--dry-run DRY_RUN=1" "--list LIST=1" \
-    "${QK_LAUNCH_SPECS[@]}" "@" -- "$@"
+    "$QK_PRECISION_SPEC" "${QK_LAUNCH_SPECS[@]}" "@" -- "$@"
 EXTRA=("${QK_REST[@]+"${QK_REST[@]}"}")
 
 # ---------------------------------------------------------------------------------------------
@@ -139,7 +140,7 @@ if [[ " ${SYSTEMS[*]} " != *" $BASELINE "* ]] && ((NO_AGG == 0)); then
     qk_warn "baseline '$BASELINE' is not among --systems: the aggregation needs its finished cells (--baseline)"
 fi
 
-CELL_OPTS=(--profile "$PROFILE")
+CELL_OPTS=(--profile "$PROFILE" --precision "$QK_PRECISION")
 [[ -z "$MAX_UPDATE_ARG" ]] || CELL_OPTS+=(--max-update "$MAX_UPDATE_ARG")
 ((${#EXTRA[@]} == 0)) || CELL_OPTS+=(-- "${EXTRA[@]}")
 DATA_OPT=()
@@ -163,7 +164,7 @@ done
 AGGREGATE=()
 if ((NO_AGG == 0)); then
     AGGREGATE=(bash "$SCRIPT_DIR/reproduce.sh" --pairs "$PAIRS_ARG" --systems "$SYSTEMS_ARG"
-        --seeds "$SEEDS_ARG" --profile "$PROFILE" ${MAX_UPDATE_ARG:+--max-update "$MAX_UPDATE_ARG"}
+        --seeds "$SEEDS_ARG" --profile "$PROFILE" --precision "$QK_PRECISION" ${MAX_UPDATE_ARG:+--max-update "$MAX_UPDATE_ARG"}
         --baseline "$BASELINE" --results-dir "$RESULTS_DIR" --aggregate-only)
     ((NO_SIG == 0)) || AGGREGATE+=(--no-significance)
 fi

@@ -28,7 +28,8 @@ source "$SCRIPT_DIR/lib.sh"
 usage() {
     cat <<EOF
 usage: scripts/train.sh PAIR SYSTEM [--profile P] [--seed N] [--max-update N] [--lr LR]
-                        [--size d128|d384] [--threads N] [--nproc N [--launch auto|torchrun|srun]] [--bf16-autocast]
+                        [--size d128|d384] [--threads N] [--nproc N [--launch auto|torchrun|srun]]
+                        [--bf16-autocast | --precision bf16|fp32|auto]
                         [--dry-run] [--force] [-- EXTRA_FAIRSEQ_TRAIN_ARGS...]
   PAIR         one of: $(qk_known_pairs)
   SYSTEM       one of: $(qk_known_systems)
@@ -56,11 +57,14 @@ usage: scripts/train.sh PAIR SYSTEM [--profile P] [--seed N] [--max-update N] [-
                bf16 unless -- --bf16-autocast-allow-emulated. Without it the profile decides:
                the CPU profiles (PROFILE_BF16=auto) use bf16 where it was measured faster
                on this CPU (measured once, about a minute; docs/bf16.md)
+  --precision P  bf16 (as --bf16-autocast), fp32, or auto (bf16 where measured faster); the
+               grids pass each cell the precision they decided (default: QKNORM_BF16, else
+               the profile's bf16 key)
   --dry-run    print the resolved fairseq-train command and exit
   --force      retrain even if the run is finished (its directory is emptied)
   -- ARGS      passed on to fairseq-train (a run made with other ARGS is never reused)
 environment: QKNORM_WORK_DIR (outputs under \$QKNORM_WORK_DIR/runs), QKNORM_MAX_UPDATE,
-  QKNORM_THREADS, QKNORM_BF16 (1 bf16 autocast, 0 fp32, auto: the profile's PROFILE_BF16)
+  QKNORM_THREADS, QKNORM_BF16 (1 bf16 autocast, 0 fp32, auto; --precision wins; default: the profile's)
 exit status: 0 trained (or finished before), 3 the training diverged (RUN/diverged; a finished
   result that a rerun skips), 1 other failures, 2 usage errors
 EOF
@@ -70,7 +74,7 @@ PROFILE_ARG=cpu-proxy SEED=1 MAX_UPDATE_ARG="" LR_ARG="" THREADS_ARG="" DRY_RUN=
 NPROC=1 LAUNCH_ARG=auto SIZE_ARG=""
 qk_parse_args "@PAIR_ARG SYSTEM_ARG" "--profile PROFILE_ARG" "--seed SEED" \
     "--max-update MAX_UPDATE_ARG" "--lr LR_ARG" "--size SIZE_ARG" "--threads THREADS_ARG" "--nproc NPROC" \
-    "--launch LAUNCH_ARG" "--bf16-autocast BF16=1" "--dry-run DRY_RUN=1" "--force FORCE=1" -- "$@"
+    "--launch LAUNCH_ARG" "--bf16-autocast BF16=1" "$QK_PRECISION_SPEC" "--dry-run DRY_RUN=1" "--force FORCE=1" -- "$@"
 EXTRA=("${QK_REST[@]+"${QK_REST[@]}"}")
 # The `--` guard: extra fairseq-train arguments may add settings, never replace the ones this
 # script manages (argparse would let the last occurrence win silently).
@@ -186,7 +190,7 @@ if [[ -n "$SIZE_ARG" ]]; then
     [[ "$PROFILE_ARCH" == proxy ]] || qk_usage_error "--size $SIZE_ARG needs a CPU profile (proxy size), not $PROFILE"
     LABEL="$LABEL-$SIZE_ARG"
 fi
-((BF16 == 0)) || QKNORM_BF16=1
+qk_precision_from_flag "$BF16"
 if ((DRY_RUN)); then qk_resolve_bf16 --cached-only; else qk_resolve_bf16; fi
 RUN="$(qk_run_dir "$PAIR" "$LABEL" "$SYSTEM" "$SEED" "$QK_LR_OVERRIDE")"
 RETRAIN="$(qk_train_cmd) --force"

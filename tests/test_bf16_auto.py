@@ -252,9 +252,9 @@ def test_cpu_profile_trains_and_finds_bf16_where_measured_faster(tmp_path):
     p = run_script("evaluate.sh", *cell, env=dict(env, QKNORM_BF16="0"))
     assert p.returncode == 1
     assert (
-        "twt/seed1 is not a finished run: run QKNORM_BF16=0 scripts/train.sh gl-en twt "
-        f"--profile cpu-proxy --seed 1 --max-update 2 first; {run} is finished: --bf16-autocast "
-        "(or QKNORM_BF16=1) selects it"
+        "twt/seed1 is not a finished run: run scripts/train.sh gl-en twt --profile cpu-proxy "
+        f"--seed 1 --max-update 2 --precision fp32 first; {run} is finished: --precision bf16 "
+        "selects it"
     ) in p.stderr, out(p)
     p = run_script("evaluate.sh", *cell, env=env)  # finds seed1-bf16
     assert p.returncode == 0, out(p)
@@ -277,14 +277,13 @@ def test_cpu_profile_trains_and_finds_bf16_where_measured_faster(tmp_path):
     p = run_script("train.sh", *cell, env=dict(env, QKNORM_BF16="yes"))
     assert p.returncode == 2
     assert "QKNORM_BF16='yes': expected 1 (bf16 autocast), 0 (fp32) or auto" in p.stderr
-    # --bf16-autocast decides over QKNORM_BF16: the hint for the fp32 twin says to drop it
+    # --bf16-autocast (--precision bf16) decides over QKNORM_BF16: the hint names the fp32 twin's
     run.rename(run.with_name("moved"))
     p = run_script("evaluate.sh", *cell, "--bf16-autocast", env=env)
     assert p.returncode == 1
     assert (
         f"run scripts/train.sh gl-en twt --profile cpu-proxy --seed 1 --max-update 2 "
-        f"--bf16-autocast first; {label / 'seed1'} is finished: without --bf16-autocast, with "
-        "QKNORM_BF16=0, it is selected"
+        f"--precision bf16 first; {label / 'seed1'} is finished: --precision fp32 selects it"
     ) in p.stderr, out(p)
 
 

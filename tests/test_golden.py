@@ -56,6 +56,9 @@ VARIANTS = [
     ({"QKNORM_MAX_UPDATE": "80"}, "train.sh", ["gl-en", "qknorm_paper"]),
     ({"QKNORM_THREADS": "1"}, "train.sh", ["gl-en", "qknorm_paper"]),
     ({"QKNORM_BF16": "1"}, "train.sh", ["gl-en", "qknorm_paper"]),
+    ({}, "train.sh", ["gl-en", "qknorm_paper", "--precision", "bf16"]),  # as --bf16-autocast
+    ({"QKNORM_BF16": "1"}, "train.sh", ["gl-en", "qknorm_paper", "--precision", "fp32"]),
+    ({"QKNORM_BF16": "1"}, "evaluate.sh", ["gl-en", "qknorm_paper", "--precision", "fp32"]),
     ({}, "train.sh", ["en-gl", "qknorm_paper"]),  # the reverse direction of a pair
     ({}, "evaluate.sh", ["gl-en", "qknorm_paper", "--split", "dev"]),
     ({}, "evaluate.sh", ["gl-en", "qknorm_paper", "--checkpoint", "last"]),
@@ -150,3 +153,18 @@ def test_every_golden_file_has_its_profile():
     assert names - {f"{p}.txt" for p in PROFILES} == {"variants.txt"}, (
         f"golden files without a profile in configs/profiles: remove them ({sorted(names)})"
     )
+
+
+@pytest.mark.parametrize("script", ["train.sh", "evaluate.sh"])
+def test_precision_option_is_the_bf16_flag_and_wins_over_the_environment(script, tmp_path):
+    """``--precision bf16`` is ``--bf16-autocast``; ``--precision fp32`` under QKNORM_BF16=1 is
+    the fp32 run (the grids pass each cell its precision this way, issue 21)."""
+
+    def body(extra, *options):
+        text = _render(tmp_path, [(extra, script, ["gl-en", "qknorm_paper", *options])])
+        return text.split("\n", 1)[1]  # the commands, without the `$ ...` head line
+
+    assert body({}, "--precision", "bf16") == body({}, "--bf16-autocast")
+    fp32 = body({"QKNORM_BF16": "1"}, "--precision", "fp32")
+    assert fp32 == body({}) != body({"QKNORM_BF16": "1"})
+    assert "--bf16-autocast" not in fp32 and "seed1-bf16" not in fp32

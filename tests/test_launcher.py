@@ -230,7 +230,7 @@ def test_slurm_dry_run_of_a_two_node_cell(work):
     ]  # fmt: skip
     cell = next(line for line in p.stdout.splitlines() if line.startswith("gl-en/twt/seed1\t"))
     assert cell.split("\t")[2:] == ["gl-en", "twt", "--nproc", "8", "--launch", "srun", "--seed",
-                                    "1", "--profile", "paper"]  # fmt: skip
+                                    "1", "--profile", "paper", "--precision", "fp32"]  # fmt: skip
     (cmd,) = train_commands(p.stdout)
     assert cmd[2:7] == ["srun", "--ntasks", "8", "--kill-on-bad-exit=1", "fairseq-train"]
     f = flags(cmd)

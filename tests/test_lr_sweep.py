@@ -96,7 +96,7 @@ def test_lr_override_replaces_the_profiles_lr_and_names_the_run(tmp_path):
     assert (
         p.returncode == 1 and "runs/gl-en/cpu-proxy/twt/seed1-lr3e-3 is not a finished" in p.stderr
     )
-    assert "--lr 3e-3 first" in p.stderr
+    assert "--lr 3e-3 --precision fp32 first" in p.stderr  # cpu-proxy: bf16 = auto
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("*.pt"))
 
 
@@ -323,7 +323,7 @@ def test_lr_sweep_slurm_dry_run_prints_every_cell_and_the_report_job(tmp_path):
     assert report[2:] == [
         "gl-en", "--systems", ",".join(DEFAULT_SYSTEMS), "--lrs", ",".join(DEFAULT_LRS),
         "--seeds", "1,2", "--profile", "cpu-proxy-fast", "--max-update", "250",
-        "--results-dir", str(out_dir), "--report-only",
+        "--precision", "fp32", "--results-dir", str(out_dir), "--report-only",
     ]  # fmt: skip
     # the report job's own dry run: the report commands only
     q = run_script("lr_sweep.sh", *report[2:], "--dry-run", env=make_env(tmp_path))

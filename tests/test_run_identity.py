@@ -53,8 +53,8 @@ def test_a_copied_run_is_never_decoded_under_another_name(tmp_path, fake_fairseq
         "directory copied or renamed is never trained on, decoded or scored under another name"
     ) in p.stderr, p.stderr
     assert (
-        f"error: {copy} is not the run of QKNORM_BF16=0 scripts/train.sh gl-en twt --profile "
-        "cpu-proxy-fast --seed 1 --max-update 60 (above)" in p.stderr
+        f"error: {copy} is not the run of scripts/train.sh gl-en twt --profile "
+        "cpu-proxy-fast --seed 1 --max-update 60 --precision fp32 (above)" in p.stderr
     ), p.stderr
     assert not list(copy.glob("test.*"))  # nothing decoded or scored
     # train.sh refuses the same directory (its command check comes first)

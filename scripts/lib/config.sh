@@ -12,7 +12,9 @@
 #   load_pair_config PAIR          the pair's settings as globals (configs/base.toml, pairs/PAIR.toml)
 #   load_system_config SYSTEM      the settings of configs/systems/SYSTEM.toml
 #   load_profile_config PROFILE    the settings of configs/profiles/PROFILE.toml, MAX_UPDATE
-#   qk_resolve_bf16 [--cached-only]  the loaded profile's precision: QK_BF16_RUN, QKNORM_BF16
+#   QK_PRECISION_SPEC, qk_precision_usage  a script's --precision option and its usage lines
+#   qk_precision_from_flag BF16    --bf16-autocast (BF16=1) as --precision bf16, or a usage error
+#   qk_resolve_bf16 [--cached-only]  the loaded profile's precision: QK_BF16_RUN, QK_PRECISION
 #   qk_resolve_bf16_of PROFILE [--cached-only]  the same for PROFILE, without loading it here
 #   qk_train_cmd                   the scripts/train.sh command of the loaded run (for messages)
 #   qk_command VAR KIND ARGS...    the fairseq command qknorm_tools.commands builds, as array VAR
@@ -117,32 +119,64 @@ load_profile_config() {
     eval "$QK_CONFIG_OUT"
 }
 
+# The precision of a run is decided once, by the script the user called, and handed to every
+# cell and child script as an explicit `--precision bf16|fp32` argument (issue 21): no child
+# re-derives it and no environment variable is rewritten on the way. QK_PRECISION_ARG is a
+# script's --precision (bf16, fp32 or auto; empty: not given).
+QK_PRECISION_ARG=""
+QK_PRECISION_SPEC="--precision QK_PRECISION_ARG"
+
+# qk_precision_usage: the --precision option's lines of a script's usage.
+qk_precision_usage() {
+    cat <<'USAGE'
+  --precision P  bf16 (bf16 autocast on CPU, runs filed as seedN-bf16), fp32, or auto (bf16 where
+                 measured faster on this CPU); default: QKNORM_BF16 (1, 0 or auto), else the
+                 profile's bf16 key. Decided once and passed to every cell as --precision
+USAGE
+}
+
+# qk_precision_from_flag BF16: a script's --bf16-autocast (BF16=1) is --precision bf16; with
+# another --precision it is a usage error.
+qk_precision_from_flag() {
+    (($1)) || return 0
+    [[ -z "$QK_PRECISION_ARG" || "$QK_PRECISION_ARG" == bf16 ]] \
+        || qk_usage_error "--bf16-autocast and --precision $QK_PRECISION_ARG exclude each other"
+    QK_PRECISION_ARG=bf16
+}
+
 # qk_resolve_bf16 [--cached-only]: whether the loaded profile's runs train with bf16 autocast
 # (the plugin task's --bf16-autocast on CPU) on this machine. Sets QK_BF16_RUN to "bf16" or ""
-# (qk_run_dir's default sixth argument) and exports QKNORM_BF16=1 or 0, so that every child
-# (train.sh, evaluate.sh, a Slurm cell) files and finds its runs the same way. QKNORM_BF16
-# decides if set (1, 0 or auto), else the profile's PROFILE_BF16 (default 0). auto: bf16 only
-# where the CPU has native bf16 and it was measured faster than fp32 (fairseq_qknorm/bf16_auto.py:
-# a training step at the proxy size with the run's THREADS, measured once after a line saying
-# what and roughly how long, cached under $QK_WORK_DIR/bf16-auto/); fp32 for a profile at the
-# papers' size (a GPU profile: fairseq's --fp16 there). --cached-only: never measure (answers fp32 without a
-# cached verdict); for steps that only find runs, and dry runs.
+# (qk_run_dir's default sixth argument) and QK_PRECISION to bf16 or fp32 (the `--precision`
+# that the calling script passes to each cell and child script). Decides by --precision
+# (QK_PRECISION_ARG) if given, else QKNORM_BF16 if set (1, 0 or auto), else the profile's
+# PROFILE_BF16 (default 0). auto: bf16 only where the CPU has native bf16 and it was measured
+# faster than fp32 (fairseq_qknorm/bf16_auto.py: a training step at the proxy size with the run's
+# THREADS, measured once after a line saying what and roughly how long, cached under
+# $QK_WORK_DIR/bf16-auto/); fp32 for a profile at the papers' size (a GPU profile: fairseq's
+# --fp16 there). --cached-only: never measure (answers fp32 without a cached verdict); for steps
+# that only find runs, and dry runs. The environment is left as it was.
 qk_resolve_bf16() {
-    local mode="${QKNORM_BF16:-${PROFILE_BF16:-0}}" answer
-    QK_BF16_GIVEN="${QKNORM_BF16:-}"  # what the environment (or a flag) asked for, for qk_train_cmd
+    local mode answer
+    case "$QK_PRECISION_ARG" in
+        "") mode="${QKNORM_BF16:-${PROFILE_BF16:-0}}" ;;
+        bf16) mode=1 ;;
+        fp32) mode=0 ;;
+        auto) mode=auto ;;
+        *) qk_usage_error "--precision must be bf16, fp32 or auto, got '$QK_PRECISION_ARG'" ;;
+    esac
     case "$mode" in
         0) QK_BF16_RUN="" ;;
         1) QK_BF16_RUN=bf16 ;;
         auto)
             if [[ "$PROFILE_ARCH" != proxy ]]; then
                 QK_BF16_RUN=""
-                printf '%s\n' "[bf16 auto] fp32: profile $PROFILE trains at the papers' size (a GPU profile); bf16 autocast on CPU is measured at the proxy size only (QKNORM_BF16=1 forces it)" >&2
+                printf '%s\n' "[bf16 auto] fp32: profile $PROFILE trains at the papers' size (a GPU profile); bf16 autocast on CPU is measured at the proxy size only (--precision bf16 forces it)" >&2
             else
                 [[ -n "$QK_PY" ]] || die "no python interpreter found (set QKNORM_PYTHON)"
                 local threads="${THREADS:-${QKNORM_THREADS:-2}}"  # the run's (after --threads / --nproc)
                 answer="$(cd "$QK_REPO_ROOT" && OMP_NUM_THREADS="$threads" "$QK_PY" -m fairseq_qknorm.bf16_auto \
                     "$QK_WORK_DIR/bf16-auto" --size proxy --threads "$threads" "$@")" \
-                    || die "no bf16 decision (above; QKNORM_BF16=0 or 1 decides without one)"
+                    || die "no bf16 decision (above; --precision fp32 or bf16, or QKNORM_BF16=0 or 1, decides without one)"
                 case "$answer" in
                     bf16) QK_BF16_RUN=bf16 ;;
                     fp32) QK_BF16_RUN="" ;;
@@ -156,7 +190,7 @@ qk_resolve_bf16() {
             die "configs/profiles/$PROFILE.toml: key 'bf16' = '$mode': $what"
             ;;
     esac
-    if [[ -n "$QK_BF16_RUN" ]]; then export QKNORM_BF16=1; else export QKNORM_BF16=0; fi
+    QK_PRECISION="${QK_BF16_RUN:-fp32}"
 }
 
 # qk_resolve_bf16_of PROFILE [--cached-only]: qk_resolve_bf16 for PROFILE without loading it
@@ -165,20 +199,19 @@ qk_resolve_bf16_of() {
     local profile="$1" answer
     shift
     answer="$(load_pair_config "$(qk_known_pairs | cut -d' ' -f1)" && load_profile_config "$profile" \
-        && qk_resolve_bf16 "$@" && printf '%s' "$QKNORM_BF16")" || exit $?
-    QKNORM_BF16="$answer"
-    qk_resolve_bf16  # 0 or 1 now: sets QK_BF16_RUN and exports it, nothing measured
+        && qk_resolve_bf16 "$@" && printf '%s' "$QK_PRECISION")" || exit $?
+    QK_PRECISION_ARG="$answer"
+    qk_resolve_bf16  # bf16 or fp32 now: nothing measured
 }
 
 # qk_train_cmd: the scripts/train.sh command that makes the run of the loaded pair, system and
 # profile with SEED, MAX_UPDATE_ARG, QK_LR_OVERRIDE and the resolved precision (for messages)
 qk_train_cmd() {
-    local env=""
-    [[ -n "${QK_BF16_RUN:-}" || "${QK_BF16_GIVEN:-}" != 0 ]] || env="QKNORM_BF16=0 "
-    printf '%sscripts/train.sh %s %s --profile %s --seed %s%s%s%s%s\n' "$env" "$PAIR" "$SYSTEM" \
+    local precision=""  # fp32 said only where the profile or the environment would not give it
+    [[ -z "${QK_BF16_RUN:-}" && "${PROFILE_BF16:-0}${QKNORM_BF16:-}" == 0 ]] || precision=" --precision $QK_PRECISION"
+    printf 'scripts/train.sh %s %s --profile %s --seed %s%s%s%s%s\n' "$PAIR" "$SYSTEM" \
         "$PROFILE" "$SEED" "${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG}" \
-        "${QK_LR_OVERRIDE:+ --lr $QK_LR_OVERRIDE}" "${SIZE_ARG:+ --size $SIZE_ARG}" \
-        "${QK_BF16_RUN:+ --bf16-autocast}"
+        "${QK_LR_OVERRIDE:+ --lr $QK_LR_OVERRIDE}" "${SIZE_ARG:+ --size $SIZE_ARG}" "$precision"
 }
 
 # qk_command VAR KIND ARGS... [-- EXTRA...]: the command line that python -m

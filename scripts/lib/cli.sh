@@ -14,7 +14,7 @@
 #   qk_is_posint N                 N is a positive integer (threads, jobs)
 #   qk_check_uint OPTION VALUE     usage error unless qk_is_uint VALUE
 #   qk_check_posint OPTION VALUE   usage error unless qk_is_posint VALUE
-#   split_list OUT LIST            comma-separated LIST -> array OUT (duplicates dropped)
+#   split_list OUT LIST            comma-separated LIST -> array OUT (duplicates dropped: QK_SPLIT_REPEAT)
 #   qk_parse_seeds OUT LIST        --seeds LIST -> array OUT of distinct seeds, or usage error
 #   qk_parse_names KIND OUT LIST   --pairs/--systems/--profiles LIST (or "all") -> array OUT
 #                                  (checks the names with config.sh:qk_require_name)
@@ -134,10 +134,12 @@ qk_check_posint() {
 }
 
 # split_list OUT_ARRAY LIST: comma-separated LIST -> array OUT_ARRAY (order kept, duplicates
-# dropped); returns 1 on an empty item.
+# dropped; QK_SPLIT_REPEAT: the first item LIST gives twice, empty if none). Returns 1 on an empty
+# item (e.g. "1,,2" or "1,").
 split_list() {
     local -n __list_out="$1"
     local list="$2" item seen=" " items=()
+    QK_SPLIT_REPEAT=""
     [[ "$list" != *, ]] || return 1
     IFS=',' read -r -a items <<<"$list"
     __list_out=()
@@ -147,6 +149,8 @@ split_list() {
         if [[ "$seen" != *" $item "* ]]; then
             seen+="$item "
             __list_out+=("$item")
+        elif [[ -z "$QK_SPLIT_REPEAT" ]]; then
+            QK_SPLIT_REPEAT="$item"
         fi
     done
 }
@@ -155,33 +159,28 @@ split_list() {
 # (exit 2) naming LIST on an empty item, an item that is not a seed (qk_is_uint) or a repeat.
 qk_parse_seeds() {
     local -n __seeds_out="$1"
-    local s
+    local s repeat
     split_list __seeds_out "$2" \
         || qk_usage_error "bad --seeds list '$2' (comma-separated non-negative integers, e.g. 1,2,3)"
+    repeat="$QK_SPLIT_REPEAT"
     for s in "${__seeds_out[@]}"; do
         qk_is_uint "$s" \
             || qk_usage_error "bad --seeds list '$2': '$s' is not a non-negative integer (no leading zeros, below 10^9; e.g. --seeds 1,2,3)"
     done
-    _qk_refuse_repeats seeds "$2"
+    _qk_refuse_repeats seeds "$2" "$repeat"
 }
 
-# _qk_refuse_repeats KIND LIST: a usage error naming an item LIST (comma-separated) gives twice,
-# which split_list would drop: "1,1" is a typo of "1,2" more often than a wish
+# _qk_refuse_repeats KIND LIST REPEAT: a usage error naming REPEAT, the item that split_list found
+# twice in LIST (its QK_SPLIT_REPEAT) and dropped: "1,1" is a typo of "1,2" more often than a wish
 _qk_refuse_repeats() {
-    local items=() item seen=" "
-    IFS=',' read -r -a items <<<"$2"
-    for item in "${items[@]}"; do
-        item="${item//[[:space:]]/}"
-        [[ "$seen" != *" $item "* ]] || qk_usage_error "bad --$1 list '$2': $item is given twice"
-        seen+="$item "
-    done
+    [[ -z "$3" ]] || qk_usage_error "bad --$1 list '$2': $3 is given twice"
 }
 
 # qk_parse_names KIND OUT_ARRAY LIST: a comma-separated list of configs/KIND names, or "all".
 # For systems, "all" means the papers' systems: a system config with in_all = false (one that
 # is not in the papers' tables, e.g. qk_layernorm) is run only when named.
 qk_parse_names() {
-    local kind="$1" list="$3" n
+    local kind="$1" list="$3" n repeat
     local -n __names_out="$2"
     if [[ "$list" == all ]]; then
         __names_out=()
@@ -191,8 +190,9 @@ qk_parse_names() {
         return 0
     fi
     split_list __names_out "$list" || qk_usage_error "bad --$kind list '$list' (empty item)"
+    repeat="$QK_SPLIT_REPEAT"
     for n in "${__names_out[@]}"; do
         qk_require_name "$kind" "$n" "; or 'all'"
     done
-    _qk_refuse_repeats "$kind" "$list"
+    _qk_refuse_repeats "$kind" "$list" "$repeat"
 }

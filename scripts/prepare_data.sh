@@ -486,10 +486,17 @@ prepare_local() {
         f="${LOCAL_FILES[$i]}" v="${QK_LOCAL_FILE_VARS[$i]}"
         k="local.${v#LOCAL_}" k="${k,,}"  # LOCAL_TEST_SRC: key local.test_src of the TOML file
         if [[ ! -f "$f" ]]; then
-            local found
-            found="$(corpus_py diagnose --dir "$(dirname -- "$f")" --src "$SRC" --tgt "$TGT" | sed 's/^/  - /')" || true
-            die "$PAIR_CONFIG: key '$k' = \"${!v}\": $f not found (local.dir: $LOCAL_BASE); found:
-$found"
+            # the config names its files itself: what the folder holds, not the naming hints
+            # of a standard pair folder (corpus.py diagnose)
+            local dir found
+            dir="$(dirname -- "$f")"
+            if [[ -d "$dir" ]]; then
+                found="$(find "$dir" -maxdepth 1 -type f -printf '%f\n' 2>/dev/null | LC_ALL=C sort | head -n 12 | paste -sd ' ')"
+                found="${dir} holds: ${found:-no files}"
+            else
+                found="${dir} does not exist"
+            fi
+            die "$PAIR_CONFIG: key '$k' = \"${!v}\": $f not found (local.dir: $LOCAL_BASE); $found"
         fi
     done
     if [[ -f "$LOCAL_BASE/SHA256SUMS" ]]; then

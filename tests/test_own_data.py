@@ -217,7 +217,8 @@ test_tgt = "test.tgt"
         (('dir = "{dir}"', 'dir = "/no/such/dir"'),
          "key 'local.dir': /no/such/dir is not a directory"),
         (('test_src = "test.src"', 'test_src = "tst.src"'),
-         "key 'local.test_src' = \"tst.src\": {dir}/tst.src not found"),
+         "key 'local.test_src' = \"tst.src\": {dir}/tst.src not found (local.dir: {dir}); "
+         "{dir} holds: "),  # what the folder holds, not the hints for a standard pair folder
     ],
 )  # fmt: skip
 def test_bad_own_config_is_an_error_naming_config_and_field(tmp_path, own_corpus, edit, message):
@@ -228,6 +229,7 @@ def test_bad_own_config_is_an_error_naming_config_and_field(tmp_path, own_corpus
     p = run_script("prepare_data.sh", "mine", env=make_env(work))
     assert p.returncode == 1, out(p)
     assert f"error: {cfg}" in p.stderr and message.replace("{dir}", str(corpus)) in p.stderr
+    assert "name them so" not in p.stderr  # the config names its files: no renaming advice
     assert not (work / "data" / "raw" / "mine").exists()
 
 

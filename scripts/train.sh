@@ -60,7 +60,8 @@ usage: scripts/train.sh PAIR SYSTEM [--profile P] [--seed N] [--max-update N] [-
   --precision P  bf16 (as --bf16-autocast), fp32, or auto (bf16 where measured faster); the
                grids pass each cell the precision they decided (default: QKNORM_BF16, else
                the profile's bf16 key)
-  --dry-run    print the resolved fairseq-train command and exit
+  --dry-run    print the resolved fairseq-train command and exit (the arguments after --
+               are fairseq-train's: it checks them when training starts)
   --force      retrain even if the run is finished (its directory is emptied)
   -- ARGS      passed on to fairseq-train (a run made with other ARGS is never reused)
 environment: QKNORM_WORK_DIR (outputs under \$QKNORM_WORK_DIR/runs), QKNORM_MAX_UPDATE,
@@ -270,7 +271,21 @@ fi
 qk_print_cmd "${CMD[@]}" >"$RUN/command.txt"
 qk_log "training $SYSTEM ($SYSTEM_DESC; $PAPER_ROW) on $PAIR, profile $LABEL, arch $ARCH, ${QK_BF16_RUN:-fp32}, seed $SEED -> $RUN"
 [[ -z "$L_NOTE" ]] || qk_log "$L_NOTE"
-[[ ! -f "$RUN/checkpoints/checkpoint_last.pt" ]] || qk_log "resuming from $RUN/checkpoints/checkpoint_last.pt"
+# where an interruption leaves the run: fairseq saves after validating, as the profile says
+SAVE_UPDATES=0 SAVE_EPOCHS=1
+for ((i = 0; i + 1 < ${#CMD[@]}; i++)); do
+    case "${CMD[$i]}" in
+        --save-interval-updates) SAVE_UPDATES="${CMD[$((i + 1))]}" ;;
+        --save-interval) SAVE_EPOCHS="${CMD[$((i + 1))]}" ;;
+    esac
+done
+if ((SAVE_UPDATES > 0)); then SAVE_NOTE="every $SAVE_UPDATES updates"; else SAVE_NOTE="every $SAVE_EPOCHS epoch(s)"; fi
+if [[ -f "$RUN/checkpoints/checkpoint_last.pt" ]]; then
+    qk_log "resuming from $RUN/checkpoints/checkpoint_last.pt"
+elif [[ -s "$RUN/train.log" ]]; then
+    qk_log "no checkpoint from the earlier attempt ($RUN/train.log): it stopped before the first save ($SAVE_NOTE); training starts at update 0"
+fi
+qk_log "checkpoints $SAVE_NOTE in $RUN/checkpoints: an interrupted run resumes from the last one (rerun the same command)"
 
 # add_wall_time: wall_seconds accumulates the training time over resumes, also when this
 # script is interrupted (an exit hook: it runs after fairseq-train is stopped)

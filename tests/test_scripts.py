@@ -264,9 +264,35 @@ def test_ctrl_c_stops_training_and_keeps_wall_time(binarized, fake_fairseq_train
     )
     assert p.returncode == 0, out(p)
     assert "resuming from" in p.stderr
+    assert (
+        f"checkpoints every 400 updates in {run}/checkpoints: an interrupted run resumes from the "
+        "last one (rerun the same command)"
+    ) in output  # cpu-proxy's --save-interval-updates, said before training starts
     train = json.loads((run / "train.json").read_text())
     assert train["wall_seconds"] == int((run / "wall_seconds").read_text()) >= first + 1
     assert train["updates"] == 2 and train["qk_norm_g0"] == 12.5  # from train.log, both parts
+
+
+@pytest.mark.slow
+def test_a_rerun_without_a_checkpoint_says_it_starts_over(binarized, fake_fairseq_train):
+    """An attempt stopped before fairseq's first save leaves nothing to resume: the rerun says
+    so instead of looking like a resume (a new user's Ctrl-C before update 400)."""
+    fake_bin, pid_file = fake_fairseq_train
+    env = make_env(binarized, FAKE_TRAIN_PIDS=pid_file, PATH=f"{fake_bin}:{os.environ['PATH']}")
+    run = binarized / "runs/gl-en/cpu-proxy-max-update-5/twt/seed1"
+    proc = start([SCRIPTS / "train.sh", "gl-en", "twt", "--max-update", "5"], env)
+    wait_for(lambda: has_line(proc, r"QKNorm g0 = 12\.5"))
+    ctrl_c(proc)
+    (run / "checkpoints" / "checkpoint_last.pt").unlink(missing_ok=True)  # before the first save
+    p = run_script(
+        "train.sh", "gl-en", "twt", "--max-update", 5, env={**env, "FAKE_TRAIN_SECONDS": "1"}
+    )
+    assert p.returncode == 0, out(p)
+    assert (
+        f"no checkpoint from the earlier attempt ({run}/train.log): it stopped before the first "
+        "save (every 400 updates); training starts at update 0"
+    ) in p.stderr, out(p)
+    assert "resuming from" not in p.stderr
 
 
 @pytest.mark.slow

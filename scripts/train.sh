@@ -38,7 +38,8 @@ usage: scripts/train.sh PAIR SYSTEM [--profile P] [--seed N] [--max-update N] [-
   --max-update N  update budget instead of the profile's (the run goes to
                runs/PAIR/PROFILE-max-update-N/, never over the profile's runs)
   --lr LR      peak learning rate instead of the profile's --lr (warmup and schedule stay; the
-               run goes to runs/PAIR/LABEL/SYSTEM/seedN-lrLR/)
+               run goes to runs/PAIR/LABEL/SYSTEM/seedN-lrLR/); 0 is allowed and learns
+               nothing (the LR sweep's initial model, scripts/lr_sweep.sh)
   --size S     a CPU profile's model at another size of the LR sweep's size axis: d128
                (2+2 layers, d 128) or d384 (4+4, d 384) instead of the proxy's 3+3, d 256 (arch
                FAMILY_S); the run goes to runs/PAIR/LABEL-S/ (scripts/lr_sweep.sh --sizes)

@@ -335,3 +335,40 @@ def test_converter_round_trip_of_a_user_bash_pair(tmp_path):
         capture_output=True, text=True, env=env, timeout=FAR_BOUND,
     )  # fmt: skip
     assert p.returncode == 0 and p.stdout == f"de en test.tgt {pairs / 'de-en.toml'}\n", p.stderr
+
+
+def test_bash_and_python_name_runs_alike(tmp_path):
+    """Runs are named twice: by bash (``qk_run_label``, ``qk_run_dir``: the scripts file them)
+    and by Python (:func:`config.run_label`, :func:`config.run_dir`: the translate helper finds
+    them). Both give the same label and directory for every profile, its own and another
+    budget, the profile's lr or another, fp32 or bf16."""
+    cases = [
+        (profile, budget, lr, precision)
+        for profile in config.names("profiles")
+        for budget in ("", "60")
+        for lr, precision in (("", ""), ("3e-3", ""), ("", "bf16"), ("1.5e-2", "bf16"))
+    ]
+    lines = ["load_pair_config gl-en"]
+    for profile, budget, lr, precision in cases:
+        lines += [
+            f"load_profile_config {profile}",
+            f'[[ -z "{budget}" ]] || MAX_UPDATE={budget}',
+            'label="$(qk_run_label)"',
+            f'printf "%s %s\\n" "$label" "$(qk_run_dir gl-en "$label" twt 3 "{lr}" "{precision}")"',
+        ]
+    p = subprocess.run(
+        ["bash", "-c", f'source "{SCRIPTS}/lib.sh"\n' + "\n".join(lines)],
+        env=make_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=FAR_BOUND,
+    )
+    assert p.returncode == 0, p.stderr
+    got = p.stdout.splitlines()
+    assert len(got) == len(cases)
+    pair = config.load_pair("gl-en")
+    for (profile, budget, lr, precision), line in zip(cases, got):
+        prof = config.apply_env(config.load_profile(profile, pair), {})
+        label = config.run_label(prof, int(budget) if budget else None)
+        run = config.run_dir(tmp_path, "gl-en", label, "twt", 3, lr, precision)
+        assert line == f"{label} {run}", (profile, budget, lr, precision)

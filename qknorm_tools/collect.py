@@ -12,6 +12,10 @@ those records:
   partly finished grid aggregates what it can (:func:`~.aggregate.select_for_aggregate`);
 * ``--keep-unscored``: runs whose training finished but that were not decoded (diverged runs,
   the LR sweep's lr-0 initial-model runs) are kept, with null scores (``scripts/lr_sweep.sh``).
+* ``--records-root DIR`` (one profile label: ``results/LABEL``) or ``--records-base DIR``
+  (``results/``: each run's own label, for a collection over several, as the LR sweep's initial
+  models and sizes): a cell without a finished live run is read from its committed record
+  (:mod:`~.committed`); ``--write-records`` writes the record of every finished run without one.
 
 ``python -m qknorm_tools.collect train-json RUN --pair ... --arch ...`` writes a finished
 training's ``train.json`` (what ``scripts/train.sh`` calls; see
@@ -29,7 +33,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .aggregate import aggregate_results, select_for_aggregate
-from .committed import RECORD_FILE, merge_runs_and_records, read_record, record_dir, write_record
+from .committed import (
+    RECORD_FILE,
+    check_record,
+    merge_runs_and_records,
+    read_record,
+    record_dir,
+    write_record,
+)
 from .evaluate import parse_kv
 from .provenance import check_one_data_version
 from .records import read_run, relative_path, run_status, save_records, write_train_json
@@ -62,10 +73,15 @@ def _cmd_runs(a) -> int:
     for run in a.run:
         live = rec = None
         rec_dir = None
-        if a.records_root:  # runs/PAIR/LABEL/SYSTEM/seedN -> RECORDS_ROOT/PAIR/records/...
-            rec_dir = record_dir(a.records_root, Path(run).parents[2].name, run)
+        root = a.records_root
+        if a.records_base:  # runs/PAIR/LABEL/SYSTEM/seedN -> BASE/LABEL
+            root = Path(a.records_base) / Path(run).parents[1].name
+        if root:  # runs/PAIR/LABEL/SYSTEM/seedN -> RECORDS_ROOT/PAIR/records/...
+            rec_dir = record_dir(root, Path(run).parents[2].name, run)
             if (rec_dir / RECORD_FILE).is_file():
                 rec = read_record(rec_dir, a.split)
+                if a.records_base:  # a record under BASE/LABEL is of profile label LABEL
+                    check_record(rec, profile=Path(run).parents[1].name)
         missing = run_status(run, a.split, scored=not a.keep_unscored)
         if not missing:
             live = read_run(run, a.split, scored=not a.keep_unscored)
@@ -93,8 +109,10 @@ def _cmd_runs(a) -> int:
         )
     if a.write_records:
         for live, rec, rec_dir in cells:
-            if live is not None and rec is None and rec_dir is not None and live.hyp_path:
-                write_record(live.run_dir, rec_dir, a.split)
+            if live is None or rec is not None or rec_dir is None:
+                continue
+            if live.hyp_path or a.keep_unscored:  # scored, or a collection of unscored runs
+                write_record(live.run_dir, rec_dir, a.split, scored=live.hyp_path is not None)
                 _log(f"wrote the committed record {rec_dir}")
     _check_one_precision(records)
     for u in unfinished:
@@ -199,10 +217,16 @@ def build_parser() -> argparse.ArgumentParser:
         "without a finished live run is read from it (qknorm_tools.committed)",
     )
     r.add_argument(
+        "--records-base",
+        metavar="DIR",
+        help="results/: as --records-root with DIR/LABEL, LABEL each run's own profile label "
+        "(runs/PAIR/LABEL/...), which its record must have; for collections over several labels",
+    )
+    r.add_argument(
         "--write-records",
         action="store_true",
         help="write the committed record of every finished, scored live run that has none "
-        "(needs --records-root)",
+        "(with --keep-unscored: of every finished one; needs --records-root or --records-base)",
     )
     r.add_argument(
         "--profile",
@@ -241,8 +265,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     if a.cmd == "runs" and a.aggregate and not a.baseline:
         build_parser().error("--aggregate needs --baseline")
-    if a.cmd == "runs" and a.write_records and not a.records_root:
-        build_parser().error("--write-records needs --records-root")
+    if a.cmd == "runs" and a.records_root and a.records_base:
+        build_parser().error("--records-root and --records-base exclude each other")
+    if a.cmd == "runs" and a.write_records and not (a.records_root or a.records_base):
+        build_parser().error("--write-records needs --records-root or --records-base")
     if a.cmd == "runs" and a.keep_unscored and (a.aggregate or a.runs_table):
         build_parser().error("--keep-unscored keeps runs without scores: not with the score tables")
     logging.getLogger("sacrebleu").setLevel(logging.WARNING)

@@ -1,8 +1,8 @@
 """Committed records: what a finished grid cell leaves under ``results/`` (no torch, no fairseq).
 
-A grid (``scripts/ablation.sh``, ``scripts/reproduce.sh``) whose runs outlive no sitting (a
-laptop, a preemptible VM, a CI runner: ``runs/`` is scratch) keeps one small directory per
-finished cell, meant to be committed::
+A grid (``scripts/ablation.sh``, ``scripts/reproduce.sh``, ``scripts/lr_sweep.sh``) whose runs
+outlive no sitting (a laptop, a preemptible VM, a CI runner: ``runs/`` is scratch) keeps one
+small directory per finished cell, meant to be committed::
 
     results/LABEL/PAIR/records/SYSTEM/seedN[-variant]/    (the run directory's own name)
         record.json        the run record (RunRecord: identity, data_id, stop reason, updates,
@@ -14,7 +14,8 @@ finished cell, meant to be committed::
         train.log          the statistics lines of the run's train.log only (train_inner,
                            train, valid; QKNorm's g0 line; fairseq's stop lines): the curves,
                            g and the max logit, without model prints or warnings
-        test.hyp test.score.json   the scored hypotheses
+        test.hyp test.score.json   the scored hypotheses (none for a cell that is trained only,
+                           e.g. the LR sweep's size axis: ``"scored": false`` in record.json)
 
 A record directory is thus a minimal run directory: :func:`read_record` reads it with the same
 :data:`.records.RUN_READERS` as a live run, so a table made from records equals one made from
@@ -163,8 +164,13 @@ def _stats_lines(text: str) -> str:
     return "\n".join(keep) + ("\n" if keep else "")
 
 
-def write_record(run_dir, rec_dir, split: str = "test", repo=REPO) -> RunRecord:
+def write_record(
+    run_dir, rec_dir, split: str = "test", repo=REPO, scored: bool = True
+) -> RunRecord:
     """Write the committed record of a finished, scored run (see the module docstring).
+
+    ``scored=False``: a finished training is enough (a cell that is trained only, or diverged);
+    its scores are copied when present, and the record says ``"scored": false``.
 
     Written into a temporary sibling directory and renamed into place
     (:func:`~.textio.atomic_output`), so that an existing record is replaced whole or not at all.
@@ -173,13 +179,14 @@ def write_record(run_dir, rec_dir, split: str = "test", repo=REPO) -> RunRecord:
         The record as read back from ``rec_dir`` (:func:`read_record`).
 
     Raises:
-        ResultsError: the run is not finished and scored (the missing files are named).
+        ResultsError: the run is not finished (and scored) (the missing files are named).
         OutputError: the record cannot be written (``rec_dir`` named).
     """
     run, dest = Path(run_dir), Path(rec_dir)
-    missing = run_status(run, split)
+    missing = run_status(run, split, scored)
     if missing:
-        raise ResultsError(f"{run} is not a finished, scored run: no {', '.join(missing)}")
+        what = "finished, scored" if scored else "finished"
+        raise ResultsError(f"{run} is not a {what} run: no {', '.join(missing)}")
     with atomic_output(dest, directory=True) as tmp:
         # the dev set's hypotheses and score too, when the run's dev set was decoded (the
         # per-run table's dev BLEU; records.RunRecord.dev_bleu_tok)
@@ -190,12 +197,13 @@ def write_record(run_dir, rec_dir, split: str = "test", repo=REPO) -> RunRecord:
         if (run / "train.log").is_file():
             log = (run / "train.log").read_text(encoding="utf-8", errors="replace")
             (tmp / "train.log").write_text(_stats_lines(log), encoding="utf-8")
-        rec = read_run(tmp, split)
+        rec = read_run(tmp, split, scored=scored)
         command = None
         if (run / "command.txt").is_file():
             command = (run / "command.txt").read_text(encoding="utf-8").strip()
         doc = {
             "format": 1,
+            "scored": scored,
             "record": _record_json(rec),
             "command": command,
             "settings": command_settings(command) if command is not None else None,
@@ -228,7 +236,7 @@ def read_record(rec_dir, split: str = "test") -> RunRecord:
         raise ResultsError(f"cannot read {str(doc_path)!r}: {exc.strerror or exc}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ResultsError(f"{str(doc_path)!r} is not valid UTF-8 JSON: {exc}") from None
-    rec = read_run(rec_dir, split)
+    rec = read_run(rec_dir, split, scored=doc.get("scored", True) is not False)
     rec.source = str(doc_path)
     rec.extra = {"settings": doc.get("settings"), "code": doc.get("code") or {}}
     return rec
@@ -251,7 +259,9 @@ def _same_cell(live: RunRecord, rec: RunRecord) -> str | None:
         diff = settings_difference(sa, rec.extra.get("settings") or {})
         if diff:
             return f"settings {diff} (run vs record)"
-    if Path(live.hyp_path).read_bytes() != Path(rec.hyp_path).read_bytes():
+    if (live.hyp_path is None) != (rec.hyp_path is None):
+        return "the hypotheses (test.hyp): only one of the two was decoded"
+    if live.hyp_path and Path(live.hyp_path).read_bytes() != Path(rec.hyp_path).read_bytes():
         return "the hypotheses (test.hyp) differ"
     return None
 

@@ -138,7 +138,7 @@ if ((DRY_RUN)); then
     if ((AGG_ONLY == 0)); then
         echo "# data, on this machine (each step skips finished outputs)"
         qk_prepare_data 1 "$PAIR" ${DATA_DIR_ARG:+--data-dir "$DATA_DIR_ARG"}
-        qk_check_records "$LABEL"
+        qk_check_records
         qk_launch --dry-run "$PROFILE" "${AGGREGATE[@]}"
     fi
     if [[ "$QK_LAUNCHER" == local || "$AGG_ONLY" == 1 ]]; then
@@ -161,7 +161,7 @@ RC=0
 if ((AGG_ONLY == 0)); then
     qk_prepare_data 0 "$PAIR" ${DATA_DIR_ARG:+--data-dir "$DATA_DIR_ARG"} \
         || die "data preparation of $PAIR failed (see above)"
-    qk_check_records "$LABEL"
+    qk_check_records
     qk_launch "$PROFILE" "${AGGREGATE[@]}"
     [[ "$QK_LAUNCHER" == local ]] || exit 0  # the report is a Slurm job after the cells
     if ((${#QK_LAUNCH_FAILED[@]})); then

@@ -200,6 +200,14 @@ for sz in "${SIZES[@]}"; do
     done
 done
 
+# record_of RUN: the committed record of the run directory RUN (runs/PAIR/LABEL/SYSTEM/NAME ->
+# results/LABEL/PAIR/records/SYSTEM/NAME): a finished cell leaves one (the collection writes it),
+# and a cell with a record and no live run is never trained again (a sweep larger than one
+# sitting, e.g. the size axis, is finished by running the same command again)
+record_of() {
+    qk_record_dir "$(basename -- "$(dirname -- "$(dirname -- "$1")")")" "$1"
+}
+
 # add_cells: per size, the initial models (train only), then the sweep's cells, each in
 # seed-major order; with --sizes every cell is train-only (dev loss) and names its size
 add_cells() {
@@ -212,16 +220,16 @@ add_cells() {
         for seed in "${SEEDS[@]}"; do
             for s in "${SYSTEMS[@]}"; do
                 name="$PAIR/$s/${tag:+$tag/}seed$seed-init"
-                qk_cell_add "$name" "${RUN_OF[$name]}" "$PAIR" "$s" --seed "$seed" \
-                    "${size_opts[@]+"${size_opts[@]}"}" "${INIT_OPTS[@]}" "${INIT_EXTRA[@]}"
+                qk_grid_cell "$name" "${RUN_OF[$name]}" "$(record_of "${RUN_OF[$name]}")" "$PAIR" "$s" \
+                    --seed "$seed" "${size_opts[@]+"${size_opts[@]}"}" "${INIT_OPTS[@]}" "${INIT_EXTRA[@]}"
             done
         done
         for seed in "${SEEDS[@]}"; do
             for lr in "${LRS[@]}"; do
                 for s in "${SYSTEMS[@]}"; do
                     name="$PAIR/$s/${tag:+$tag/}seed$seed-lr$lr"
-                    qk_cell_add "$name" "${RUN_OF[$name]}" "$PAIR" "$s" --seed "$seed" \
-                        --lr "$lr" "${size_opts[@]+"${size_opts[@]}"}" "${CELL_OPTS[@]}"
+                    qk_grid_cell "$name" "${RUN_OF[$name]}" "$(record_of "${RUN_OF[$name]}")" "$PAIR" \
+                        "$s" --seed "$seed" --lr "$lr" "${size_opts[@]+"${size_opts[@]}"}" "${CELL_OPTS[@]}"
                 done
             done
         done
@@ -242,7 +250,7 @@ report_cmds() {
     SIZE_OUT="$OUT${tag:+/$tag}"
     SIZE_LABEL="$LABEL${sz:+-$sz}"
     COLLECT=("$QK_PY" -m qknorm_tools.collect runs --keep-unscored --work-dir "$QK_WORK_DIR"
-        --out-dir "$SIZE_OUT" --ref "$PAIR=$REF")
+        --out-dir "$SIZE_OUT" --ref "$PAIR=$REF" --records-base "$QK_WORK_DIR/results" --write-records)
     for name in "${INIT_NAMES[@]}" "${RUN_NAMES[@]}"; do
         [[ "${SIZE_OF[$name]}" != "$sz" ]] || COLLECT+=(--run "${RUN_OF[$name]}")
     done
@@ -288,6 +296,7 @@ if ((DRY_RUN)); then
         echo "# data (each step skips finished outputs)"
         qk_prepare_data 1 "$PAIR" "${DATA_OPT[@]+"${DATA_OPT[@]}"}"
         add_cells
+        qk_check_records
         qk_launch --dry-run "$PROFILE" "${REPORT_JOB[@]}"
     fi
     if [[ "$QK_LAUNCHER" == local || "$REPORT_ONLY" == 1 ]]; then
@@ -317,6 +326,7 @@ if ((REPORT_ONLY == 0)); then
     qk_log "pair $PAIR: data preparation (finished steps are skipped)"
     qk_prepare_data 0 "$PAIR" "${DATA_OPT[@]+"${DATA_OPT[@]}"}" || die "data preparation of $PAIR failed"
     add_cells
+    qk_check_records
     qk_launch "$PROFILE" "${REPORT_JOB[@]}"
     FAILED+=("${QK_LAUNCH_FAILED[@]+"${QK_LAUNCH_FAILED[@]}"}")
     if [[ "$QK_LAUNCHER" == slurm ]]; then  # the report is a job

@@ -202,7 +202,7 @@ if ((DRY_RUN)); then
             qk_prepare_data 1 "$p" "${DATA_OPT[@]+"${DATA_OPT[@]}"}"
         done
         add_cells "${PAIRS[@]}"
-        qk_check_records "$LABEL"
+        qk_check_records
         qk_launch --dry-run "$PROFILE" "${AGGREGATE[@]+"${AGGREGATE[@]}"}"
     fi
     if ((NO_AGG == 0)) && [[ "$QK_LAUNCHER" == local || "$AGG_ONLY" == 1 ]]; then
@@ -228,7 +228,7 @@ if ((AGG_ONLY == 0)); then
         fi
     done
     add_cells "${READY_PAIRS[@]+"${READY_PAIRS[@]}"}"
-    qk_check_records "$LABEL"
+    qk_check_records
     qk_launch "$PROFILE" "${AGGREGATE[@]+"${AGGREGATE[@]}"}"
     FAILED+=("${QK_LAUNCH_FAILED[@]+"${QK_LAUNCH_FAILED[@]}"}")
     if [[ "$QK_LAUNCHER" == slurm ]]; then  # the aggregation is a job

@@ -2,6 +2,7 @@
 scripts/lr_sweep.sh --sizes (dry run of the whole grid)."""
 
 import json
+import shutil
 
 import pytest
 
@@ -129,3 +130,17 @@ def test_tiny_real_sweep_over_two_sizes(tmp_path):
         per_size = json.loads((res / d / "lr_sweep.json").read_text())
         assert point["lr_sensitivity"] == per_size["systems"][0]["lr_sensitivity"]
     assert (res / "lr_sweep_sizes.png").stat().st_size > 10_000
+    # every cell left a committed record (the initial models too): with runs/ gone (a new
+    # sitting on another machine) the same command trains nothing and reports the same
+    records = sorted(p.parent for p in (work / "results").glob("*/gl-en/records/*/*/record.json"))
+    assert len(records) == 2 * (1 + 2), records  # per size: the lr-0 initial model + 2 lrs
+    before = {d: json.loads((res / d / "lr_sweep.json").read_text()) for d in ("d128", "d256")}
+    shutil.rmtree(runs)
+    p = run_script("lr_sweep.sh", *args, env=env, timeout=900)
+    assert p.returncode == 0, out(p)[-4000:]
+    assert p.stderr.count("has a committed record, not trained again") == 6, out(p)[-4000:]
+    assert not runs.exists() or not list(runs.glob("*/*/*/train.json"))  # nothing trained
+    for d, want in before.items():
+        got = json.loads((res / d / "lr_sweep.json").read_text())
+        assert got["systems"] == want["systems"], d
+    assert json.loads((res / "lr_sweep_sizes.json").read_text()) == sizes

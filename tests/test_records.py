@@ -210,6 +210,42 @@ def test_collect_merges_records_refusing_a_record_that_differs_from_its_run(tmp_
     assert "differs from the live run" in err and "the hypotheses (test.hyp) differ" in err
 
 
+def test_an_unscored_cell_leaves_a_record_read_back_from_its_own_label(tmp_path, capsys):
+    """A cell that is trained only (the LR sweep's size axis, its lr-0 initial models) leaves a
+    record too ("scored": false); --records-base finds each run's record under its own label
+    (results/LABEL/...) and refuses one filed under another label."""
+    trained = _run(tmp_path, profile="cpu-proxy-fast-max-update-5-d128")
+    init = _run(tmp_path, profile="cpu-proxy-fast-max-update-1-d128")
+    for run in (trained, init):
+        (run / "test.hyp").unlink()
+        (run / "test.score.json").unlink()
+    with pytest.raises(ResultsError, match="is not a finished, scored run: no test.score.json"):
+        committed.write_record(trained, tmp_path / "nowhere")
+    base = ["runs", "--work-dir", str(tmp_path), "--keep-unscored", "--records-base",
+            str(tmp_path / "results")]  # fmt: skip
+    runs = [x for r in (trained, init) for x in ("--run", str(r))]
+    assert collect.main([*base, "--out-dir", str(tmp_path / "live"), "--write-records", *runs]) == 0
+    rec_dir = tmp_path / "results/cpu-proxy-fast-max-update-5-d128/gl-en/records/twt/seed1"
+    doc = json.loads((rec_dir / "record.json").read_text())
+    assert doc["scored"] is False and not (rec_dir / "test.hyp").exists()
+    rec = committed.read_record(rec_dir)
+    assert (rec.hyp_path, rec.bleu_tok, rec.dev_loss_min) == (None, None, 7.2)
+    assert (tmp_path / "results/cpu-proxy-fast-max-update-1-d128/gl-en/records/twt/seed1").is_dir()
+    shutil.move(tmp_path / "runs", tmp_path / "runs.gone")  # a new sitting: records only
+    assert collect.main([*base, "--out-dir", str(tmp_path / "rec"), *runs]) == 0
+    assert "2 from committed records" in capsys.readouterr().err
+    live = json.loads((tmp_path / "live/runs.json").read_text())
+    again = json.loads((tmp_path / "rec/runs.json").read_text())
+    assert [r["dev_loss"] for r in again["runs"]] == [r["dev_loss"] for r in live["runs"]]
+    # a record filed under another label than its run's: refused, naming it
+    other = tmp_path / "results/cpu-proxy-fast-max-update-5-d128/gl-en/records/twt/seed1"
+    shutil.copytree(other, tmp_path / "results/x-d128/gl-en/records/twt/seed1")
+    moved = tmp_path / "runs/gl-en/x-d128/twt/seed1"
+    assert collect.main([*base, "--out-dir", str(tmp_path / "x"), "--run", str(moved)]) == 2
+    err = capsys.readouterr().err
+    assert "profile 'cpu-proxy-fast-max-update-5-d128', not 'x-d128'" in err, err
+
+
 def test_collect_refuses_records_made_with_other_settings_than_the_runs(tmp_path, capsys):
     r1, r2 = _run(tmp_path, seed=1), _run(tmp_path, seed=2)
     root = tmp_path / "results" / "cpu-converge"

@@ -14,7 +14,7 @@
 #   qk_prepare_data DRY_RUN PAIR [--data-dir DIR]  prepare_data.sh, bpe.sh, binarize.sh for PAIR
 #   qk_record_dir LABEL RUN        the committed record of the run directory RUN
 #   qk_grid_cell NAME RUN RECORD ARGS...  a grid's cell, or its committed record (QK_REC_*)
-#   qk_check_records LABEL         each committed record belongs to this grid, or die
+#   qk_check_records               each committed record belongs to this grid, or die
 #   qk_cell_add NAME RUN ARGS...   register a cell
 #   _qk_cell_argv OUT I            the qk_cell arguments of cell I, with the launcher's options
 #   qk_run_cell RUN LOG ARGS...    qk_cell ARGS; a failure recorded in RUN/cell.failed
@@ -215,7 +215,7 @@ qk_record_dir() {
     printf '%s\n' "$QK_WORK_DIR/results/$1/$pair/records/$system/$(basename -- "$run")"
 }
 
-# qk_grid_cell NAME RUN RECORD ARGS...: a cell of a grid (scripts/reproduce.sh, ablation.sh)
+# qk_grid_cell NAME RUN RECORD ARGS...: a cell of a grid (scripts/reproduce.sh, ablation.sh, lr_sweep.sh)
 # with its committed record directory RECORD: registered with qk_cell_add, unless RECORD holds a
 # record.json and RUN no finished training (no live run): then the cell is never trained again
 # and goes to QK_REC_* instead (qk_check_records refuses a record that does not belong).
@@ -233,23 +233,25 @@ qk_grid_cell() {
     qk_cell_add "$name" "$run" "$@"
 }
 
-# qk_check_records LABEL: each cell replaced by its committed record (qk_grid_cell) is checked
+# qk_check_records: each cell replaced by its committed record (qk_grid_cell) is checked
 # against what it would train now (python -m qknorm_tools.committed check): the profile label
-# LABEL, the current data (data/bin/PAIR/identity.json) and the fairseq-train command
+# of its folder (results/LABEL/PAIR/records/SYSTEM/RUN), the current data (data/bin/PAIR/identity.json) and the fairseq-train command
 # (scripts/train.sh --dry-run of the cell, modulo paths and seed); in a dry run before the data
 # are prepared, not yet. Dies on a record that does not belong, naming its record.json and the
 # difference; says which cells it skips.
 qk_check_records() {
-    local label="$1" i args=() cmd ident
+    local label i args=() cmd ident
     for i in "${!QK_REC_NAME[@]}"; do
         IFS=$'\t' read -r -a args <<<"${QK_REC_ARGS[$i]}"
+        label="$(basename -- "$(dirname -- "$(dirname -- "$(dirname -- "$(dirname -- "${QK_REC_DIR[$i]}")")")")")"
         ident="$QK_DATA/bin/${args[0]}/identity.json"
         if [[ ! -f "$ident" ]]; then  # a dry run before the data exist: its command would show the authors' L
             qk_log "skip: cell ${QK_REC_NAME[$i]} has a committed record (${QK_REC_DIR[$i]}), checked once the data of ${args[0]} are prepared"
             continue
         fi
         _qk_cell_split "${args[@]}"
-        cmd="$(bash "$QK_REPO_ROOT/scripts/train.sh" "${QK_CELL_OPTS[@]}" --dry-run \
+        cmd="$(bash "$QK_REPO_ROOT/scripts/train.sh" "${QK_CELL_OPTS[@]}" \
+            "${QK_CELL_TRAIN_OPTS[@]+"${QK_CELL_TRAIN_OPTS[@]}"}" --dry-run \
             "${QK_CELL_EXTRA[@]+"${QK_CELL_EXTRA[@]}"}" 2>/dev/null | tail -n 1)" \
             || die "scripts/train.sh --dry-run failed for cell ${QK_REC_NAME[$i]}"
         "$QK_PY" -m qknorm_tools.committed check "${QK_REC_DIR[$i]}" --profile "$label" \

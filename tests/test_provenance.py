@@ -184,7 +184,7 @@ def test_runs_and_scores_are_never_reused_on_changed_data(tmp_path):
 
     p = step("train.sh", *cell, "--seed", 1, "--", *TINY_MODEL, ok=False)
     assert f"was trained on data {first[:12]}" in out(p) and f"are {second[:12]}" in out(p)
-    assert "--seed 1 --max-update 3 --force" in out(p) and "skip" not in out(p)
+    assert "--seed 1 --max-update 3 --precision fp32 --force" in out(p) and "skip" not in out(p)
     for force in ([], ["--force"]):
         p = step("evaluate.sh", *cell, "--seed", 1, *force, ok=False)
         assert f"was trained on data {first[:12]}" in out(p)

@@ -15,18 +15,20 @@ __version__ = "0.1.0"
 
 import sys as _sys  # noqa: E402
 
-# python -m fairseq_qknorm.translate (or .bf16_auto): Python imports this package, and so fairseq
-# (whose modules log at import time), before the helper's main() runs; its terminal leaves
-# fairseq's noise out (the hint: where to see it)
-_QUIET_MAINS = {
+# python -m fairseq_qknorm.TOOL (translate, bf16_auto, attention_dump, average_checkpoints, ...):
+# Python imports this package, and so fairseq (whose modules log at import time: the tensorboardX
+# INFO line), before the tool's main() runs; its terminal leaves fairseq's noise out (the hint:
+# where to see it)
+_QUIET_HINTS = {
     f"{__name__}.translate": "--verbose shows them",
     f"{__name__}.bf16_auto": "python -m benchmarks.bf16_cpu shows them",
 }
 _argv = getattr(_sys, "orig_argv", [])
-if "-m" in _argv[:-1] and _argv[_argv.index("-m") + 1] in _QUIET_MAINS:
+_main = _argv[_argv.index("-m") + 1] if "-m" in _argv[:-1] else ""
+if _main.startswith(f"{__name__}."):
     from qknorm_tools.progress import quiet_fairseq_logging
 
-    quiet_fairseq_logging(_QUIET_MAINS[_argv[_argv.index("-m") + 1]])
+    quiet_fairseq_logging(_QUIET_HINTS.get(_main, "they do not concern this tool"))
 
 from . import checkpoint_compat, distributed_compat, resume_compat  # noqa: E402
 

@@ -29,7 +29,6 @@ checkpoint load is; average only checkpoints you trust.
 """
 
 import argparse
-import logging
 import os
 import re
 import sys
@@ -38,8 +37,6 @@ from typing import Optional
 
 import torch
 from fairseq import checkpoint_utils
-
-logger = logging.getLogger("fairseq_qknorm.average_checkpoints")
 
 EPOCH_PATTERN = re.compile(r"checkpoint(\d+)\.pt")
 UPDATE_PATTERN = re.compile(r"checkpoint_\d+_(\d+)\.pt")
@@ -168,7 +165,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         help="with --num-*-checkpoints: ignore later epochs (updates)",
     )
     args = parser.parse_args(argv)
-    logging.basicConfig(format="%(levelname)s | %(name)s | %(message)s", level=logging.INFO)
 
     update_based = args.num_update_checkpoints is not None
     n = args.num_update_checkpoints if update_based else args.num_epoch_checkpoints
@@ -185,14 +181,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         missing = [p for p in inputs if not os.path.isfile(p)]
         if missing:
             raise ValueError(f"no such checkpoint file: {', '.join(missing)}")
-        logger.info("averaging %d checkpoints: %s", len(inputs), " ".join(inputs))
+        print(f"averaging {len(inputs)} checkpoints: {' '.join(inputs)}", file=sys.stderr)
         state = average_checkpoints(inputs)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     checkpoint_utils.torch_persistent_save(state, args.output)  # written to .tmp, then renamed
-    logger.info("wrote %s", args.output)
+    print(f"wrote {args.output}", file=sys.stderr)
     return 0
 
 

@@ -327,3 +327,21 @@ def test_a_line_before_the_first_progress_line():
         for x in got[1 : shown + 1]
     ), got
     assert got[-1].endswith("| ETA 0:01 (50/100 updates)")
+
+
+@pytest.mark.parametrize(
+    "tool", ["attention_dump", "average_checkpoints", "bf16_timing", "translate", "bf16_auto"]
+)
+def test_a_plugin_tools_help_is_not_preceded_by_fairseqs_noise(tool):
+    """``python -m fairseq_qknorm.TOOL --help`` imports fairseq (through the package) before the
+    tool's main(): its import-time INFO line ("Please install tensorboardX") stays off stderr."""
+    p = subprocess.run(
+        [sys.executable, "-m", f"fairseq_qknorm.{tool}", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=cli_env(),
+        timeout=FAR_BOUND,
+    )
+    assert p.returncode == 0 and p.stdout.startswith("usage: "), out(p)
+    assert p.stderr == "", out(p)

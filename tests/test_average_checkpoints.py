@@ -153,7 +153,7 @@ def test_averaged_checkpoint_decodes_every_test_sentence(save_dir, toy_data, tmp
     assert proc.returncode == 0, proc.stderr
     # the tool's own two lines, fairseq's import-time INFO line (tensorboardX) left out
     inputs = " ".join(
-        str(save_dir / f"checkpoint_{e}_{u}.pt") for e, u in ((3, 15), (2, 10), (1, 5))
+        str(save_dir / f"checkpoint_{e}_{u}.pt") for e, u in ((3, 20), (3, 15), (2, 10))
     )
     assert proc.stderr.splitlines() == [f"averaging 3 checkpoints: {inputs}", f"wrote {out}"]
     assert "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD" not in os.environ

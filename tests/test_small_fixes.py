@@ -330,7 +330,7 @@ def test_a_line_before_the_first_progress_line():
 
 
 @pytest.mark.parametrize(
-    "tool", ["attention_dump", "average_checkpoints", "bf16_timing", "translate", "bf16_auto"]
+    "tool", ["attention_dump", "average_checkpoints", "translate", "bf16_auto"]
 )
 def test_a_plugin_tools_help_is_not_preceded_by_fairseqs_noise(tool):
     """``python -m fairseq_qknorm.TOOL --help`` imports fairseq (through the package) before the

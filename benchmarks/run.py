@@ -70,7 +70,8 @@ E2E_PROFILE = config.load_profile("cpu-proxy")
 DATA_ROOT = Path(os.environ.get("QKNORM_WORK_DIR") or c.REPO) / "data"
 DEFAULT_E2E_DATA = DATA_ROOT / "bin" / "gl-en"
 LENGTH_STATS = DATA_ROOT / "bpe" / "gl-en" / "length_stats.json"
-#: ``--targets``: the issue's targets only (sections, systems, repetitions; < 10 minutes idle)
+#: ``--targets``: the issue's targets only (sections, systems, repetitions; about 14 minutes idle on
+#: 2 Zen 4 cores, 2026-12-02: 7 e2e rounds, since 5 left two e2e verdicts undecided)
 TARGET_PRESET = dict(
     sections=["model", "decode", "e2e"],
     systems=["qknorm_paper", "prenorm_fixnorm_layernorm", "stock"],
@@ -79,7 +80,7 @@ TARGET_PRESET = dict(
     reps=7,
     min_of=3,
     decode_reps=7,
-    e2e_rounds=5,
+    e2e_rounds=7,
     e2e_updates=8,
     e2e_log_interval=2,
 )

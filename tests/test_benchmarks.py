@@ -438,7 +438,7 @@ def test_targets_preset_and_precedence(tmp_path):
         ["qknorm_paper", "stock", "qknorm_paper+bucketed"],
     )
     assert (a.reps, a.min_of, a.decode_reps, a.e2e_rounds, a.sizes) == (
-        7, 3, 7, 5, ["small", "proxy"])  # fmt: skip
+        7, 3, 7, 7, ["small", "proxy"])  # fmt: skip
     data = tmp_path / "bin"
     data.mkdir()
     a = bench.parse_args(["--targets", "--smoke", "--e2e-data", str(data), "--reps", "7"])

@@ -125,6 +125,23 @@ class PipelineSettings:
     run_identity: Optional[dict] = None
 
 
+def checkpoint_file_name(checkpoint: str) -> str:
+    """The file name in ``checkpoints/`` of a run for ``--checkpoint`` as ``evaluate.sh`` takes it.
+
+    ``best`` -> ``checkpoint_best.pt``, ``last`` -> ``checkpoint_last.pt``, ``avgN`` (N >= 1)
+    -> ``checkpoint_avgN.pt`` (the parameter average of the last N checkpoints,
+    :mod:`fairseq_qknorm.average_checkpoints`, written by ``scripts/evaluate.sh --checkpoint
+    avgN``).
+
+    Raises:
+        ValueError: anything else (``avg0``, ``avgx``, ``worst``), with evaluate.sh's wording.
+    """
+    n = checkpoint[3:] if checkpoint.startswith("avg") else ""
+    if checkpoint in ("best", "last") or (n.isdigit() and n.isascii() and int(n) >= 1):
+        return f"checkpoint_{checkpoint}.pt"
+    raise ValueError(f"--checkpoint must be best, last or avgN (e.g. avg5), got {checkpoint!r}")
+
+
 def pipeline_settings(
     pair: str,
     system: str,
@@ -140,7 +157,8 @@ def pipeline_settings(
         system: system name, as for ``scripts/evaluate.sh``.
         profile: profile name, as for ``scripts/evaluate.sh``.
         seed: training seed, as for ``scripts/evaluate.sh``.
-        checkpoint: ``best`` or ``last``.
+        checkpoint: ``best``, ``last`` or ``avgN`` (``checkpoint_avgN.pt``, the average of the
+            last N checkpoints that ``scripts/evaluate.sh --checkpoint avgN`` makes).
         max_update: the run's budget when it is not the profile's (``--max-update`` of
             ``scripts/train.sh``; such runs live under ``runs/PAIR/PROFILE-max-update-N/``).
 
@@ -150,8 +168,7 @@ def pipeline_settings(
     Raises:
         ValueError: unknown pair/system/profile (the scripts' message) or checkpoint.
     """
-    if checkpoint not in ("best", "last"):
-        raise ValueError(f"checkpoint must be 'best' or 'last', got {checkpoint!r}")
+    name = checkpoint_file_name(checkpoint)
     try:  # the scripts' configuration, read as they read it (qknorm_tools.config)
         pair_cfg = config.load_pair(pair, config.work_dir())
         system_cfg = config.load_system(system)
@@ -172,7 +189,7 @@ def pipeline_settings(
     precision = _precision(profile_cfg, work) or "fp32"
     identity = dict(pair=pair, profile=label, system=system, seed=seed, precision=precision)
     return PipelineSettings(
-        checkpoint=Path(run) / "checkpoints" / f"checkpoint_{checkpoint}.pt",
+        checkpoint=Path(run) / "checkpoints" / name,
         data_bin=Path(data) / "bin" / pair,
         bpe_dir=Path(data) / "bpe" / pair,
         max_tokens=int(max_tokens),
@@ -321,9 +338,14 @@ class Translator:
                 if found
                 else f"; no run of {pair} {system} has a {s.checkpoint.name}"
             )
+            made_by = (
+                f"scripts/evaluate.sh {pair} {system} --profile {profile} --seed {seed}{budget} "
+                f"--checkpoint {checkpoint} (it averages the last {checkpoint[3:]} checkpoints)"
+                if checkpoint.startswith("avg")
+                else f"scripts/train.sh {pair} {system} --profile {profile} --seed {seed}{budget}"
+            )
             raise FileNotFoundError(
-                f"checkpoint {s.checkpoint} not found: run scripts/train.sh "
-                f"{pair} {system} --profile {profile} --seed {seed}{budget} first{listed}"
+                f"checkpoint {s.checkpoint} not found: run {made_by} first{listed}"
             )
         return cls(
             s.checkpoint,
@@ -361,7 +383,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("system")
     p.add_argument("--profile", default="cpu-proxy")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--checkpoint", choices=("best", "last"), default="best")
+    p.add_argument(
+        "--checkpoint",
+        default="best",
+        metavar="best|last|avgN",
+        help="as for scripts/evaluate.sh: avgN is checkpoint_avgN.pt, which evaluate.sh "
+        "--checkpoint avgN makes (default: best)",
+    )
     p.add_argument(
         "--max-update",
         type=int,
@@ -388,6 +416,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "and errors only, as scripts/train.sh's terminal)",
     )
     a = p.parse_args(argv)
+    try:
+        checkpoint_file_name(a.checkpoint)
+    except ValueError as e:
+        p.error(str(e))
     from qknorm_tools.progress import FAIRSEQ_LOG_FORMAT, quiet_fairseq_logging
 
     if a.verbose:

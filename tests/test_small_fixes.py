@@ -267,6 +267,33 @@ def test_translate_names_the_runs_that_exist(tmp_path):
     )
     p = translate("gl-en", "no_such_system")
     assert p.returncode == 2 and "unknown system 'no_such_system'" in p.stderr, out(p)
+    # --checkpoint avgN as evaluate.sh takes it: the file evaluate.sh --checkpoint avgN makes
+    p = translate("gl-en", "qknorm_paper", "--seed", "2", "--checkpoint", "avg3")
+    assert p.returncode == 1, out(p)
+    assert p.stderr.splitlines()[-1] == (
+        f"error: checkpoint {runs}/cpu-proxy/qknorm_paper/seed2/checkpoints/checkpoint_avg3.pt "
+        "not found: run scripts/evaluate.sh gl-en qknorm_paper --profile cpu-proxy --seed 2 "
+        "--checkpoint avg3 (it averages the last 3 checkpoints) first; no run of gl-en "
+        "qknorm_paper has a checkpoint_avg3.pt"
+    )
+    for bad in ("avg0", "avgx", "avg", "worst"):
+        p = translate("gl-en", "qknorm_paper", "--checkpoint", bad)
+        assert p.returncode == 2, out(p)
+        assert p.stderr.splitlines()[-1].endswith(
+            f"--checkpoint must be best, last or avgN (e.g. avg5), got '{bad}'"
+        ), out(p)
+
+
+def test_translate_checkpoint_names_are_evaluate_shs():
+    """best, last and avgN name the files evaluate.sh decodes; other names are refused."""
+    from fairseq_qknorm.translate import checkpoint_file_name
+
+    assert [checkpoint_file_name(c) for c in ("best", "last", "avg1", "avg10")] == [
+        "checkpoint_best.pt", "checkpoint_last.pt", "checkpoint_avg1.pt", "checkpoint_avg10.pt"
+    ]  # fmt: skip
+    for bad in ("avg0", "avg-1", "avg٣", "Best", ""):
+        with pytest.raises(ValueError, match="must be best, last or avgN"):
+            checkpoint_file_name(bad)
 
 
 def test_train_loss_panel_shows_a_run_with_one_point(tmp_path, monkeypatch):

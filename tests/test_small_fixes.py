@@ -255,9 +255,13 @@ def test_translate_names_the_runs_that_exist(tmp_path):
             env=env, capture_output=True, text=True, timeout=FAR_BOUND,
         )  # fmt: skip
 
-    p = translate("gl-en", "qknorm_paper")
-    assert p.returncode == 1, out(p)
-    assert p.stderr.splitlines()[-1] == (
+    def not_found(*args):
+        """The last stderr line of a translate call that must exit 1."""
+        p = translate(*args)
+        assert p.returncode == 1, out(p)
+        return p.stderr.splitlines()[-1]
+
+    assert not_found("gl-en", "qknorm_paper") == (
         f"error: checkpoint {runs}/cpu-proxy/qknorm_paper/seed1/checkpoints/checkpoint_best.pt "
         "not found: run scripts/train.sh gl-en qknorm_paper --profile cpu-proxy --seed 1 first; "
         "runs of this pair and system that have one: runs/gl-en/cpu-proxy/qknorm_paper/seed2 "
@@ -268,9 +272,7 @@ def test_translate_names_the_runs_that_exist(tmp_path):
     p = translate("gl-en", "no_such_system")
     assert p.returncode == 2 and "unknown system 'no_such_system'" in p.stderr, out(p)
     # --checkpoint avgN as evaluate.sh takes it: the file evaluate.sh --checkpoint avgN makes
-    p = translate("gl-en", "qknorm_paper", "--seed", "2", "--checkpoint", "avg3")
-    assert p.returncode == 1, out(p)
-    assert p.stderr.splitlines()[-1] == (
+    assert not_found("gl-en", "qknorm_paper", "--seed", "2", "--checkpoint", "avg3") == (
         f"error: checkpoint {runs}/cpu-proxy/qknorm_paper/seed2/checkpoints/checkpoint_avg3.pt "
         "not found: run scripts/evaluate.sh gl-en qknorm_paper --profile cpu-proxy --seed 2 "
         "--checkpoint avg3 (it averages the last 3 checkpoints) first; no run of gl-en "

@@ -67,9 +67,7 @@ case "$CKPT" in
     *) qk_usage_error "--checkpoint must be best, last or avgN (e.g. avg5), got '$CKPT'" ;;
 esac
 
-load_pair_config "$PAIR_ARG"
-load_system_config "$SYSTEM_ARG"
-load_profile_config "$PROFILE_ARG"
+load_run_config "$PAIR_ARG" "$SYSTEM_ARG" "$PROFILE_ARG"
 QK_LR_OVERRIDE=""
 [[ -z "$LR_ARG" ]] || qk_set_lr "$LR_ARG"
 [[ -z "$THREADS_ARG" ]] || THREADS="$THREADS_ARG"

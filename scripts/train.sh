@@ -108,9 +108,7 @@ case "$SIZE_ARG" in
     *) qk_usage_error "--size must be d128 or d384 (the LR sweep's sizes besides the proxy), got '$SIZE_ARG'" ;;
 esac
 
-load_pair_config "$PAIR_ARG"
-load_system_config "$SYSTEM_ARG"
-load_profile_config "$PROFILE_ARG"
+load_run_config "$PAIR_ARG" "$SYSTEM_ARG" "$PROFILE_ARG"
 QK_LR_OVERRIDE="" QK_LR=""
 [[ -z "$LR_ARG" ]] || qk_set_lr "$LR_ARG"
 [[ -z "$MAX_UPDATE_ARG" ]] || MAX_UPDATE="$MAX_UPDATE_ARG"

@@ -12,6 +12,7 @@
 #   load_pair_config PAIR          the pair's settings as globals (configs/base.toml, pairs/PAIR.toml)
 #   load_system_config SYSTEM      the settings of configs/systems/SYSTEM.toml
 #   load_profile_config PROFILE    the settings of configs/profiles/PROFILE.toml, MAX_UPDATE
+#   load_run_config PAIR SYSTEM PROFILE  the three above in one python call
 #   QK_PRECISION_SPEC, qk_precision_usage  a script's --precision option and its usage lines
 #   qk_precision_from_flag BF16    --bf16-autocast (BF16=1) as --precision bf16, or a usage error
 #   qk_resolve_bf16 [--cached-only]  the loaded profile's precision: QK_BF16_RUN, QK_PRECISION
@@ -107,6 +108,15 @@ load_pair_config() {
 # error listing the known systems.
 load_system_config() {
     _qk_config shell --system "${1-}"
+    eval "$QK_CONFIG_OUT"
+}
+
+# load_run_config PAIR SYSTEM PROFILE: load_pair_config, load_system_config and
+# load_profile_config in one python call (train.sh and evaluate.sh run it for every cell:
+# one interpreter start instead of three); the same settings, errors and order of checks.
+load_run_config() {
+    unset "${QK_PAIR_VARS[@]}" PAIR_REVERSE_OF
+    _qk_config shell --pair "${1-}" --system "${2-}" --profile "${3-}"
     eval "$QK_CONFIG_OUT"
 }
 

@@ -8,8 +8,9 @@ Commands (``<command> -h`` for details):
 check
     Verify a parallel pair of text files: two different files (not one file under two names),
     equal line counts, no empty line, valid UTF-8, no carriage return (CRLF), no byte order
-    mark, no tab, no character that ``str.splitlines`` takes for a line break, no other control
-    character, no line over ``--max-len`` whitespace tokens.
+    mark, no tab, no character that ``str.splitlines`` takes for a line break, no space
+    separator other than U+0020 (no-break space, ...), no other control character, no line
+    over ``--max-len`` whitespace tokens.
 distinct
     Refuse files of which two are the same file (a symlink or hard link: ``os.path.samefile``).
 overlap
@@ -57,6 +58,7 @@ import shutil
 import sys
 import tarfile
 import tempfile
+import unicodedata
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -104,10 +106,18 @@ LINE_BREAK_CHARS = {
     "\u2029": "paragraph separator",
 }
 
-#: Every character refused inside a line after decoding: tab, the line breaks above, and every
-#: other control character (Unicode category Cc: C0, DEL, C1) except ``\n`` (the line end),
-#: ``\r`` and NUL (both reported on the raw bytes, before decoding).
-_BAD_CHAR = re.compile("[\x01-\x09\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029]")
+#: The space separators other than U+0020 (Unicode category Zs): whitespace for Python's
+#: ``str.split`` and ``\s``, hence word boundaries for fairseq's tokenizer
+#: (``fairseq.tokenizer.tokenize_line``), but not for subword-nmt, which splits words on
+#: U+0020 only: ``c\u00a0apital`` is segmented as one word, ``c@@ \u00a0@@ a@@ pi@@ tal``,
+#: and fairseq then reads a stray ``@@`` token.
+SPACE_SEPARATORS = "\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000"
+
+#: Every character refused inside a line after decoding: tab, the line breaks above, the space
+#: separators above, and every other control character (Unicode category Cc: C0, DEL, C1)
+#: except ``\n`` (the line end), ``\r`` and NUL (both reported on the raw bytes, before
+#: decoding).
+_BAD_CHAR = re.compile(f"[\x01-\x09\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029{SPACE_SEPARATORS}]")
 
 
 class CorpusError(Exception):
@@ -142,10 +152,11 @@ def bad_character_problem(text: str) -> str | None:
 
     Refused: tab (subword-nmt splits words on spaces only, so ``word\tword`` becomes one word
     with a stray ``@@`` and a ``\t@@`` vocabulary entry), the line breaks of
-    :data:`LINE_BREAK_CHARS` (``str.splitlines``) and every other control character (Unicode
-    category Cc; invisible, and taken as part of a word). The message names the character
-    (code point and name) and its position (1-based character index), and how many more
-    refused characters the line holds.
+    :data:`LINE_BREAK_CHARS` (``str.splitlines``), the space separators of
+    :data:`SPACE_SEPARATORS` (no-break space and the like: the same stray ``@@``) and every
+    other control character (Unicode category Cc; invisible, and taken as part of a word). The
+    message names the character (code point and name) and its position (1-based character
+    index), and how many more refused characters the line holds.
     """
     m = _BAD_CHAR.search(text)
     if m is None:
@@ -165,6 +176,12 @@ def bad_character_problem(text: str) -> str | None:
             f"{LINE_BREAK_CHARS[c]} ({code}) at character {col}: a line break for Python's "
             f"str.splitlines and the readers built on it (the line would be split there and the "
             f"pair misaligned); replace it by a space{tail}"
+        )
+    if unicodedata.category(c) == "Zs":
+        return (
+            f"{unicodedata.name(c).lower()} ({code}) at character {col}: a word boundary for "
+            f"fairseq's tokenizer but not for BPE tools (subword-nmt splits words on U+0020 only "
+            f"and leaves a stray @@ token); replace it by a space{tail}"
         )
     return (
         f"control character {code} at character {col}: invisible, and BPE tools take it as "
@@ -984,8 +1001,8 @@ def _cmd_check(a: argparse.Namespace) -> int:
     n = check_pair(a.src, a.tgt, a.max_len, a.src_name, a.tgt_name)
     print(
         f"ok: {a.src_name or a.src} / {a.tgt_name or a.tgt}: {n} lines, "
-        f"UTF-8, no empty/CRLF/over-long (> {a.max_len} tokens) lines, no tab, line-break or "
-        "control characters"
+        f"UTF-8, no empty/CRLF/over-long (> {a.max_len} tokens) lines, no tab, line-break, "
+        "no-break-space or control characters"
     )
     return 0
 

@@ -42,14 +42,27 @@ CONTROL = {c for c in ALL_CHARS if unicodedata.category(c) == "Cc"}
 ON_BYTES = {"\n", "\r", "\x00"}
 
 
+def _word_boundary_for_fairseq_only(c: str) -> bool:
+    """fairseq's tokenizer splits ``a{c}b`` in two, subword-nmt (words split on " ") does not."""
+    from fairseq.tokenizer import tokenize_line
+
+    return len(tokenize_line(f"a{c}b")) == 2 and len(f"a{c}b".split(" ")) == 1
+
+
+#: a stray "@@" token after subword-nmt (no-break space and the other space separators)
+SPACE_LIKE = {c for c in ALL_CHARS if _word_boundary_for_fairseq_only(c)} - SPLITLINES_BREAKS
+
+
 def test_line_breaks_are_exactly_the_ones_of_str_splitlines():
     assert SPLITLINES_BREAKS - {"\n", "\r"} == set(corpus.LINE_BREAK_CHARS)
     assert len(corpus.LINE_BREAK_CHARS) == 8  # \v \f \x1c \x1d \x1e \x85 \u2028 \u2029
 
 
 def test_every_refused_character_and_only_those():
-    refused = (SPLITLINES_BREAKS | CONTROL | {"\t"}) - ON_BYTES
-    assert len(refused) == 65 + 2 - 3  # Cc (65, \t \v \f \x1c-\x1e \x85 among them), U+2028-9
+    refused = (SPLITLINES_BREAKS | CONTROL | SPACE_LIKE | {"\t"}) - ON_BYTES
+    # Cc (65, \t \v \f \x1c-\x1e \x85 among them), U+2028-9, 16 space separators (and \x1f)
+    assert len(SPACE_LIKE - CONTROL) == 16 and "\u00a0" in SPACE_LIKE and "\u3000" in SPACE_LIKE
+    assert len(refused) == 65 + 2 + 16 - 3
     wrong = [
         f"U+{ord(c):04X}"
         for c in ALL_CHARS
@@ -67,6 +80,7 @@ def test_every_refused_character_and_only_those():
 def test_check_names_file_line_and_character(tmp_path):
     src, tgt = tmp_path / "x.gl", tmp_path / "x.en"
     bad = ["\t", "\v", "\f", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029", "\x1b", "\x7f"]
+    bad += ["\u00a0", "\u3000"]
     src.write_text("".join(f"ola{c}mundo .\n" for c in bad), encoding="utf-8")
     tgt.write_text("hello world .\n" * len(bad), encoding="utf-8")
     p = run_corpus("check", "--src", src, "--tgt", tgt)
@@ -90,6 +104,12 @@ def test_check_names_file_line_and_character(tmp_path):
         "take it as part of a word; remove it"
     )
     assert lines[10].startswith(f"error: {src}:11: control character U+007F at character 4")
+    assert lines[11] == (
+        f"error: {src}:12: no-break space (U+00A0) at character 4: a word boundary for fairseq's "
+        "tokenizer but not for BPE tools (subword-nmt splits words on U+0020 only and leaves a "
+        "stray @@ token); replace it by a space"
+    )
+    assert lines[12].startswith(f"error: {src}:13: ideographic space (U+3000) at character 4")
 
 
 # ------------------------------------------------------------------------------ one file twice

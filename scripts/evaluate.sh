@@ -157,7 +157,6 @@ elif [[ -s "$SCORE" && -f "$HYP" ]]; then
         *) die "cannot tell what made $SCORE (above): remove $MADE_BY, or decode again with --force" ;;
     esac
 fi
-rm -f -- "$MADE_BY"  # outputs being remade have no record until they are all written
 
 QK_CLEANUP+=("$GEN.tmp" "$(dirname -- "$HYP")/.$(basename -- "$HYP").partial" "$SCORE.tmp")  # an interrupted step leaves nothing half-written
 N_REF="$(qk_count_lines "$REF")"
@@ -175,6 +174,9 @@ OMP_NUM_THREADS="$THREADS" qk_run "${GEN_CMD[@]}" >"$GEN.tmp" 2>"$RUN/$STEM.gen.
         die "$("$QK_PY" -m qknorm_tools.evaluate explain-generate --log "$RUN/$STEM.gen.log" \
             --checkpoint "$CHECKPOINT" --data "$BIN" || echo fairseq-generate failed); see $RUN/$STEM.gen.log"
     }
+# from here the earlier outputs are being replaced: no record until all are written (a decode
+# that fails or is interrupted before this line keeps the earlier outputs and their record)
+rm -f -- "$MADE_BY"
 mv -- "$GEN.tmp" "$GEN"
 stop_watch
 "$QK_PY" -m qknorm_tools.evaluate extract --generate-output "$GEN" --output "$HYP" \

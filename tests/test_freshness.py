@@ -170,6 +170,18 @@ def test_a_profiles_beam_change_makes_evaluate_decode_again_and_bpe_says_why(tmp
     log = step("evaluate.sh")
     assert "made with other settings: beam 2 -> 4; max-len-b 10 -> 12\n" in log, log
     assert "is up to date" in step("evaluate.sh")
+    # a forced decode that fails (here a truncated checkpoint) replaces nothing: the earlier
+    # outputs keep their record and are reused once the checkpoint is back
+    ckpt = run / "checkpoints/checkpoint_best.pt"
+    kept = ckpt.with_name("kept.pt")
+    ckpt.rename(kept)
+    ckpt.write_bytes(kept.read_bytes()[:1000])
+    p = subprocess.run(["bash", repo / "scripts/evaluate.sh", *cell, "--force"], env=env,
+                       capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert p.returncode == 1 and f"{ckpt} is truncated or not a checkpoint" in p.stderr, out(p)
+    assert (run / "test.made_by.json").is_file() and not (run / "test.gen.out.tmp").exists()
+    kept.replace(ckpt)
+    assert "is up to date" in step("evaluate.sh")
     # (a checkpoint written again, a score without a record: the tests above)
 
     # the data steps' rule is the same one: BPE and binarized data say what changed

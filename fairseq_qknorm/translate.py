@@ -142,6 +142,22 @@ def checkpoint_file_name(checkpoint: str) -> str:
     raise ValueError(f"--checkpoint must be best, last or avgN (e.g. avg5), got {checkpoint!r}")
 
 
+def _check_work_dir(work: Path) -> None:
+    """Refuse a work dir that is a file or lies below one, as ``scripts/lib.sh`` does.
+
+    Raises:
+        NotADirectoryError: ``work``, or its nearest existing ancestor, is not a directory.
+    """
+    up = work
+    while not up.exists() and up != up.parent:
+        up = up.parent
+    if not up.is_dir():
+        raise NotADirectoryError(
+            f"QKNORM_WORK_DIR={work}: {up} is not a directory (the work dir holds data/, runs/ "
+            "and results/; point QKNORM_WORK_DIR at a directory)"
+        )
+
+
 def pipeline_settings(
     pair: str,
     system: str,
@@ -167,6 +183,7 @@ def pipeline_settings(
 
     Raises:
         ValueError: unknown pair/system/profile (the scripts' message) or checkpoint.
+        NotADirectoryError: ``QKNORM_WORK_DIR`` is a file or lies below one.
     """
     name = checkpoint_file_name(checkpoint)
     try:  # the scripts' configuration, read as they read it (qknorm_tools.config)
@@ -176,6 +193,7 @@ def pipeline_settings(
     except config.ConfigError as e:
         raise ValueError(str(e)) from None
     work = config.work_dir()
+    _check_work_dir(work)
     label = config.run_label(profile_cfg, max_update)
     run = config.run_dir(work, pair_cfg.name, label, system_cfg.name, seed,
                          precision=_precision(profile_cfg, work))  # fmt: skip
@@ -325,6 +343,7 @@ class Translator:
                 or renamed; its ``train.json`` records another identity), as ``evaluate.sh``
                 refuses it.
             FileNotFoundError: the run has no such checkpoint.
+            NotADirectoryError: see :func:`pipeline_settings`.
         """
         from qknorm_tools.evaluate import check_run_identity
 
@@ -429,6 +448,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         quiet_fairseq_logging("--verbose shows them")
     from qknorm_tools.evaluate import RunIdentityError
 
+    # the input is read and checked before the model loads (an unreadable file or bytes that
+    # are not UTF-8 are said at once)
+    try:
+        if a.input:
+            with open(a.input, "rb") as f:
+                data = f.read()
+        else:
+            data = sys.stdin.buffer.read()
+    except OSError as e:
+        print(f"error: cannot read {a.input}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        print(f"error: {a.input or 'stdin'} is not UTF-8 (byte {e.start})", file=sys.stderr)
+        return 1
+    # lines end at "\n" only, as for the pipeline's tools (str.splitlines also splits at
+    # U+2028, U+0085, ...)
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
     if a.bf16_autocast:
         os.environ["QKNORM_BF16"] = "1"
     try:
@@ -447,37 +487,30 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as e:  # unknown pair, system or profile: a usage error
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except (FileNotFoundError, CheckpointError) as e:
+    except (FileNotFoundError, NotADirectoryError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(f"[translate] {translator.checkpoint}", file=sys.stderr)
-    if a.input:
-        with open(a.input, "rb") as f:
-            data = f.read()
-    else:
-        data = sys.stdin.buffer.read()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        print(f"error: {a.input or 'stdin'} is not UTF-8 (byte {e.start})", file=sys.stderr)
-        return 1
-    # lines end at "\n" only, as for the pipeline's tools (str.splitlines also splits at
-    # U+2028, U+0085, ...)
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    hyps = translator.translate(lines)
-    text = "".join(h + "\n" for h in hyps)
-    if a.output:  # whole or not at all: an existing file is left as it was on an error
-        from qknorm_tools.textio import OutputError, write_text_atomic
+    if a.output:
+        # whole or not at all: the output is opened before translating (an unwritable one is
+        # said at once), written after; an existing file is left as it was on an error
+        from qknorm_tools.textio import OutputError, atomic_output
 
         try:
-            write_text_atomic(a.output, text)
+            with atomic_output(a.output) as tmp, open(tmp, "w", encoding="utf-8") as f:
+                f.write("".join(h + "\n" for h in translator.translate(lines)))
         except OutputError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
-    else:
-        sys.stdout.write(text)
+        return 0
+    hyps = translator.translate(lines)
+    try:
+        sys.stdout.write("".join(h + "\n" for h in hyps))
+        sys.stdout.flush()
+    except OSError as e:  # a full disk, a closed pipe
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        print(f"error: cannot write the translations to stdout: {e.strerror or e}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -387,6 +387,17 @@ def test_translate_output_file_whole_or_not_at_all(evaluated, tmp_path):
     assert proc.returncode == 1
     assert proc.stderr.splitlines()[-1].startswith(f"error: cannot write {bad}: ")
     assert (tmp_path / "afile").read_text() == "x\n"
+    # stdout on a full disk: an error naming it, no traceback
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [sys.executable, "-m", "fairseq_qknorm.translate", *map(str, args)],
+            env={**cli_env(), "QKNORM_WORK_DIR": str(work)}, stdout=full, stderr=subprocess.PIPE,
+            text=True, timeout=FAR_BOUND,
+        )  # fmt: skip
+    assert proc.returncode == 1 and proc.stderr.splitlines()[-1] == (
+        "error: cannot write the translations to stdout: No space left on device"
+    ), proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_translate_errors(tmp_path, monkeypatch):
@@ -397,6 +408,22 @@ def test_translate_errors(tmp_path, monkeypatch):
         pipeline_settings("gl-en", "no_such_system")
     proc = translate_cli("gl-en", "twt", "--seed", 3, work=tmp_path, input_text="")
     assert proc.returncode == 1 and "seed3/checkpoints/checkpoint_best.pt not found" in proc.stderr
+    # a missing input is said before any model is looked for
+    missing = tmp_path / "no_such.gl"
+    proc = translate_cli("gl-en", "twt", "--input", missing, work=tmp_path, input_text="")
+    assert (proc.returncode, proc.stderr) == (
+        1,
+        f"error: cannot read {missing}: No such file or directory\n",
+    )
+    # a work dir that is a file: said as the scripts say it (scripts/lib.sh)
+    afile = tmp_path / "afile"
+    afile.write_text("x\n")
+    proc = translate_cli("gl-en", "twt", work=afile / "sub", input_text="ola\n")
+    assert (proc.returncode, proc.stderr) == (
+        1,
+        f"error: QKNORM_WORK_DIR={afile / 'sub'}: {afile} is not a directory (the work dir "
+        "holds data/, runs/ and results/; point QKNORM_WORK_DIR at a directory)\n",
+    )
 
 
 # --------------------------------------------------------------------------------------------

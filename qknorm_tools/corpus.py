@@ -402,7 +402,7 @@ def overlap_warnings(report: Sequence[dict], label: str) -> list[str]:
         pct = 100.0 * r["pairs_in_train"] / r["lines"] if r["lines"] else 0.0
         ex = "; ".join(
             f"{e['src']!r} / {e['tgt']!r} ({e['count']}x, line{'s' if len(e['lines']) > 1 else ''} "
-            f"{', '.join(map(str, e['lines']))})"
+            f"{', '.join(map(str, e['lines']))}{', ...' if e['count'] > len(e['lines']) else ''})"
             for e in r["examples"]
         )
         lines.append(

@@ -221,3 +221,19 @@ def test_dev_test_overlap_with_training_data_is_a_warning_with_counts(tmp_path):
         ("dev", 3, 3),
         ("test", 0, 1),
     ]
+
+
+def test_an_overlap_seen_more_often_than_its_lines_listed_says_so(tmp_path):
+    """The report keeps 5 line numbers per sentence; a 6th occurrence is marked "...", never a
+    count that the listed lines contradict."""
+    train = [tmp_path / "train.gl", tmp_path / "train.en"]
+    dev = [tmp_path / "dev.gl", tmp_path / "dev.en"]
+    train[0].write_text("ola .\nadeus .\n")
+    train[1].write_text("hello .\nbye .\n")
+    dev[0].write_text("ola .\n" * 6 + "outra .\n")
+    dev[1].write_text("hello .\n" * 6 + "other .\n")
+    report = corpus.overlap_report(
+        (str(train[0]), str(train[1])), [("dev", str(dev[0]), str(dev[1]))]
+    )
+    (line,) = corpus.overlap_warnings(report, "gl-en")
+    assert line.endswith("most frequent: 'ola .' / 'hello .' (6x, lines 1, 2, 3, 4, 5, ...)")

@@ -112,10 +112,15 @@ def _finish_system(
             "equal): there is no difference to test (p = 1 by definition)"
         )
     if not rec["is_baseline"] and 0 < n_diff < 20 and "ar" in tests:
+        advice = (  # on too few sentences the bootstrap has (almost) nothing to resample either
+            "prefer p_bs"
+            if len(hyps) >= MIN_SIG_LINES
+            else f"p_bs is no better on {len(hyps)} sentences: neither p-value is evidence"
+        )
         warn(
             f"system {rec['name']!r} differs from the baseline on only {n_diff} lines: "
             f"sacreBLEU's approximate randomization counts only strictly larger shuffled "
-            f"differences, so ties make its p-value too small here; prefer p_bs"
+            f"differences, so ties make its p-value too small here; {advice}"
         )
     rec["delta"] = rec["score"] - base_score
     for k in ("bs_mean", "ci95", "p_bs", "p_ar"):

@@ -59,6 +59,12 @@ def test_allowed_few_lines_are_flagged_and_identical_systems_named(tmp_path, cap
         "no difference to test (p = 1 by definition)\n" in cap.err
     )
     assert f"warning: {FEW}\n" in cap.err
+    assert (
+        "warning: system 'sys' differs from the baseline on only 1 lines: sacreBLEU's approximate "
+        "randomization counts only strictly larger shuffled differences, so ties make its "
+        "p-value too small here; p_bs is no better on 1 sentences: neither p-value is evidence\n"
+        in cap.err
+    )
     assert evaluate.main([*args, "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert (res["n_lines"], res["min_lines"], res["few_lines"]) == (1, 300, True)

@@ -58,6 +58,8 @@ _RECORD = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} \| ")
 _PY_WARNING = re.compile(r"^\S+:\d+: \w*Warning:( |$)")
 #: fairseq_cli.train prints the model as a multi-line repr: ``| fairseq_cli.train | Name(``
 _MODEL_PRINT = re.compile(r"\| fairseq_cli\.train \| \w+\($")
+#: fairseq_cli.train prints its whole configuration as one dict line (about 9,000 characters)
+_CONFIG_PRINT = re.compile(r"\| fairseq_cli\.train \| \{'_name': ")
 #: fairseq's one INFO line about a package the pipeline does not use
 _NOISE_LINES = ("| fairseq.tasks.text_to_speech | Please install tensorboardX",)
 
@@ -66,8 +68,9 @@ class TerminalNoise:
     """Which lines of a ``fairseq-train`` log the terminal does not need (train.log keeps all).
 
     Dropped: Python warnings of fairseq's dependencies (each with its continuation lines, up to
-    the next log record; a traceback is never dropped), the model's multi-line repr (one line
-    says so), fairseq's "Please install tensorboardX" INFO line. :meth:`keep` returns the text
+    the next log record; a traceback is never dropped), the model's multi-line repr and the
+    one-line dump of the whole configuration (one line says so for each), fairseq's "Please
+    install tensorboardX" INFO line. :meth:`keep` returns the text
     to show instead of a line: the line itself, a replacement, or None.
 
     Args:
@@ -89,6 +92,11 @@ class TerminalNoise:
             if _MODEL_PRINT.search(text):
                 self._in = "model"
                 return text[: text.rindex("|") + 1] + " (the model's structure: see train.log)"
+            m = _CONFIG_PRINT.search(text)
+            if m:
+                return text[: m.start() + len("| fairseq_cli.train |")] + (
+                    " (the full configuration: see train.log)"
+                )
             return text
         if text.startswith("Traceback") or re.match(r"^\w+(Error|Exception)\b", text):
             self._in = None

@@ -123,6 +123,7 @@ The version_base parameter is not specified.
   self.delegate = real_initialize(
 sys:1: UserWarning:
 'config' is validated against ConfigStore schema with the same name.
+2026-12-01 20:37:25 | INFO | fairseq_cli.train | {{'_name': None, 'common': {{'seed': 1}}}}
 2026-12-01 20:37:26 | INFO | fairseq.tasks.translation | [gl] dictionary: 80 types
 2026-12-01 20:37:27 | INFO | fairseq_cli.train | TransformerQKNormModel(
   (encoder): TransformerQKNormEncoder(
@@ -146,6 +147,7 @@ def test_terminal_leaves_out_fairseqs_noise_not_errors():
     progress.TrainEta(0, 1).filter(lines, buf, heartbeat=0, quiet=True)
     assert buf.getvalue().decode().splitlines() == [
         "(Python warnings of fairseq's dependencies: not shown, see train.log)",
+        "2026-12-01 20:37:25 | INFO | fairseq_cli.train | (the full configuration: see train.log)",
         "2026-12-01 20:37:26 | INFO | fairseq.tasks.translation | [gl] dictionary: 80 types",
         "2026-12-01 20:37:27 | INFO | fairseq_cli.train | (the model's structure: see train.log)",
         "2026-12-01 20:37:27 | INFO | fairseq_cli.train | task: TranslationWordDropoutTask",

@@ -39,7 +39,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Optional
 
-from qknorm_tools import config
+from qknorm_tools import commands, config
 
 
 def _precision(profile, work: Path) -> str:
@@ -203,7 +203,7 @@ def pipeline_settings(
         str(profile_cfg.lenpen),
         profile_cfg.gen_max_tokens,
     )
-    gen_flags = list(profile_cfg.gen_flags)
+    gen_flags = commands.decode_flags(profile_cfg, label)  # as evaluate.sh decodes
     precision = _precision(profile_cfg, work) or "fp32"
     identity = dict(pair=pair, profile=label, system=system, seed=seed, precision=precision)
     return PipelineSettings(

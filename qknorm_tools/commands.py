@@ -16,7 +16,7 @@ Python::
 Command line (the argv shell-quoted on one line, for bash's ``eval "CMD=($out)"``)::
 
     python -m qknorm_tools.commands generate --pair P --profile F --data BIN --checkpoint PT
-        --gen-subset test|valid --seed N
+        --gen-subset test|valid --seed N [--label LABEL]
     python -m qknorm_tools.commands average --profile F --run RUN -n N --output PT
     python -m qknorm_tools.commands train --pair P --system S --profile F --data DATA --run RUN
         --label LABEL --arch ARCH --seed N --max-update N --max-tokens N --remove-bpe SYMBOL
@@ -36,9 +36,15 @@ from pathlib import Path
 from qknorm_tools import config
 from qknorm_tools.config import Pair, Profile, System
 
-#: what a short try (a budget other than the profile's) adds to a dev-BLEU validation's
-#: --eval-bleu-args: the CPU profiles' length cap 1.5 * source + 10 (docs/short-paper-try.md)
+#: A short try (a budget other than the profile's, filed as PROFILE-max-update-N) of a profile
+#: without an output length cap decodes with the CPU profiles' cap, output <= 1.5 * source + 10
+#: tokens (docs/short-paper-try.md): added to a dev-BLEU validation's --eval-bleu-args ...
 SHORT_TRY_MAX_LEN = ', "max_len_a": 1.5, "max_len_b": 10}'
+#: ... and to the decoding of the test set (fairseq-generate, the translate helper)
+SHORT_TRY_GEN_CAP = ("--max-len-a", "1.5", "--max-len-b", "10")
+#: A short try's dev-BLEU validation decodes one batch of the 100 shortest dev sentences
+#: (fairseq orders validation batches by length; it evaluates batches 0..--max-valid-steps)
+SHORT_TRY_VALID = ("--batch-size-valid", "100", "--max-valid-steps", "0")
 
 
 def _token(value) -> str:
@@ -61,10 +67,12 @@ def generate_argv(
     checkpoint: str,
     gen_subset: str,
     seed: int,
+    label: str | None = None,
 ) -> list:
     """The fairseq-generate argv that decodes ``gen_subset`` of ``data`` with ``checkpoint``.
 
-    The profile's beam, length penalty, batch size and decoding flags; every sentence kept
+    The profile's beam, length penalty, batch size and decoding flags (:func:`decode_flags`
+    for runs filed under ``label``, default the profile's name); every sentence kept
     (--required-batch-size-multiple 1), no data workers, the run's seed.
     """
     return ["fairseq-generate", data,
@@ -73,7 +81,7 @@ def generate_argv(
             "--path", checkpoint, "--gen-subset", gen_subset,
             "--beam", _token(profile.beam), "--lenpen", _token(profile.lenpen),
             "--max-tokens", _token(profile.gen_max_tokens),
-            *profile.gen_flags,
+            *decode_flags(profile, label or profile.name),
             "--required-batch-size-multiple", "1", "--num-workers", "0",
             "--seed", str(seed)]  # fmt: skip
 
@@ -104,16 +112,35 @@ def _with_lr(optim_flags: tuple, lr: str | None) -> list:
     return flags
 
 
+def decode_flags(profile: Profile, label: str) -> list:
+    """The profile's decoding flags for runs filed under ``label``.
+
+    A short try (``label`` is not the profile's name: another budget) of a profile that sets
+    no output length cap gets :data:`SHORT_TRY_GEN_CAP`: an undertrained model repeats tokens
+    up to fairseq's default cap of 200 for every sentence (the ``paper`` profile's 1,112 gl-en
+    test sentences with beam 4). The profile's own runs keep its settings.
+    """
+    flags = list(profile.gen_flags)
+    if label != profile.name and not any(f.startswith("--max-len") for f in flags):
+        flags += SHORT_TRY_GEN_CAP
+    return flags
+
+
 def _short_try(valid_flags: tuple) -> list:
-    """``valid_flags`` with the short try's length cap added to --eval-bleu-args (if not set).
+    """``valid_flags`` of a short try: a dev-BLEU validation capped and on 100 sentences.
 
     A short try (a budget other than the profile's: PROFILE-max-update-N) that validates by dev
-    BLEU decodes dev with the CPU profiles' length cap 1.5 * source + 10: an undertrained model
-    repeats tokens up to fairseq's default cap of 200 (the first validation of ``--profile paper
-    --max-update 20`` took more than 9 minutes on a CPU); the profile's own runs keep its
-    settings (docs/short-paper-try.md).
+    BLEU decodes dev with the CPU profiles' length cap 1.5 * source + 10 (added to
+    --eval-bleu-args unless it sets one) and only the 100 shortest dev sentences
+    (:data:`SHORT_TRY_VALID`): an undertrained model repeats tokens up to fairseq's default cap
+    of 200, and the first validation of ``--profile paper --max-update 20`` took more than 9
+    minutes on a CPU on all 742 gl-en dev sentences, with the cap too. Validation by loss is
+    left as it is (cheap). The profile's own runs keep its settings
+    (docs/short-paper-try.md). Flags after ``--`` come later and win.
     """
     flags = list(valid_flags)
+    if "--eval-bleu" in flags:
+        flags += SHORT_TRY_VALID
     for i, flag in enumerate(list(flags)):
         value = flags[i + 1] if i + 1 < len(flags) else ""
         if flag == "--eval-bleu-args" and "max_len" not in value:
@@ -220,7 +247,8 @@ def _argv(args) -> list:
     pair, system, profile = _configs(args)
     if args.cmd == "generate":
         return generate_argv(pair, profile, repo=repo, data=args.data, checkpoint=args.checkpoint,
-                             gen_subset=args.gen_subset, seed=args.seed)  # fmt: skip
+                             gen_subset=args.gen_subset, seed=args.seed,
+                             label=args.label)  # fmt: skip
     if args.cmd == "average":
         return average_argv(profile, args.run, args.n, args.output)
     return train_argv(
@@ -247,6 +275,7 @@ def main(argv: list | None = None) -> int:
     gen.add_argument("--checkpoint", required=True)
     gen.add_argument("--gen-subset", required=True, help="test or valid")
     gen.add_argument("--seed", type=int, required=True)
+    gen.add_argument("--label", help="the run's label (scripts: qk_run_label); default: PROFILE")
     avg = sub.add_parser("average", help="the checkpoint averaging command of a run")
     avg.add_argument("--run", type=Path, required=True)
     avg.add_argument("-n", type=int, required=True, help="how many checkpoints")

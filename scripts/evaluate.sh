@@ -100,7 +100,7 @@ AVG_CMD=()
 [[ -z "$N_AVERAGE" ]] \
     || qk_command AVG_CMD average --profile "$PROFILE" --run "$RUN" -n "$N_AVERAGE" --output "$CHECKPOINT"
 qk_command GEN_CMD generate --pair "$PAIR" --profile "$PROFILE" --data "$BIN" \
-    --checkpoint "$CHECKPOINT" --gen-subset "$GEN_SUBSET" --seed "$SEED"
+    --checkpoint "$CHECKPOINT" --gen-subset "$GEN_SUBSET" --seed "$SEED" --label "$LABEL"
 if ((DRY_RUN)); then
     ((${#AVG_CMD[@]} == 0)) || qk_print_cmd "${AVG_CMD[@]}"
     qk_print_cmd env "OMP_NUM_THREADS=$THREADS" "${GEN_CMD[@]}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import time
 
 import pytest
@@ -49,6 +50,38 @@ def test_a_short_try_caps_validation_decoding(tmp_path):
                      env=env)  # fmt: skip
     assert own.returncode == 0, out(own)
     assert eval_bleu_args(own.stdout) == {"beam": 2, "max_len_b": 5}
+
+
+def _gen_flags(stdout):
+    (line,) = [x for x in stdout.splitlines() if "fairseq-generate" in x]
+    return flags(shlex.split(line))
+
+
+def test_a_short_try_validates_and_decodes_little(tmp_path):
+    """Dev BLEU on one batch of the 100 shortest dev sentences, test decoding capped as the
+    CPU profiles cap it; the profile's own runs keep the papers' settings (all of dev, no cap)."""
+    env = make_env(tmp_path / "work")
+    cell = ["gl-en", "qknorm_paper", "--profile", "paper"]
+    short = run_script("train.sh", *cell, "--max-update", 20, "--dry-run", env=env)
+    full = run_script("train.sh", *cell, "--dry-run", env=env)
+    assert short.returncode == full.returncode == 0, out(short) + out(full)
+    (s,), (f,) = train_commands(short.stdout), train_commands(full.stdout)
+    assert (flags(s)["--batch-size-valid"], flags(s)["--max-valid-steps"]) == ("100", "0")
+    assert "--batch-size-valid" not in f and "--max-valid-steps" not in f
+    short = run_script("evaluate.sh", *cell, "--max-update", 20, "--dry-run", env=env)
+    full = run_script("evaluate.sh", *cell, "--dry-run", env=env)
+    assert short.returncode == full.returncode == 0, out(short) + out(full)
+    assert (_gen_flags(short.stdout)["--max-len-a"], _gen_flags(short.stdout)["--max-len-b"]) == (
+        "1.5",
+        "10",
+    )
+    assert "--max-len-a" not in full.stdout and "--max-len-b" not in full.stdout
+    # the translate helper decodes as evaluate.sh
+    from fairseq_qknorm.translate import pipeline_settings
+
+    settings = pipeline_settings("gl-en", "qknorm_paper", "paper", max_update=20)
+    assert settings.generate_flags[-4:] == ["--max-len-a", "1.5", "--max-len-b", "10"]
+    assert "--max-len-a" not in pipeline_settings("gl-en", "qknorm_paper", "paper").generate_flags
 
 
 def test_validation_shows_progress():

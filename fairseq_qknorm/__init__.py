@@ -23,8 +23,17 @@ _QUIET_HINTS = {
     f"{__name__}.translate": "--verbose shows them",
     f"{__name__}.bf16_auto": "python -m benchmarks.bf16_cpu shows them",
 }
+#: the modules that are commands (``python -m fairseq_qknorm.NAME --help``); every other module
+#: is a library module, which ``-m`` would run a second time, registering its fairseq names twice
+COMMANDS = ("translate", "bf16_auto", "attention_dump", "average_checkpoints")
 _argv = getattr(_sys, "orig_argv", [])
 _main = _argv[_argv.index("-m") + 1] if "-m" in _argv[:-1] else ""
+if _main.startswith(f"{__name__}.") and _main.split(".", 1)[1] not in COMMANDS:
+    raise SystemExit(
+        f"error: {_main} is a library module, not a command: fairseq uses it through "
+        f"--user-dir {__name__} (docs/usage.md). The commands: "
+        + ", ".join(f"python -m {__name__}.{c}" for c in COMMANDS)
+    )
 if _main.startswith(f"{__name__}."):
     from qknorm_tools.progress import quiet_fairseq_logging
 

@@ -376,3 +376,39 @@ def test_a_plugin_tools_help_is_not_preceded_by_fairseqs_noise(tool):
     )
     assert p.returncode == 0 and p.stdout.startswith("usage: "), out(p)
     assert p.stderr == "", out(p)
+
+
+def _package_modules():
+    """Every module of the plugin package, as ``python -m`` names it, and whether its source
+    has a ``__main__`` block (read from the file, independently of ``COMMANDS``)."""
+    pkg = REPO / "fairseq_qknorm"
+    for path in sorted(pkg.rglob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        name = ".".join(path.relative_to(REPO).with_suffix("").parts)
+        yield name, 'if __name__ == "__main__"' in path.read_text(encoding="utf-8")
+
+
+def test_the_commands_are_the_modules_with_a_main_block():
+    import fairseq_qknorm
+
+    mains = {n.split(".", 1)[1] for n, has_main in _package_modules() if has_main}
+    assert set(fairseq_qknorm.COMMANDS) == mains
+
+
+@pytest.mark.parametrize("module", [n for n, has_main in _package_modules() if not has_main])
+def test_a_library_module_run_as_a_command_says_so(module):
+    # python -m fairseq_qknorm.bpe --help used to end in "ValueError: Cannot register
+    # duplicate bpe (pipeline)" (the package had registered it already); others printed nothing
+    p = subprocess.run(
+        [sys.executable, "-m", module, "--help"], cwd=REPO, env=cli_env(),
+        capture_output=True, text=True, timeout=FAR_BOUND,
+    )  # fmt: skip
+    assert p.returncode == 1, out(p)
+    assert p.stdout == ""
+    assert p.stderr.splitlines() == [
+        f"error: {module} is a library module, not a command: fairseq uses it through "
+        "--user-dir fairseq_qknorm (docs/usage.md). The commands: python -m "
+        "fairseq_qknorm.translate, python -m fairseq_qknorm.bf16_auto, python -m "
+        "fairseq_qknorm.attention_dump, python -m fairseq_qknorm.average_checkpoints"
+    ]

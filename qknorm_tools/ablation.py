@@ -22,6 +22,7 @@ __all__ = [
     "ablation_effects",
     "ablation_report",
     "ablation_runs",
+    "ablation_seed_tests",
     "ablation_significance",
     "write_ablation_report",
 ]
@@ -79,6 +80,18 @@ _EFFECT_ORDER = (
     "paper_comparison",
 )
 
+# every effect as a contrast of the four cell means, weights in ABLATION_CELLS order (a, b, c, d)
+_CONTRASTS = {
+    "qknorm_effect_at_layernorm": (-1.0, 1.0, 0.0, 0.0),
+    "qknorm_effect_at_scalenorm": (0.0, 0.0, -1.0, 1.0),
+    "norm_effect_at_dot": (-1.0, 0.0, 1.0, 0.0),
+    "norm_effect_at_qknorm": (0.0, -1.0, 0.0, 1.0),
+    "qknorm_main_effect": (-0.5, 0.5, -0.5, 0.5),
+    "norm_main_effect": (-0.5, -0.5, 0.5, 0.5),
+    "interaction": (-1.0, 1.0, 1.0, -1.0),
+    "paper_comparison": (0.0, 1.0, -1.0, 0.0),
+}
+
 
 def ablation_effects(means: Mapping[str, float]) -> dict[str, object]:
     """Effects of the 2x2 design from the four cell means (pure function).
@@ -131,6 +144,62 @@ def ablation_effects(means: Mapping[str, float]) -> dict[str, object]:
             "main_effects": {"qknorm_main_effect": qk_main, "minus_norm_main_effect": -nm_main},
         },
     }
+
+
+def ablation_seed_tests(values: Mapping[str, Sequence[float]]) -> dict[str, dict | None]:
+    """Welch t-tests of the ablation effects over seeds: training noise included.
+
+    The AR test of :func:`ablation_significance` asks whether fixed outputs differ beyond the
+    sampling of test sentences; it cannot see that a second training run of the same system
+    scores differently. Here each seed's score is one draw of training, and each effect is a
+    contrast ``L = sum_i w_i mean_i`` of the four cell means (weights in
+    :data:`_CONTRASTS`). Its standard error and degrees of freedom are Welch's
+    (Welch 1947; Satterthwaite 1946):
+
+        se^2 = sum_i w_i^2 s_i^2 / n_i,   df = se^4 / sum_i (w_i^2 s_i^2 / n_i)^2 / (n_i - 1),
+
+    with ``s_i`` the sample sd (ddof 1) and ``n_i`` the number of seeds of cell ``i``;
+    ``t = L / se`` and ``p = 2 P(T_df > |t|)``. For an effect of two cells this is exactly
+    ``scipy.stats.ttest_ind(..., equal_var=False)``. Seeds are not paired: runs of different
+    systems with one seed share the data order, not the initialisation. On why
+    single-run comparisons mislead: Clark et al. (2011), *Better Hypothesis Testing for
+    Statistical Machine Translation: Controlling for Optimizer Instability*.
+
+    Args:
+        values: cell -> per-seed scores (BLEU points), the four keys of
+            :data:`ABLATION_CELLS`.
+
+    Returns:
+        Effect name -> ``{"estimate", "se", "df", "t", "p"}``, or None where a cell the
+        effect uses has fewer than 2 seeds or every such cell has zero spread.
+
+    Raises:
+        ResultsError: a cell is missing.
+    """
+    from scipy import stats
+
+    missing = [c for c in ABLATION_CELLS if c not in values]
+    if missing:
+        raise ResultsError(f"ablation cells missing: {missing} (need {list(ABLATION_CELLS)})")
+    cells = [[float(v) for v in values[c]] for c in ABLATION_CELLS]
+    out: dict[str, dict | None] = {}
+    for name, w in _CONTRASTS.items():
+        used = [(wi, v) for wi, v in zip(w, cells) if wi != 0.0]
+        if any(len(v) < 2 for _, v in used):
+            out[name] = None
+            continue
+        terms = [(wi * wi * mean_sd(v)[1] ** 2 / len(v), len(v)) for wi, v in used]
+        var = sum(t for t, _ in terms)
+        if var <= 0.0:
+            out[name] = None
+            continue
+        est = sum(wi * mean_sd(v)[0] for wi, v in used)
+        se = var**0.5
+        df = var * var / sum(t * t / (n - 1) for t, n in terms)
+        t_stat = est / se
+        p = float(2.0 * stats.t.sf(abs(t_stat), df))
+        out[name] = {"estimate": est, "se": se, "df": df, "t": t_stat, "p": p}
+    return out
 
 
 def ablation_significance(
@@ -336,11 +405,18 @@ def ablation_report(
         "outputs concatenated over seeds (and over the two cells of a level for main effects); "
         "the interaction is not tested.",
     ]
+    notes.append(
+        "p (seeds, Welch): Welch's t-test of the effect over the per-seed scores (each seed one "
+        "training run; Satterthwaite df for contrasts of more than two cells): it includes "
+        "training noise, which the AR test on fixed outputs does not (Clark et al. 2011); with "
+        "few seeds per cell it has few degrees of freedom."
+    )
     return {
         "metric": metric,
         "cells": cell_stats,
         "effects": effects,
         "significance": sig,
+        "seed_tests": ablation_seed_tests({c: cell_stats[c]["values"] for c in ABLATION_CELLS}),
         "runs": ablation_runs(ordered, metric),
         "notes": notes,
     }
@@ -363,13 +439,22 @@ def _markdown(report: Mapping[str, object]) -> list[str]:
             for att in ("dot", "qknorm")
         ]
         md.append("| " + " | ".join(row) + " |")
-    md += ["", "| effect | definition | Δ mean | Δ concat | p (AR) |", "|---|---|---:|---:|---:|"]
+    seed_tests = report.get("seed_tests") or {}
+    md += [
+        "",
+        "| effect | definition | Δ mean | Δ concat | p (AR) | p (seeds, Welch) |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
     defs = {k: v[2] for k, v in {**_SIMPLE_EFFECTS, **_POOLED_EFFECTS}.items()}
     defs["interaction"] = "((LN,QK) - (LN,dot)) - ((SN,QK) - (SN,dot))"
     for k in _EFFECT_ORDER:
         s = sig.get(k) or {}
         dc = f"{s['delta_concat']:+.2f}" if s.get("delta_concat") is not None else "-"
-        md.append(f"| {k} | {defs[k]} | {eff[k]:+.2f} | {dc} | {format_p(s.get('p_ar'))} |")
+        welch = (seed_tests.get(k) or {}).get("p")
+        md.append(
+            f"| {k} | {defs[k]} | {eff[k]:+.2f} | {dc} | {format_p(s.get('p_ar'))} "
+            f"| {format_p(welch)} |"
+        )
     dec, paper = eff["decomposition"], eff["paper_comparison"]
     md += [
         "",

@@ -517,6 +517,13 @@ def test_ablation_report_cli(systems, tmp_path):
     assert "interaction" not in sig
     md = (tmp_path / "abl" / "ablation.md").read_text()
     assert "paper_comparison" in md and "QKNorm main effect" in md
+    # the seed-level test in the JSON and the table: Welch's t on (25, 25) vs (20, 22)
+    from scipy import stats
+
+    p_welch = stats.ttest_ind([25.0, 25.0], [20.0, 22.0], equal_var=False).pvalue
+    assert rep["seed_tests"]["qknorm_effect_at_layernorm"]["p"] == pytest.approx(p_welch)
+    assert "| p (AR) | p (seeds, Welch) |" in md
+    assert f"| {p_welch:.4f} |" in md.split("qknorm_effect_at_layernorm |")[1].splitlines()[0]
 
 
 def test_ablation_report_lists_each_run(systems):
@@ -568,3 +575,55 @@ def test_ablation_report_lists_each_run(systems):
         "| layernorm_dot | layernorm_dot | 2 | min_lr | 42 | 11088 | 5.250 (41) | 12.00 | - | - |"
         in md
     )
+
+
+def test_ablation_seed_tests_are_welchs_t():
+    """Two-cell effects equal scipy's Welch test; four-cell contrasts (main effects,
+    interaction) equal Welch-Satterthwaite computed by hand from the cell sds."""
+    from scipy import stats
+
+    vals = {
+        "layernorm_dot": [13.02, 12.08, 11.30],
+        "layernorm_qknorm": [13.67, 12.92, 11.79],
+        "scalenorm_dot": [12.75, 12.79, 13.23],
+        "scalenorm_qknorm": [13.08, 13.31, 12.04],
+    }
+    res = ablation.ablation_seed_tests(vals)
+    pairs = {
+        "qknorm_effect_at_layernorm": ("layernorm_qknorm", "layernorm_dot"),
+        "qknorm_effect_at_scalenorm": ("scalenorm_qknorm", "scalenorm_dot"),
+        "norm_effect_at_dot": ("scalenorm_dot", "layernorm_dot"),
+        "norm_effect_at_qknorm": ("scalenorm_qknorm", "layernorm_qknorm"),
+        "paper_comparison": ("layernorm_qknorm", "scalenorm_dot"),
+    }
+    for name, (treat, ctrl) in pairs.items():
+        ref = stats.ttest_ind(vals[treat], vals[ctrl], equal_var=False)
+        assert res[name]["t"] == pytest.approx(ref.statistic, rel=1e-9), name
+        assert res[name]["p"] == pytest.approx(ref.pvalue, rel=1e-9), name
+    # the interaction (b - a) - (d - c) with weights +-1 on every cell, by hand
+    var = {c: np.var(v, ddof=1) / len(v) for c, v in vals.items()}
+    se2 = sum(var.values())
+    df = se2**2 / sum(x * x / 2 for x in var.values())
+    est = (np.mean(vals["layernorm_qknorm"]) - np.mean(vals["layernorm_dot"])) - (
+        np.mean(vals["scalenorm_qknorm"]) - np.mean(vals["scalenorm_dot"])
+    )
+    it = res["interaction"]
+    assert it["estimate"] == pytest.approx(est) and it["df"] == pytest.approx(df)
+    assert it["p"] == pytest.approx(2 * stats.t.sf(abs(est) / se2**0.5, df))
+    # main effect: weights 1/2, so se is half the interaction's, the estimate the mean of two
+    qk = res["qknorm_main_effect"]
+    assert qk["se"] == pytest.approx(se2**0.5 / 2) and qk["df"] == pytest.approx(df)
+    assert qk["estimate"] == pytest.approx(
+        (
+            res["qknorm_effect_at_layernorm"]["estimate"]
+            + res["qknorm_effect_at_scalenorm"]["estimate"]
+        )
+        / 2
+    )
+    # one seed in a cell: no test for the effects that use it, the others still tested
+    one = dict(vals, layernorm_dot=[13.02])
+    res1 = ablation.ablation_seed_tests(one)
+    assert res1["qknorm_effect_at_layernorm"] is None and res1["interaction"] is None
+    assert res1["paper_comparison"]["p"] == pytest.approx(res["paper_comparison"]["p"])
+    with pytest.raises(textio.ResultsError):
+        ablation.ablation_seed_tests({"layernorm_dot": [1.0, 2.0]})

@@ -517,6 +517,24 @@ def _bars_from_json(d: Mapping[str, object], value: str = "auto"):
     )
 
 
+def _seed_scores(d: Mapping[str, object], groups: Sequence[str], systems: Sequence[str]):
+    """Per-seed scores of an aggregate JSON, ``[group][system] -> list``.
+
+    Empty where the JSON has none (a compare JSON, a single seed).
+    """
+    metric = d.get("metric", "bleu_tok")
+    pairs = d.get("pairs") or {}
+    out = []
+    for g in groups:
+        row = []
+        for s in systems:
+            e = (pairs.get(g) or {}).get("systems", {}).get(s) or {}
+            vals = (e.get(metric) or {}).get("values") or []
+            row.append([float(v) for v in vals] if len(vals) > 1 else [])
+        out.append(row)
+    return out
+
+
 def _bar_notes(errors: str, n_bootstrap, n_ar, baseline, on: str, pvals) -> list[str]:
     """The caption lines of a BLEU bar chart: what the error bars and the p-values are."""
     boot = f" ({n_bootstrap:,} resamples)" if n_bootstrap else ""
@@ -550,6 +568,9 @@ def bleu_bars_figure(results_json, value: str = "auto", title: str = ""):
     except (OSError, ValueError) as exc:
         raise PlotInputError(f"cannot read results JSON {str(results_json)!r}: {exc}") from None
     groups, systems, H, LO, HI, ylabel, PV, notes = _bars_from_json(d, value)
+    seeds = _seed_scores(d, groups, systems)
+    if any(v for row in seeds for v in row):
+        notes = notes + ["dots: each seed's own score (the spread of training runs)"]
     baseline = d.get("baseline")
     n_s, n_g = len(systems), len(groups)
     one_group = n_g == 1
@@ -564,6 +585,10 @@ def bleu_bars_figure(results_json, value: str = "auto", title: str = ""):
         for g in range(n_g):
             if math.isnan(hs[g]):
                 continue
+            vals = seeds[g][j]
+            if vals:  # spread across the bar's width so that equal scores stay visible
+                xs = pos[g] + np.linspace(-0.25, 0.25, len(vals)) * width
+                ax.plot(xs, vals, "o", color="black", markersize=3.5, zorder=3)
             p = PV[g][j]
             text = "baseline" if s == baseline else (f"p={p:.3g}" if p is not None else "")
             if text:
@@ -580,6 +605,7 @@ def bleu_bars_figure(results_json, value: str = "auto", title: str = ""):
         ax.legend(fontsize=8)
     ax.set_ylabel(ylabel, fontsize=9)
     finite = [h + hi for row, his in zip(H, HI) for h, hi in zip(row, his) if not math.isnan(h)]
+    finite += [v for row in seeds for vals in row for v in vals]
     ax.set_ylim(0.0, (max(finite) if finite else 1.0) * 1.15 + 0.5)
     ax.grid(axis="y", alpha=0.3)
     if title:

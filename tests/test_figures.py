@@ -206,3 +206,23 @@ def test_ablation_figures_name_runs_by_system_like_its_tables(tmp_path):
     ]
     names = [a.split("=", 1)[0] for a in curves[curves.index("--log") + 1 :]]
     assert names == ["prenorm_fixnorm_layernorm", "qknorm_paper", "twt", "scalenorm_qknorm"]
+
+
+def test_aggregate_bars_show_each_seed(tmp_path, figures):
+    """With several seeds each bar carries one dot per seed at that seed's score, and the
+    caption says so: the bootstrap CI of concatenated outputs hides the spread of training."""
+    d = _aggregate(["gl-en"])
+    per_seed = {"twt": [19.6, 20.1, 20.3], "qknorm_paper": [22.5, 20.0, 20.5]}
+    for s, vals in per_seed.items():
+        d["pairs"]["gl-en"]["systems"][s]["bleu_tok"]["values"] = vals
+    (tmp_path / "a.json").write_text(json.dumps(d))
+    plots.plot_bleu_bars(tmp_path / "a.json", tmp_path / "b.png")
+    (fig,) = figures
+    (ax,) = fig.axes
+    dots = [ln for ln in ax.lines if ln.get_marker() == "o"]
+    assert [list(ln.get_ydata()) for ln in dots] == list(per_seed.values())
+    xs = [list(ln.get_xdata()) for ln in dots]
+    assert xs[0][0] < xs[0][1] < xs[0][2] < xs[1][0]  # on their own bars, in seed order
+    assert ax.get_ylim()[1] > 22.5  # the highest seed fits
+    caption = " ".join(t.get_text() for t in fig.texts)
+    assert "dots: each seed's own score" in caption

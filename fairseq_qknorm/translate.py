@@ -391,6 +391,24 @@ class Translator:
         return self.hub.translate(sentences, **self.generation)
 
 
+def _uint(flag: str):
+    """An argparse type: a non-negative integer below 10^9 without leading zeros.
+
+    The values ``scripts/lib/cli.sh``'s ``qk_is_uint`` accepts for train.sh's and
+    evaluate.sh's seeds and budgets: the run directory they name must be one train.sh can make.
+    """
+
+    def parse(text: str) -> int:
+        if not re.fullmatch(r"0|[1-9][0-9]{0,8}", text):
+            raise argparse.ArgumentTypeError(
+                f"{flag} must be a non-negative integer (no leading zeros, below 10^9), "
+                f"got '{text}'"
+            )
+        return int(text)
+
+    return parse
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``python -m fairseq_qknorm.translate PAIR SYSTEM [...] < input > output``."""
     p = argparse.ArgumentParser(
@@ -401,7 +419,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("pair")
     p.add_argument("system")
     p.add_argument("--profile", default="cpu-proxy")
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seed", type=_uint("--seed"), default=1)
     p.add_argument(
         "--checkpoint",
         default="best",
@@ -411,7 +429,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     )
     p.add_argument(
         "--max-update",
-        type=int,
+        type=_uint("--max-update"),
         help="the run's budget, if not the profile's (as given to scripts/train.sh)",
     )
     p.add_argument(
@@ -469,6 +487,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()
+    if not lines:  # said, not an error: an empty stdin in a pipeline translates to nothing
+        print(f"warning: {a.input or 'stdin'} is empty: nothing to translate", file=sys.stderr)
     if a.bf16_autocast:
         os.environ["QKNORM_BF16"] = "1"
     try:

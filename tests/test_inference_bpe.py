@@ -398,6 +398,11 @@ def test_translate_output_file_whole_or_not_at_all(evaluated, tmp_path):
         "error: cannot write the translations to stdout: No space left on device"
     ), proc.stderr
     assert "Traceback" not in proc.stderr
+    # an empty input translates to nothing, and says so (a new user's `head` of a wrong path
+    # left an empty file and a silent exit 0)
+    proc = translate_cli("gl-en", "twt", "--max-update", 200, work=work, input_text="")
+    assert (proc.returncode, proc.stdout) == (0, ""), proc.stderr
+    assert "warning: stdin is empty: nothing to translate" in proc.stderr.splitlines()
 
 
 def test_translate_errors(tmp_path, monkeypatch):
@@ -408,6 +413,13 @@ def test_translate_errors(tmp_path, monkeypatch):
         pipeline_settings("gl-en", "no_such_system")
     proc = translate_cli("gl-en", "twt", "--seed", 3, work=tmp_path, input_text="")
     assert proc.returncode == 1 and "seed3/checkpoints/checkpoint_best.pt not found" in proc.stderr
+    # seeds and budgets as train.sh takes them: a run directory train.sh could make
+    for flag, bad in (("--seed", "-1"), ("--max-update", "01")):
+        proc = translate_cli("gl-en", "twt", flag, bad, work=tmp_path, input_text="")
+        assert proc.returncode == 2 and proc.stderr.splitlines()[-1] == (
+            f"python -m fairseq_qknorm.translate: error: argument {flag}: {flag} must be a "
+            f"non-negative integer (no leading zeros, below 10^9), got '{bad}'"
+        ), proc.stderr
     # a missing input is said before any model is looked for
     missing = tmp_path / "no_such.gl"
     proc = translate_cli("gl-en", "twt", "--input", missing, work=tmp_path, input_text="")

@@ -28,13 +28,13 @@ _QUIET_HINTS = {
 COMMANDS = ("translate", "bf16_auto", "attention_dump", "average_checkpoints")
 _argv = getattr(_sys, "orig_argv", [])
 _main = _argv[_argv.index("-m") + 1] if "-m" in _argv[:-1] else ""
-if _main.startswith(f"{__name__}.") and _main.split(".", 1)[1] not in COMMANDS:
-    raise SystemExit(
-        f"error: {_main} is a library module, not a command: fairseq uses it through "
-        f"--user-dir {__name__} (docs/usage.md). The commands: "
-        + ", ".join(f"python -m {__name__}.{c}" for c in COMMANDS)
-    )
 if _main.startswith(f"{__name__}."):
+    if _main.split(".", 1)[1] not in COMMANDS:
+        raise SystemExit(
+            f"error: {_main} is a library module, not a command: fairseq uses it through "
+            f"--user-dir {__name__} (docs/usage.md). The commands: "
+            + ", ".join(f"python -m {__name__}.{c}" for c in COMMANDS)
+        )
     from qknorm_tools.progress import quiet_fairseq_logging
 
     quiet_fairseq_logging(_QUIET_HINTS.get(_main, "they do not concern this tool"))

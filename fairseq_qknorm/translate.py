@@ -394,12 +394,13 @@ class Translator:
 def _uint(flag: str):
     """An argparse type: a non-negative integer below 10^9 without leading zeros.
 
-    The values ``scripts/lib/cli.sh``'s ``qk_is_uint`` accepts for train.sh's and
-    evaluate.sh's seeds and budgets: the run directory they name must be one train.sh can make.
+    The values train.sh and evaluate.sh accept for seeds and budgets (``config.UINT_RE``, as
+    ``scripts/lib/cli.sh``'s ``qk_is_uint``): the run directory they name must be one train.sh
+    can make.
     """
 
     def parse(text: str) -> int:
-        if not re.fullmatch(r"0|[1-9][0-9]{0,8}", text):
+        if not config.UINT_RE.fullmatch(text):
             raise argparse.ArgumentTypeError(
                 f"{flag} must be a non-negative integer (no leading zeros, below 10^9), "
                 f"got '{text}'"

@@ -86,9 +86,9 @@ _CONTRASTS = {
     "qknorm_effect_at_scalenorm": (0.0, 0.0, -1.0, 1.0),
     "norm_effect_at_dot": (-1.0, 0.0, 1.0, 0.0),
     "norm_effect_at_qknorm": (0.0, -1.0, 0.0, 1.0),
+    "interaction": (-1.0, 1.0, 1.0, -1.0),
     "qknorm_main_effect": (-0.5, 0.5, -0.5, 0.5),
     "norm_main_effect": (-0.5, -0.5, 0.5, 0.5),
-    "interaction": (-1.0, 1.0, 1.0, -1.0),
     "paper_comparison": (0.0, 1.0, -1.0, 0.0),
 }
 
@@ -120,18 +120,13 @@ def ablation_effects(means: Mapping[str, float]) -> dict[str, object]:
     missing = [c for c in ABLATION_CELLS if c not in means]
     if missing:
         raise ResultsError(f"ablation cells missing: {missing} (need {list(ABLATION_CELLS)})")
-    a, b, c, d = (float(means[k]) for k in ABLATION_CELLS)
-    qk_ln, qk_sn, nm_dot, nm_qk = b - a, d - c, c - a, d - b
-    qk_main, nm_main = (qk_ln + qk_sn) / 2, (nm_dot + nm_qk) / 2
+    m = [float(means[k]) for k in ABLATION_CELLS]
+    effects = {name: sum(wi * mi for wi, mi in zip(w, m)) for name, w in _CONTRASTS.items()}
+    qk_ln, qk_sn = effects["qknorm_effect_at_layernorm"], effects["qknorm_effect_at_scalenorm"]
+    nm_dot, nm_qk = effects["norm_effect_at_dot"], effects["norm_effect_at_qknorm"]
+    qk_main, nm_main = effects["qknorm_main_effect"], effects["norm_main_effect"]
     return {
-        "qknorm_effect_at_layernorm": qk_ln,
-        "qknorm_effect_at_scalenorm": qk_sn,
-        "norm_effect_at_dot": nm_dot,
-        "norm_effect_at_qknorm": nm_qk,
-        "interaction": qk_ln - qk_sn,
-        "qknorm_main_effect": qk_main,
-        "norm_main_effect": nm_main,
-        "paper_comparison": b - c,
+        **effects,
         "decomposition": {
             "via_layernorm": {
                 "qknorm_effect_at_layernorm": qk_ln,
@@ -181,19 +176,20 @@ def ablation_seed_tests(values: Mapping[str, Sequence[float]]) -> dict[str, dict
     missing = [c for c in ABLATION_CELLS if c not in values]
     if missing:
         raise ResultsError(f"ablation cells missing: {missing} (need {list(ABLATION_CELLS)})")
-    cells = [[float(v) for v in values[c]] for c in ABLATION_CELLS]
+    # (mean, sd, n) of each cell; sd is nan for a single seed
+    cells = [(*mean_sd(values[c]), len(values[c])) for c in ABLATION_CELLS]
     out: dict[str, dict | None] = {}
     for name, w in _CONTRASTS.items():
-        used = [(wi, v) for wi, v in zip(w, cells) if wi != 0.0]
-        if any(len(v) < 2 for _, v in used):
+        used = [(wi, cell) for wi, cell in zip(w, cells) if wi != 0.0]
+        if any(n < 2 for _, (_, _, n) in used):
             out[name] = None
             continue
-        terms = [(wi * wi * mean_sd(v)[1] ** 2 / len(v), len(v)) for wi, v in used]
+        terms = [(wi * wi * sd**2 / n, n) for wi, (_, sd, n) in used]
         var = sum(t for t, _ in terms)
         if var <= 0.0:
             out[name] = None
             continue
-        est = sum(wi * mean_sd(v)[0] for wi, v in used)
+        est = sum(wi * mean for wi, (mean, _, _) in used)
         se = var**0.5
         df = var * var / sum(t * t / (n - 1) for t, n in terms)
         t_stat = est / se
@@ -404,13 +400,11 @@ def ablation_report(
         "p-values: paired approximate randomization (sacreBLEU, Riezler & Maxwell 2005) on the "
         "outputs concatenated over seeds (and over the two cells of a level for main effects); "
         "the interaction is not tested.",
-    ]
-    notes.append(
         "p (seeds, Welch): Welch's t-test of the effect over the per-seed scores (each seed one "
         "training run; Satterthwaite df for contrasts of more than two cells): it includes "
         "training noise, which the AR test on fixed outputs does not (Clark et al. 2011); with "
-        "few seeds per cell it has few degrees of freedom."
-    )
+        "few seeds per cell it has few degrees of freedom.",
+    ]
     return {
         "metric": metric,
         "cells": cell_stats,

@@ -13,6 +13,7 @@ entry in :data:`EXPECT` fails :func:`test_profile_trains_for_real`.
 
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -68,6 +69,8 @@ EXPECT = {
     },
     "cpu-proxy": CPU_PROFILE,
     "cpu-proxy-fast": CPU_PROFILE,
+    # the same schedule; the plugin's padding-aware batching, word dropout 0
+    "cpu-proxy-fast-bucketed": {**CPU_PROFILE, "batching": "bucketed"},
     "cpu-converge": CONVERGE_PROFILE,
     "cpu-converge-d128": CONVERGE_PROFILE,
 }  # fmt: skip
@@ -246,6 +249,15 @@ def test_profile_trains_for_real(profile, tiny_work, tmp_path):
                        weights_only=False)  # fmt: skip
     assert state["extra_state"]["val_loss"] == pytest.approx(values[best], abs=1e-3)
     assert state["optimizer_history"][-1]["num_updates"] == valid[best]["metrics"]["num_updates"]
+
+    # the batching: the plugin's bucketed batching logs its padding once per epoch (4 updates
+    # per tiny epoch, 15 updates: epochs 1-4); fairseq's batching logs nothing of the kind
+    log = (run / "train.log").read_text()
+    bucket_lines = re.findall(r"bucketed batching: epoch (\d+): padding", log)
+    if exp.get("batching") == "bucketed":
+        assert [int(e) for e in bucket_lines] == sorted(train), (bucket_lines, sorted(train))
+    else:
+        assert bucket_lines == []
 
     # word dropout: on in training (about p of the tokens), never in validation / eval-bleu
     counts = json.loads(counts_path.read_text())

@@ -398,7 +398,8 @@ def lr_sweep_markdown(res: LRSweepResult) -> str:
     """The sweep as Markdown.
 
     A summary per system, then final dev loss, BLEU and max attention logit per system and
-    learning rate.
+    learning rate. A sweep without any scored run (train-only, as the size axis' cells) gets a
+    one-line note in place of the BLEU table.
     """
     lrs = res.lrs
     head = "| system | " + " | ".join(f"lr {format_lr(lr)}" for lr in lrs) + " |"
@@ -437,7 +438,11 @@ def lr_sweep_markdown(res: LRSweepResult) -> str:
             ".3g",
         ),
     )
+    scored = any(v is not None for s in res.systems for p in s.points for v in p.bleu_tok)
     for title, attr, spec in tables:
+        if attr == "bleu_tok" and not scored:  # a train-only sweep (--sizes): no column of dashes
+            lines += ["", "Test BLEU: not decoded (a train-only sweep: dev loss only)."]
+            continue
         lines += ["", f"{title}; †k: k diverged runs at that LR.", "", head, rule]
         for s in res.systems:
             by_lr = {p.lr: p for p in s.points}

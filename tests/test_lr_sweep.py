@@ -172,9 +172,22 @@ def test_lr_sweep_report_per_system():
     # final dev loss of the runs that did not diverge, per seed, daggers for diverged runs
     assert "| a | 6.500 (6.000, 7.000) | 5.000 †1 | 6.000 †1 |" in md
     assert "Wortsman et al. 2023" in md
+    # BLEU of the runs that did not diverge (seed 2 at 1e-2 did), per lr
+    assert "| a | 2.50 (3.00, 2.00) | 4.00 †1 | 5.00 †1 |" in md
+    assert "not decoded" not in md
     doc = res.to_json()
     json.dumps(doc, allow_nan=False)  # valid JSON: no NaN
     assert doc["systems"][0]["points"][0]["capped_loss_mean"] == pytest.approx(6.5)
+
+
+def test_lr_sweep_report_of_a_train_only_sweep_has_no_bleu_table():
+    """The size axis' cells are not decoded: a note, not a table of dashes."""
+    recs = [_rec("a", 1, 0.0, 10.0), _rec("a", 1, 1e-3, 6.0), _rec("a", 1, 1e-2, 5.0)]
+    md = lr_sweep.lr_sweep_markdown(lr_sweep.lr_sweep(recs))
+    assert "Test BLEU: not decoded (a train-only sweep: dev loss only)." in md
+    assert "Test BLEU (tokenized" not in md
+    assert md.count("| a | ") == 3  # summary, dev loss and max attention logit rows
+    assert "| a | 6.000 | 5.000 |" in md
 
 
 def test_lr_sweep_refuses_mixed_budgets_and_missing_lr():

@@ -150,7 +150,13 @@ load_profile_config "$PROFILE_ARG"
 [[ -z "$SIZES_ARG" || "$PROFILE_ARCH" == proxy ]] || qk_usage_error "--sizes needs a CPU profile (proxy size), not $PROFILE"
 MAX_UPDATE="$MAXU"
 # bf16 autocast or fp32 (--precision, QKNORM_BF16, the profile's PROFILE_BF16): decided once, here,
-# and passed to every cell and child script as --precision
+# and passed to every cell and child script as --precision. The size axis pins fp32 unless told
+# otherwise: it is built over several sittings, which may meet machines with and without native
+# bf16, and the cells of both precisions are different cells (seedN-lrLR-bf16).
+if [[ -n "$SIZES_ARG" && -z "$QK_PRECISION_ARG" && -z "${QKNORM_BF16:-}" ]]; then
+    QK_PRECISION_ARG=fp32
+    qk_log "size axis: fp32 pinned (a grid over several sittings; --precision or QKNORM_BF16 overrides)"
+fi
 if ((DRY_RUN || QK_STATUS || REPORT_ONLY)); then qk_resolve_bf16 --cached-only; else qk_resolve_bf16; fi
 if [[ "$MAX_UPDATE" == 0 && "${MAX_EPOCH:-0}" == 0 ]]; then
     qk_usage_error "--max-update 0 with profile $PROFILE (max-epoch 0) would never stop training"

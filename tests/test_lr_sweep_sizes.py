@@ -100,6 +100,31 @@ def test_lr_sweep_sizes_dry_run_prints_the_whole_grid(tmp_path):
     assert "lr-bleu" not in text
 
 
+@pytest.mark.parametrize(
+    ("precision", "bf16_env", "suffix", "pinned"),
+    [
+        ([], None, "", True),  # nothing said: fp32, pinned (not the profile's bf16 "auto")
+        (["--precision", "bf16"], None, "-bf16", False),  # said: as said
+        ([], "1", "-bf16", False),
+    ],
+)
+def test_size_axis_pins_fp32_unless_told(tmp_path, precision, bf16_env, suffix, pinned):
+    """The size axis is built over several sittings (machines with and without native bf16):
+    fp32 unless --precision or QKNORM_BF16 says otherwise; the one-size sweep keeps the
+    profile's choice."""
+    env = make_env(tmp_path / "work", QKNORM_BF16=bf16_env)
+    args = ["--systems", "twt", "--lrs", "1e-2", "--seeds", "1", *precision, "--dry-run"]
+    p = run_script("lr_sweep.sh", "gl-en", "--sizes", "128", *args, env=env, timeout=600)
+    assert p.returncode == 0, out(p)
+    assert ("size axis: fp32 pinned" in p.stderr) == pinned, p.stderr
+    assert f"cpu-proxy-fast-max-update-250-d128/twt/seed1-lr1e-2{suffix}/" in p.stdout
+    assert ("--bf16-autocast" in p.stdout) == (suffix == "-bf16")
+    if not precision and bf16_env is None:  # without --sizes: nothing pinned
+        p = run_script("lr_sweep.sh", "gl-en", *args, env=env, timeout=600)
+        assert p.returncode == 0, out(p)
+        assert "fp32 pinned" not in p.stderr
+
+
 @pytest.mark.slow
 def test_tiny_real_sweep_over_two_sizes(tmp_path):
     """scripts/lr_sweep.sh --sizes 128,256 for real on tiny generated data: 1 system x 2 lrs x

@@ -216,6 +216,26 @@ def pipeline_settings(
     )
 
 
+def averageable(save_dir: Path) -> Optional[int]:
+    """How many checkpoints ``save_dir`` keeps that ``--checkpoint avgN`` could average.
+
+    Counts epoch ``checkpointE.pt`` or update ``checkpoint_E_U.pt`` files (the larger count),
+    as :func:`fairseq_qknorm.average_checkpoints.last_checkpoints` selects them.
+
+    Returns:
+        The count, or ``None`` when ``save_dir`` is not a directory (no run yet).
+    """
+    from fairseq_qknorm.average_checkpoints import EPOCH_PATTERN, UPDATE_PATTERN
+
+    if not save_dir.is_dir():
+        return None
+    names = [p.name for p in save_dir.iterdir()]
+    return max(
+        sum(1 for name in names if pattern.fullmatch(name))
+        for pattern in (EPOCH_PATTERN, UPDATE_PATTERN)
+    )
+
+
 def existing_runs(pair_runs: Path, system: str, checkpoint_name: str) -> list:
     """The runs of ``system`` under ``pair_runs`` (``runs/PAIR``) that hold ``checkpoint_name``.
 
@@ -342,7 +362,8 @@ class Translator:
             qknorm_tools.evaluate.RunIdentityError: the run directory holds another run (copied
                 or renamed; its ``train.json`` records another identity), as ``evaluate.sh``
                 refuses it.
-            FileNotFoundError: the run has no such checkpoint.
+            FileNotFoundError: the run has no such checkpoint (the message says what makes
+                it, or for ``avgN`` that the run keeps fewer than N checkpoints to average).
             NotADirectoryError: see :func:`pipeline_settings`.
         """
         from qknorm_tools.evaluate import check_run_identity
@@ -357,12 +378,24 @@ class Translator:
                 if found
                 else f"; no run of {pair} {system} has a {s.checkpoint.name}"
             )
-            made_by = (
-                f"scripts/evaluate.sh {pair} {system} --profile {profile} --seed {seed}{budget} "
-                f"--checkpoint {checkpoint} (it averages the last {checkpoint[3:]} checkpoints)"
-                if checkpoint.startswith("avg")
-                else f"scripts/train.sh {pair} {system} --profile {profile} --seed {seed}{budget}"
-            )
+            if checkpoint.startswith("avg"):
+                n, kept = int(checkpoint[3:]), averageable(s.checkpoint.parent)
+                if kept is not None and kept < n:  # evaluate.sh could not make it either
+                    other = f", or avg{kept}" if kept else ""
+                    raise FileNotFoundError(
+                        f"checkpoint {s.checkpoint} not found, and its run keeps {kept} "
+                        f"checkpoints to average (checkpointE.pt or checkpoint_E_U.pt), fewer "
+                        f"than {n}: use --checkpoint best or last{other} (a short try, or a "
+                        "profile with --no-epoch-checkpoints, keeps none)"
+                    )
+                made_by = (
+                    f"scripts/evaluate.sh {pair} {system} --profile {profile} --seed {seed}"
+                    f"{budget} --checkpoint {checkpoint} (it averages the last {n} checkpoints)"
+                )
+            else:
+                made_by = (
+                    f"scripts/train.sh {pair} {system} --profile {profile} --seed {seed}{budget}"
+                )
             raise FileNotFoundError(
                 f"checkpoint {s.checkpoint} not found: run {made_by} first{listed}"
             )

@@ -273,13 +273,30 @@ def test_translate_names_the_runs_that_exist(tmp_path):
     )
     p = translate("gl-en", "no_such_system")
     assert p.returncode == 2 and "unknown system 'no_such_system'" in p.stderr, out(p)
-    # --checkpoint avgN as evaluate.sh takes it: the file evaluate.sh --checkpoint avgN makes
-    assert not_found("gl-en", "qknorm_paper", "--seed", "2", "--checkpoint", "avg3") == (
-        f"error: checkpoint {runs}/cpu-proxy/qknorm_paper/seed2/checkpoints/checkpoint_avg3.pt "
-        "not found: run scripts/evaluate.sh gl-en qknorm_paper --profile cpu-proxy --seed 2 "
+    # --checkpoint avgN as evaluate.sh takes it: the file evaluate.sh --checkpoint avgN makes,
+    # from a run that keeps at least N checkpoints to average (update checkpoints here)
+    seed4 = runs / "cpu-proxy/qknorm_paper/seed4/checkpoints"
+    seed4.mkdir(parents=True)
+    for u in (400, 800, 1200):
+        (seed4 / f"checkpoint_1_{u}.pt").write_bytes(b"")
+    assert not_found("gl-en", "qknorm_paper", "--seed", "4", "--checkpoint", "avg3") == (
+        f"error: checkpoint {seed4}/checkpoint_avg3.pt "
+        "not found: run scripts/evaluate.sh gl-en qknorm_paper --profile cpu-proxy --seed 4 "
         "--checkpoint avg3 (it averages the last 3 checkpoints) first; no run of gl-en "
         "qknorm_paper has a checkpoint_avg3.pt"
     )
+    # ... and from one that keeps fewer (a short try keeps only best and last): no advice to
+    # run evaluate.sh, which would fail too
+    for ckpt, fewer in (("avg3", ""), ("avg4", ", or avg3")):
+        seed = "2" if ckpt == "avg3" else "4"
+        kept = 0 if ckpt == "avg3" else 3
+        assert not_found("gl-en", "qknorm_paper", "--seed", seed, "--checkpoint", ckpt) == (
+            f"error: checkpoint {runs}/cpu-proxy/qknorm_paper/seed{seed}/checkpoints/"
+            f"checkpoint_{ckpt}.pt not found, and its run keeps {kept} checkpoints to average "
+            f"(checkpointE.pt or checkpoint_E_U.pt), fewer than {ckpt[3:]}: use --checkpoint "
+            f"best or last{fewer} (a short try, or a profile with --no-epoch-checkpoints, keeps "
+            "none)"
+        )
     for bad in ("avg0", "avgx", "avg", "worst"):
         p = translate("gl-en", "qknorm_paper", "--checkpoint", bad)
         assert p.returncode == 2, out(p)

@@ -236,6 +236,27 @@ def averageable(save_dir: Path) -> Optional[int]:
     )
 
 
+def bad_character_warning(lines: Sequence[str], name: str) -> Optional[str]:
+    """What an input to translate holds that the pipeline refuses in a corpus, or ``None``.
+
+    The characters of :func:`qknorm_tools.corpus.bad_character_problem` (tab, no-break and
+    other space separators, control characters): BPE splits words on U+0020 only, so they
+    reach the model as parts of words (stray ``@@`` tokens). A translation input is translated
+    as it is, so this is a warning, naming the first such line (``NAME:LINE``, 1-based) and how
+    many lines hold one.
+    """
+    from qknorm_tools.corpus import bad_character_problem
+
+    found = [(i, p) for i, line in enumerate(lines, 1) if (p := bad_character_problem(line))]
+    if not found:
+        return None
+    (first, problem), more = found[0], len(found) - 1
+    others = (
+        f"; {more} more line{'s hold' if more > 1 else ' holds'} such characters" if more else ""
+    )
+    return f"{name}:{first}: {problem}{others}; translated as it is"
+
+
 def existing_runs(pair_runs: Path, system: str, checkpoint_name: str) -> list:
     """The runs of ``system`` under ``pair_runs`` (``runs/PAIR``) that hold ``checkpoint_name``.
 
@@ -523,6 +544,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         lines.pop()
     if not lines:  # said, not an error: an empty stdin in a pipeline translates to nothing
         print(f"warning: {a.input or 'stdin'} is empty: nothing to translate", file=sys.stderr)
+    warning = bad_character_warning(lines, a.input or "stdin")
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
     if a.bf16_autocast:
         os.environ["QKNORM_BF16"] = "1"
     try:

@@ -429,3 +429,34 @@ def test_a_library_module_run_as_a_command_says_so(module):
         "fairseq_qknorm.translate, python -m fairseq_qknorm.bf16_auto, python -m "
         "fairseq_qknorm.attention_dump, python -m fairseq_qknorm.average_checkpoints"
     ]
+
+
+def test_translate_warns_of_characters_the_pipeline_refuses(tmp_path):
+    """No-break spaces, tabs and control characters in translate's input: translated as they
+    are, with a warning naming the first line (the corpus checks refuse them)."""
+    from fairseq_qknorm.translate import bad_character_warning
+
+    assert bad_character_warning(["ola mundo", "bo dia"], "in.gl") is None
+    lines = ["ola mundo", "ola\u00a0mundo", "un\tdous", "tres\u202fcatro"]
+    assert bad_character_warning(lines, "in.gl") == (
+        "in.gl:2: no-break space (U+00A0) at character 4: a word boundary for fairseq's "
+        "tokenizer but not for BPE tools (subword-nmt splits words on U+0020 only and leaves a "
+        "stray @@ token); replace it by a space; 2 more lines hold such characters; translated "
+        "as it is"
+    )
+    assert bad_character_warning(lines[:3], "stdin").endswith(
+        "; 1 more line holds such characters; translated as it is"
+    )
+    # said by the command before anything else (here: before the missing run's error)
+    p = subprocess.run(
+        [sys.executable, "-m", "fairseq_qknorm.translate", "gl-en", "twt"],
+        input="ola\u00a0mundo\n", cwd=REPO, env=make_env(tmp_path), capture_output=True,
+        text=True, timeout=FAR_BOUND,
+    )  # fmt: skip
+    assert p.returncode == 1, out(p)
+    warnings = [line for line in p.stderr.splitlines() if line.startswith("warning: ")]
+    assert warnings == [
+        "warning: stdin:1: no-break space (U+00A0) at character 4: a word boundary for "
+        "fairseq's tokenizer but not for BPE tools (subword-nmt splits words on U+0020 only and "
+        "leaves a stray @@ token); replace it by a space; translated as it is"
+    ], out(p)

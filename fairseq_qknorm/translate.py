@@ -401,7 +401,14 @@ class Translator:
             )
             if checkpoint.startswith("avg"):
                 n, kept = int(checkpoint[3:]), averageable(s.checkpoint.parent)
-                if kept is not None and kept < n:  # evaluate.sh could not make it either
+                if kept is None:  # no run yet: training first
+                    raise FileNotFoundError(
+                        f"checkpoint {s.checkpoint} not found: no run there yet; run "
+                        f"scripts/train.sh {pair} {system} --profile {profile} --seed {seed}"
+                        f"{budget}, then scripts/evaluate.sh with the same options and "
+                        f"--checkpoint {checkpoint} (it averages the last {n} checkpoints){listed}"
+                    )
+                if kept < n:  # evaluate.sh could not make it either
                     other = f", or avg{kept}" if kept else ""
                     raise FileNotFoundError(
                         f"checkpoint {s.checkpoint} not found, and its run keeps {kept} "
@@ -519,7 +526,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         logging.basicConfig(format=FAIRSEQ_LOG_FORMAT, level=logging.INFO, force=True)
     else:  # before fairseq is imported: its modules' logging.basicConfig then changes nothing
         quiet_fairseq_logging("--verbose shows them")
-    from qknorm_tools.evaluate import RunIdentityError
+    from qknorm_tools.textio import EvaluationError  # RunIdentityError among them
 
     # the input is read and checked before the model loads (an unreadable file or bytes that
     # are not UTF-8 are said at once)
@@ -535,7 +542,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        print(f"error: {a.input or 'stdin'} is not UTF-8 (byte {e.start})", file=sys.stderr)
+        line = data.count(b"\n", 0, e.start) + 1
+        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1  # 1-based byte of the line
+        print(
+            f"error: {a.input or 'stdin'}:{line}: invalid UTF-8 (byte 0x{data[e.start]:02x} at "
+            f"byte {column} of the line)",
+            file=sys.stderr,
+        )
         return 1
     # lines end at "\n" only, as for the pipeline's tools (str.splitlines also splits at
     # U+2028, U+0085, ...)
@@ -559,7 +572,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             moses=a.moses,
             max_update=a.max_update,
         )
-    except RunIdentityError as e:  # a copied or renamed run: refused, as by evaluate.sh
+    except EvaluationError as e:  # a copied or renamed run (as evaluate.sh), an unreadable record
         print(f"error: {e}", file=sys.stderr)
         return 1
     except ValueError as e:  # unknown pair, system or profile: a usage error

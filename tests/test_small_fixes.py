@@ -460,3 +460,30 @@ def test_translate_warns_of_characters_the_pipeline_refuses(tmp_path):
         "fairseq's tokenizer but not for BPE tools (subword-nmt splits words on U+0020 only and "
         "leaves a stray @@ token); replace it by a space; translated as it is"
     ], out(p)
+
+
+def test_translate_names_the_bad_line_and_the_first_step_of_a_missing_run(tmp_path):
+    """Bytes that are not UTF-8: the line and the byte in it (1-based); --checkpoint avgN of a
+    run that does not exist yet: train first, then average (not evaluate.sh alone)."""
+    env = make_env(tmp_path)
+
+    def translate(data: bytes, *args):
+        return subprocess.run(
+            [sys.executable, "-m", "fairseq_qknorm.translate", "gl-en", "twt", *args],
+            input=data, cwd=REPO, env=env, capture_output=True, timeout=FAR_BOUND,
+        )  # fmt: skip
+
+    p = translate(b"ola mundo\nbo \xa0dia\n")
+    assert p.returncode == 1, p.stderr
+    assert p.stderr.decode().splitlines()[-1] == (
+        "error: stdin:2: invalid UTF-8 (byte 0xa0 at byte 4 of the line)"
+    )
+    p = translate(b"ola\n", "--checkpoint", "avg3", "--max-update", "20")
+    assert p.returncode == 1, p.stderr
+    run = tmp_path / "runs/gl-en/cpu-proxy-max-update-20/twt/seed1/checkpoints/checkpoint_avg3.pt"
+    assert p.stderr.decode().splitlines()[-1] == (
+        f"error: checkpoint {run} not found: no run there yet; run scripts/train.sh gl-en twt "
+        "--profile cpu-proxy --seed 1 --max-update 20, then scripts/evaluate.sh with the same "
+        "options and --checkpoint avg3 (it averages the last 3 checkpoints); no run of gl-en twt "
+        "has a checkpoint_avg3.pt"
+    )

@@ -148,6 +148,8 @@ fi
 load_pair_config "$PAIR_ARG"
 load_profile_config "$PROFILE_ARG"
 [[ -z "$SIZES_ARG" || "$PROFILE_ARCH" == proxy ]] || qk_usage_error "--sizes needs a CPU profile (proxy size), not $PROFILE"
+[[ -z "$SIZES_ARG" || ${#PROFILE_MODEL_FLAGS[@]} == 0 ]] \
+    || qk_usage_error "--sizes: profile $PROFILE sets its own model size (${PROFILE_MODEL_FLAGS[*]}); use a profile without model_flags (cpu-proxy, cpu-proxy-fast, ...)"
 MAX_UPDATE="$MAXU"
 # bf16 autocast or fp32 (--precision, QKNORM_BF16, the profile's PROFILE_BF16): decided once, here,
 # and passed to every cell and child script as --precision. The size axis pins fp32 unless told
@@ -174,6 +176,9 @@ DATA_OPT=()
 # decoded (a --train-only cell)
 INIT_OPTS=(--profile "$PROFILE" --max-update 1 --lr 0 --train-only --precision "$QK_PRECISION")
 INIT_EXTRA=(-- --warmup-init-lr 0 --no-save-optimizer-state)
+# a profile with an lr floor (--stop-min-lr: paper, the converging ones) would stop, and
+# train_check refuse, a run that starts at lr 0: the floor is off for this one update
+[[ " ${VALID_FLAGS[*]} " != *" --stop-min-lr "* ]] || INIT_EXTRA+=(--stop-min-lr -1)
 
 # run directories: qk_run_dir is the one place that names them (the profile's own lr: seedN)
 declare -A LR_DIR=()

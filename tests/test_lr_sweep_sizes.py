@@ -125,6 +125,40 @@ def test_size_axis_pins_fp32_unless_told(tmp_path, precision, bf16_env, suffix, 
         assert "fp32 pinned" not in p.stderr
 
 
+def test_sizes_refuse_a_profile_with_its_own_model_size(tmp_path):
+    """cpu-converge-d128 sets its width in model_flags: --size would give a d384 arch (6 heads)
+    with width 128, no model of either size; refused with one line, by train.sh and up front
+    by lr_sweep.sh."""
+    env = make_env(tmp_path / "work")
+    p = run_script("train.sh", "gl-en", "twt", "--profile", "cpu-converge-d128", "--size", "d384",
+                   "--dry-run", env=env, timeout=600)  # fmt: skip
+    assert p.returncode == 2, out(p)
+    assert p.stderr.splitlines()[0] == (
+        "error: --size d384: profile cpu-converge-d128 sets its own model size "
+        "(--encoder-embed-dim 128 --decoder-embed-dim 128 --encoder-ffn-embed-dim 512 "
+        "--decoder-ffn-embed-dim 512); use a profile without model_flags (cpu-proxy, "
+        "cpu-proxy-fast, ...)"
+    )
+    args = ["--profile", "cpu-converge-d128", "--systems", "twt", "--lrs", "1e-3", "--seeds", "1"]
+    p = run_script("lr_sweep.sh", "gl-en", "--sizes", "128", *args, "--dry-run", env=env,
+                   timeout=600)  # fmt: skip
+    assert p.returncode == 2, out(p)
+    assert p.stderr.splitlines()[0].startswith(
+        "error: --sizes: profile cpu-converge-d128 sets its own model size"
+    )
+    assert "# cell " not in p.stdout  # refused before any cell
+    # the one-size sweep of a profile with an lr floor (--stop-min-lr 3e-5): its initial model
+    # (one update at lr 0) turns the floor off, the swept cells keep it
+    p = run_script("lr_sweep.sh", "gl-en", *args, "--dry-run", env=env, timeout=600)
+    assert p.returncode == 0, out(p)
+    trains = [line for line in p.stdout.splitlines() if "fairseq-train" in line]
+    init = [t for t in trains if "--lr 0 " in t]
+    assert len(init) == 1 and len(trains) == 2, trains
+    assert init[0].endswith("--warmup-init-lr 0 --no-save-optimizer-state --stop-min-lr -1")
+    (cell,) = [t for t in trains if t not in init]
+    assert "--stop-min-lr 3e-5" in cell and "--stop-min-lr -1" not in cell
+
+
 @pytest.mark.slow
 def test_tiny_real_sweep_over_two_sizes(tmp_path):
     """scripts/lr_sweep.sh --sizes 128,256 for real on tiny generated data: 1 system x 2 lrs x

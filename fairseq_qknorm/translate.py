@@ -257,12 +257,16 @@ def bad_character_warning(lines: Sequence[str], name: str) -> Optional[str]:
     return f"{name}:{first}: {problem}{others}; translated as it is"
 
 
-def existing_runs(pair_runs: Path, system: str, checkpoint_name: str) -> list:
+def existing_runs(
+    pair_runs: Path, system: str, checkpoint_name: str, bf16_now: bool = False
+) -> list:
     """The runs of ``system`` under ``pair_runs`` (``runs/PAIR``) that hold ``checkpoint_name``.
 
     Each as ``"runs/PAIR/LABEL/SYSTEM/SEEDDIR (OPTIONS)"`` with the options of this command
     that select it (``--profile P [--max-update N] --seed S [--bf16-autocast]``; a run with
     an lr of its own, ``seedN-lrLR``, is listed without options: it is not selectable here).
+    With ``bf16_now`` (this command looks for bf16 runs: ``--bf16-autocast``, ``QKNORM_BF16=1``
+    or the profile's ``auto`` on this CPU) an fp32 run's options end in ``QKNORM_BF16=0``.
     """
     out = []
     for ck in sorted(Path(pair_runs).glob(f"*/{system}/*/checkpoints/{checkpoint_name}")):
@@ -276,6 +280,8 @@ def existing_runs(pair_runs: Path, system: str, checkpoint_name: str) -> list:
             continue
         opts = f"--profile {profile}" + (f" --max-update {budget}" if budget else "")
         opts += f" --seed {m.group(1)}" + (" --bf16-autocast" if m.group(2) else "")
+        if bf16_now and not m.group(2):
+            opts += ", with QKNORM_BF16=0"
         out.append(f"{where} ({opts})")
     return out
 
@@ -393,7 +399,8 @@ class Translator:
         check_run_identity(s.checkpoint.parents[1], s.run_identity)
         if not s.checkpoint.is_file():
             budget = "" if max_update is None else f" --max-update {max_update}"
-            found = existing_runs(s.checkpoint.parents[4], system, s.checkpoint.name)
+            bf16_now = s.checkpoint.parents[1].name.endswith("-bf16")
+            found = existing_runs(s.checkpoint.parents[4], system, s.checkpoint.name, bf16_now)
             listed = (
                 "; runs of this pair and system that have one: " + "; ".join(found)
                 if found

@@ -271,6 +271,19 @@ def test_translate_names_the_runs_that_exist(tmp_path):
         "runs/gl-en/cpu-proxy-max-update-5/qknorm_paper/seed1-bf16 (--profile cpu-proxy "
         "--max-update 5 --seed 1 --bf16-autocast)"
     )
+    # looking for bf16 runs (QKNORM_BF16=1, or the profile's auto on a bf16 CPU): the fp32 runs
+    # it lists say how to select them
+    env["QKNORM_BF16"] = "1"
+    assert not_found("gl-en", "qknorm_paper", "--seed", "2") == (
+        f"error: checkpoint {runs}/cpu-proxy/qknorm_paper/seed2-bf16/checkpoints/"
+        "checkpoint_best.pt not found: run scripts/train.sh gl-en qknorm_paper --profile "
+        "cpu-proxy --seed 2 first; runs of this pair and system that have one: "
+        "runs/gl-en/cpu-proxy/qknorm_paper/seed2 (--profile cpu-proxy --seed 2, with "
+        "QKNORM_BF16=0); runs/gl-en/cpu-proxy/qknorm_paper/seed3-lr3e-3; "
+        "runs/gl-en/cpu-proxy-max-update-5/qknorm_paper/seed1-bf16 (--profile cpu-proxy "
+        "--max-update 5 --seed 1 --bf16-autocast)"
+    )
+    env["QKNORM_BF16"] = "0"
     p = translate("gl-en", "no_such_system")
     assert p.returncode == 2 and "unknown system 'no_such_system'" in p.stderr, out(p)
     # --checkpoint avgN as evaluate.sh takes it: the file evaluate.sh --checkpoint avgN makes,

@@ -31,6 +31,7 @@ import json
 import logging
 import math
 import sys
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -865,7 +866,9 @@ def plot_lr_sizes(res, out, title: str = "") -> str:
     ax.set_xscale("log")
     ax.set_xlabel("non-embedding parameters")
     ax.set_ylabel("LR sensitivity (dev loss, bits)")
-    ax.set_title(title or f"{res.get('pair') or ''}: LR sensitivity vs model size")
+    # the sweep's title names pair, label and axis: wrapped to the axes' width, not clipped
+    title = title or f"{res.get('pair') or ''}: LR sensitivity vs model size"
+    ax.set_title(textwrap.fill(title, 60), fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return _save(fig, out)

@@ -18,7 +18,7 @@ source "$SCRIPT_DIR/lib.sh"
 
 usage() {
     cat <<EOF
-usage: scripts/demo.sh [PAIR] [--seed N] [--max-update N] [--data-dir DIR]
+usage: scripts/demo.sh [PAIR] [--seed N] [--max-update N] [--data-dir DIR] [--dry-run]
   PAIR          default gl-en (the pair whose data ships in ../shared/data); any pair, the
                 reverse direction of one (en-gl) or your own configs/pairs/PAIR.toml
   --seed N      seed for both systems (default 1)
@@ -26,14 +26,17 @@ usage: scripts/demo.sh [PAIR] [--seed N] [--max-update N] [--data-dir DIR]
                 results of another budget go to runs/PAIR/cpu-proxy-max-update-N/ and
                 results/cpu-proxy-max-update-N/PAIR/
   --data-dir D  local corpus directory (default: \$QKNORM_DATA_DIR or ../shared/data)
+  --dry-run     print every step (the data steps, each system's fairseq-train and
+                fairseq-generate commands, the report's) without running any
 environment: QKNORM_WORK_DIR, QKNORM_MAX_UPDATE, QKNORM_DATA_DIR, QKNORM_BF16 (default auto:
   bf16 autocast where measured faster on this CPU, measured once before training, about a
   minute, cached; 0 fp32, 1 bf16; docs/bf16.md)
 EOF
 }
 
-PAIR_ARG=gl-en SEED=1 MAX_UPDATE_ARG="" DATA_DIR_ARG=""
-qk_parse_args "@PAIR_ARG?" "--seed SEED" "--max-update MAX_UPDATE_ARG" "--data-dir DATA_DIR_ARG" -- "$@"
+PAIR_ARG=gl-en SEED=1 MAX_UPDATE_ARG="" DATA_DIR_ARG="" DRY_RUN=0
+qk_parse_args "@PAIR_ARG?" "--seed SEED" "--max-update MAX_UPDATE_ARG" "--data-dir DATA_DIR_ARG" \
+    "--dry-run DRY_RUN=1" -- "$@"
 # every option and setting is checked before the first data step (a typo never costs the
 # data preparation first)
 qk_check_uint --seed "$SEED"
@@ -51,7 +54,9 @@ load_profile_config cpu-proxy
     || qk_usage_error "a budget of 0 updates (--max-update / QKNORM_MAX_UPDATE) would never stop training (cpu-proxy has no epoch limit)"
 LABEL="$(qk_run_label)"
 THREADS=1  # each training's: the two run at once (CELL_OPTS); the bf16 measurement uses it too
-qk_resolve_bf16  # bf16 autocast where measured faster on this CPU (cpu-proxy: PROFILE_BF16=auto)
+# bf16 autocast where measured faster on this CPU (cpu-proxy: PROFILE_BF16=auto); a dry run
+# measures nothing (a cached verdict, else fp32)
+if ((DRY_RUN)); then qk_resolve_bf16 --cached-only; else qk_resolve_bf16; fi
 BASELINE=twt
 SYSTEMS=(twt qknorm_paper)
 OUT="$QK_WORK_DIR/results/$LABEL/$PAIR"
@@ -65,6 +70,58 @@ for system in "${SYSTEMS[@]}"; do  # train.sh's own checks (budget, threads, ...
     err="$(bash "$SCRIPT_DIR/train.sh" "$PAIR" "$system" "${CELL_OPTS[@]}" --dry-run 2>&1 >/dev/null)" \
         || { rc=$?; printf '%s\n' "$err" >&2; exit "$rc"; }
 done
+
+# run_or_print CMD...: runs CMD, or with --dry-run prints it
+run_or_print() {
+    if ((DRY_RUN)); then qk_print_cmd "$@"; else "$@"; fi
+}
+
+# report: the results of both runs -> OUT (run_or_print: what --dry-run prints is what runs)
+report() {
+    local system run
+    local -a run_args=() logs=() qk_logs=() hyps=()
+    for system in "${SYSTEMS[@]}"; do
+        run="$(qk_run_dir "$PAIR" "$LABEL" "$system" "$SEED")"
+        run_args+=(--run "$run")
+        logs+=("$system=$run/train.log")
+        [[ "$(load_system_config "$system" && echo "$SYSTEM_QKNORM")" == 0 ]] || qk_logs+=("$system=$run/train.log")
+        hyps+=("$system=${run#"$QK_WORK_DIR"/}/test.hyp")  # relative to the work dir (the JSON's paths)
+    done
+    run_or_print "$QK_PY" -m qknorm_tools.collect runs "${run_args[@]}" --work-dir "$QK_WORK_DIR" \
+        --out-dir "$OUT" --ref "$PAIR=$REF" --require-all --runs-table demo --baseline "$BASELINE"
+    # run from the work dir, so that the JSON holds paths relative to it; --allow-few-lines: the
+    # demo also runs on own (small) test sets; paired tests on fewer than 300 sentences are then
+    # flagged (few_lines, a warning) instead of refused
+    local -a compare=("$QK_PY" -m qknorm_tools.evaluate compare --ref "${REF#"$QK_WORK_DIR"/}"
+        --baseline "${hyps[0]}" --system "${hyps[@]:1}" --json --allow-few-lines
+        --out "$OUT/demo_compare.json")
+    if ((DRY_RUN)); then
+        printf '(cd %q && %s)\n' "$QK_WORK_DIR" "$(qk_print_cmd "${compare[@]}")"
+    else
+        (cd "$QK_WORK_DIR" && "${compare[@]}")
+    fi
+    run_or_print "$QK_PY" -m qknorm_tools.plots curves --log "${logs[@]}" --out "$OUT/demo_curves.png"
+    run_or_print "$QK_PY" -m qknorm_tools.plots g --log "${qk_logs[@]}" --out "$OUT/demo_g.png"
+    run_or_print "$QK_PY" -m qknorm_tools.plots health --log "${logs[@]}" --out "$OUT/demo_health.png"
+    run_or_print "$QK_PY" -m qknorm_tools.plots bleu-bars --json "$OUT/demo_compare.json" \
+        --out "$OUT/demo_bleu.png" --title "$PAIR ($LABEL, seed $SEED): tokenized BLEU, 95% bootstrap CI"
+}
+
+if ((DRY_RUN)); then
+    echo "# 1. data (each step skips finished outputs)"
+    qk_print_cmd bash "$SCRIPT_DIR/prepare_data.sh" "$PAIR" ${DATA_DIR_ARG:+--data-dir "$DATA_DIR_ARG"}
+    qk_print_cmd bash "$SCRIPT_DIR/bpe.sh" "$PAIR"
+    qk_print_cmd bash "$SCRIPT_DIR/binarize.sh" "$PAIR"
+    echo "# 2. both systems side by side, one thread each: train, then decode and score test"
+    for system in "${SYSTEMS[@]}"; do
+        echo "# $system"
+        bash "$SCRIPT_DIR/train.sh" "$PAIR" "$system" "${CELL_OPTS[@]}" --dry-run
+        bash "$SCRIPT_DIR/evaluate.sh" "$PAIR" "$system" "${CELL_OPTS[@]}" --dry-run
+    done
+    echo "# 3. the report -> $OUT/"
+    report
+    exit 0
+fi
 
 T0="$(date +%s)"
 qk_run bash "$SCRIPT_DIR/prepare_data.sh" "$PAIR" ${DATA_DIR_ARG:+--data-dir "$DATA_DIR_ARG"}
@@ -81,29 +138,6 @@ qk_pool_wait
 ((${#QK_POOL_FAILED[@]} == 0)) \
     || die "failed: ${QK_POOL_FAILED[*]} (logs in $QK_WORK_DIR/runs/$PAIR/$LABEL/*/seed$SEED/); rerun to resume"
 
-RUN_ARGS=() LOGS=() QK_LOGS=()
-for system in "${SYSTEMS[@]}"; do
-    run="$(qk_run_dir "$PAIR" "$LABEL" "$system" "$SEED")"
-    RUN_ARGS+=(--run "$run")
-    LOGS+=("$system=$run/train.log")
-    [[ "$(load_system_config "$system" && echo "$SYSTEM_QKNORM")" == 0 ]] || QK_LOGS+=("$system=$run/train.log")
-done
-"$QK_PY" -m qknorm_tools.collect runs "${RUN_ARGS[@]}" --work-dir "$QK_WORK_DIR" --out-dir "$OUT" \
-    --ref "$PAIR=$REF" --require-all --runs-table demo --baseline "$BASELINE"
-# run from the work dir, so that the JSON holds paths relative to it
-HYPS=()
-for system in "${SYSTEMS[@]}"; do
-    HYPS+=("$system=$(rel="$(qk_run_dir "$PAIR" "$LABEL" "$system" "$SEED")"; echo "${rel#"$QK_WORK_DIR"/}")/test.hyp")
-done
-# --allow-few-lines: the demo also runs on own (small) test sets; paired tests on fewer than
-# 300 sentences are then flagged (few_lines, a warning) instead of refused
-(cd "$QK_WORK_DIR" && "$QK_PY" -m qknorm_tools.evaluate compare --ref "${REF#"$QK_WORK_DIR"/}" \
-    --baseline "${HYPS[0]}" --system "${HYPS[@]:1}" --json --allow-few-lines \
-    --out "$OUT/demo_compare.json")
-"$QK_PY" -m qknorm_tools.plots curves --log "${LOGS[@]}" --out "$OUT/demo_curves.png"
-"$QK_PY" -m qknorm_tools.plots g --log "${QK_LOGS[@]}" --out "$OUT/demo_g.png"
-"$QK_PY" -m qknorm_tools.plots health --log "${LOGS[@]}" --out "$OUT/demo_health.png"
-"$QK_PY" -m qknorm_tools.plots bleu-bars --json "$OUT/demo_compare.json" --out "$OUT/demo_bleu.png" \
-    --title "$PAIR ($LABEL, seed $SEED): tokenized BLEU, 95% bootstrap CI"
+report
 qk_log "wrote $OUT/{demo.md,demo.json,runs.json,demo_compare.json,demo_curves.png,demo_g.png,demo_health.png,demo_bleu.png}; total wall time $((($(date +%s) - T0) / 60)) min"
 qk_log "CPU proxy (3+3 layers, d 256, short budget): not comparable to the papers' full-size numbers"

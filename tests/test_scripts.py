@@ -157,6 +157,38 @@ def test_relative_work_dir_is_made_absolute(tmp_path):
     assert p.stdout.strip() == f"{tmp_path}/w|{tmp_path}/w/data|{tmp_path}/w"
 
 
+def test_demo_dry_run_prints_every_step_and_writes_nothing(tmp_path):
+    """The README's main job previewed: the data steps, both systems' fairseq-train and
+    fairseq-generate commands at the demo's settings, the report; no file made, no bf16
+    measurement (a cached verdict or fp32)."""
+    work = tmp_path / "work"
+    env = make_env(work, QKNORM_BF16=None)
+    p = run_script("demo.sh", "--max-update", "40", "--dry-run", env=env)
+    assert p.returncode == 0, out(p)
+    lines = p.stdout.splitlines()
+    steps = [line for line in lines if line.startswith("# ")]
+    assert steps[:2] == ["# 1. data (each step skips finished outputs)",
+                         "# 2. both systems side by side, one thread each: train, then decode "
+                         "and score test"]  # fmt: skip
+    assert steps[2:5] == ["# twt", "# outputs: " + steps[3][len("# outputs: ") :], "# qknorm_paper"]
+    assert steps[-1] == f"# 3. the report -> {work}/results/cpu-proxy-max-update-40/gl-en/"
+    assert [line.split()[1].rsplit("/", 1)[-1] for line in lines[1:4]] == [
+        "prepare_data.sh", "bpe.sh", "binarize.sh"]  # fmt: skip
+    trains = [line for line in lines if " fairseq-train " in line]
+    assert len(trains) == 2 and all("--max-update 40 " in t for t in trains)
+    assert [re.search(r"--arch (\S+)", t).group(1) for t in trains] == [
+        "transformer_twt_proxy", "transformer_qknorm_paper_proxy"]  # fmt: skip
+    assert sum(" fairseq-generate " in line for line in lines) == 2
+    report = lines[lines.index(steps[-1]) + 1 :]
+    assert [r.split(" -m ")[1].split()[:2] for r in report] == [
+        ["qknorm_tools.collect", "runs"], ["qknorm_tools.evaluate", "compare"],
+        ["qknorm_tools.plots", "curves"], ["qknorm_tools.plots", "g"],
+        ["qknorm_tools.plots", "health"], ["qknorm_tools.plots", "bleu-bars"]]  # fmt: skip
+    assert report[1].startswith(f"(cd {work} && ")
+    assert "measuring" not in p.stderr  # no bf16 measurement
+    assert not work.exists() or not any(work.iterdir()), sorted(work.rglob("*"))
+
+
 def test_other_budget_gets_its_own_runs(tmp_path):
     """QKNORM_MAX_UPDATE / --max-update other than the profile's: runs/PAIR/PROFILE-max-update-N."""
     for env_budget, args, label in (

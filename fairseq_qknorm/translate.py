@@ -286,6 +286,58 @@ def existing_runs(
     return out
 
 
+def missing_checkpoint(
+    path: Path,
+    pair: str,
+    system: str,
+    profile: str,
+    seed: int,
+    checkpoint: str,
+    max_update: Optional[int],
+) -> FileNotFoundError:
+    """The error for a checkpoint ``path`` that does not exist, saying what makes it.
+
+    ``path`` is ``runs/PAIR/LABEL/SYSTEM/RUN/checkpoints/NAME``. For ``best`` / ``last``:
+    ``train.sh`` with these options. For ``avgN``: ``evaluate.sh --checkpoint avgN`` when the
+    run keeps at least N checkpoints to average (:func:`averageable`), the checkpoints to use
+    instead when it keeps fewer, training first when there is no run. The runs of the pair and
+    system that do hold such a file are listed (:func:`existing_runs`).
+    """
+    budget = "" if max_update is None else f" --max-update {max_update}"
+    bf16_now = path.parents[1].name.endswith("-bf16")
+    found = existing_runs(path.parents[4], system, path.name, bf16_now)
+    listed = (
+        "; runs of this pair and system that have one: " + "; ".join(found)
+        if found
+        else f"; no run of {pair} {system} has a {path.name}"
+    )
+    options = f"--profile {profile} --seed {seed}{budget}"
+    if not checkpoint.startswith("avg"):
+        return FileNotFoundError(
+            f"checkpoint {path} not found: run scripts/train.sh {pair} {system} {options} "
+            f"first{listed}"
+        )
+    n, kept = int(checkpoint[3:]), averageable(path.parent)
+    averaged = f"--checkpoint {checkpoint} (it averages the last {n} checkpoints)"
+    if kept is None:  # no run yet: training first
+        return FileNotFoundError(
+            f"checkpoint {path} not found: no run there yet; run scripts/train.sh {pair} "
+            f"{system} {options}, then scripts/evaluate.sh with the same options and "
+            f"{averaged}{listed}"
+        )
+    if kept < n:  # evaluate.sh could not make it either
+        other = f", or avg{kept}" if kept else ""
+        return FileNotFoundError(
+            f"checkpoint {path} not found, and its run keeps {kept} checkpoints to average "
+            f"(checkpointE.pt or checkpoint_E_U.pt), fewer than {n}: use --checkpoint best or "
+            f"last{other} (a short try, or a profile with --no-epoch-checkpoints, keeps none)"
+        )
+    return FileNotFoundError(
+        f"checkpoint {path} not found: run scripts/evaluate.sh {pair} {system} {options} "
+        f"{averaged} first{listed}"
+    )
+
+
 class CheckpointError(RuntimeError):
     """A checkpoint file that cannot be loaded.
 
@@ -398,41 +450,8 @@ class Translator:
         s = pipeline_settings(pair, system, profile, seed, checkpoint, max_update)
         check_run_identity(s.checkpoint.parents[1], s.run_identity)
         if not s.checkpoint.is_file():
-            budget = "" if max_update is None else f" --max-update {max_update}"
-            bf16_now = s.checkpoint.parents[1].name.endswith("-bf16")
-            found = existing_runs(s.checkpoint.parents[4], system, s.checkpoint.name, bf16_now)
-            listed = (
-                "; runs of this pair and system that have one: " + "; ".join(found)
-                if found
-                else f"; no run of {pair} {system} has a {s.checkpoint.name}"
-            )
-            if checkpoint.startswith("avg"):
-                n, kept = int(checkpoint[3:]), averageable(s.checkpoint.parent)
-                if kept is None:  # no run yet: training first
-                    raise FileNotFoundError(
-                        f"checkpoint {s.checkpoint} not found: no run there yet; run "
-                        f"scripts/train.sh {pair} {system} --profile {profile} --seed {seed}"
-                        f"{budget}, then scripts/evaluate.sh with the same options and "
-                        f"--checkpoint {checkpoint} (it averages the last {n} checkpoints){listed}"
-                    )
-                if kept < n:  # evaluate.sh could not make it either
-                    other = f", or avg{kept}" if kept else ""
-                    raise FileNotFoundError(
-                        f"checkpoint {s.checkpoint} not found, and its run keeps {kept} "
-                        f"checkpoints to average (checkpointE.pt or checkpoint_E_U.pt), fewer "
-                        f"than {n}: use --checkpoint best or last{other} (a short try, or a "
-                        "profile with --no-epoch-checkpoints, keeps none)"
-                    )
-                made_by = (
-                    f"scripts/evaluate.sh {pair} {system} --profile {profile} --seed {seed}"
-                    f"{budget} --checkpoint {checkpoint} (it averages the last {n} checkpoints)"
-                )
-            else:
-                made_by = (
-                    f"scripts/train.sh {pair} {system} --profile {profile} --seed {seed}{budget}"
-                )
-            raise FileNotFoundError(
-                f"checkpoint {s.checkpoint} not found: run {made_by} first{listed}"
+            raise missing_checkpoint(
+                s.checkpoint, pair, system, profile, seed, checkpoint, max_update
             )
         return cls(
             s.checkpoint,

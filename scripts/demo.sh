@@ -107,11 +107,16 @@ report() {
         --out "$OUT/demo_bleu.png" --title "$PAIR ($LABEL, seed $SEED): tokenized BLEU, 95% bootstrap CI"
 }
 
+# data_steps RUNNER: the data steps (each skips finished outputs), each as RUNNER CMD...
+data_steps() {
+    "$1" bash "$SCRIPT_DIR/prepare_data.sh" "$PAIR" ${DATA_DIR_ARG:+--data-dir "$DATA_DIR_ARG"}
+    "$1" bash "$SCRIPT_DIR/bpe.sh" "$PAIR"
+    "$1" bash "$SCRIPT_DIR/binarize.sh" "$PAIR"
+}
+
 if ((DRY_RUN)); then
     echo "# 1. data (each step skips finished outputs)"
-    qk_print_cmd bash "$SCRIPT_DIR/prepare_data.sh" "$PAIR" ${DATA_DIR_ARG:+--data-dir "$DATA_DIR_ARG"}
-    qk_print_cmd bash "$SCRIPT_DIR/bpe.sh" "$PAIR"
-    qk_print_cmd bash "$SCRIPT_DIR/binarize.sh" "$PAIR"
+    data_steps qk_print_cmd
     echo "# 2. both systems side by side, one thread each: train, then decode and score test"
     for system in "${SYSTEMS[@]}"; do
         echo "# $system"
@@ -124,9 +129,7 @@ if ((DRY_RUN)); then
 fi
 
 T0="$(date +%s)"
-qk_run bash "$SCRIPT_DIR/prepare_data.sh" "$PAIR" ${DATA_DIR_ARG:+--data-dir "$DATA_DIR_ARG"}
-qk_run bash "$SCRIPT_DIR/bpe.sh" "$PAIR"
-qk_run bash "$SCRIPT_DIR/binarize.sh" "$PAIR"
+data_steps qk_run
 
 # both systems at once, one thread each (same machine conditions for both; more total
 # throughput on 2 cores than two 2-thread runs in a row); output lines prefixed by the system

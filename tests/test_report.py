@@ -288,12 +288,17 @@ def test_lr_sweep_page_shows_loss_vs_lr_and_max_logit_over_training(tmp_path):
     _, data = build_page(src, tmp_path / "gl-en")
     sweep = json.loads((src / "lr-sweep" / "lr_sweep.json").read_text())
     assert data["sources"]["lr-sweep/lr_sweep.json"] == sweep
-    loss = figure(data, "lr-loss")
+    # the one-size sweep (lr-sweep/) beside the size axis' per-size sweeps (lr-sweep/dD/)
+    ids = [f["id"] for f in data["figures"]]
+    for d in ("d128", "d256"):
+        assert f"lr-loss-lr-sweep-{d}-lr-sweep" in ids
+        assert f"lr-sweep/{d}/lr_sweep.json" in data["sources"]
+    loss = figure(data, "lr-loss-lr-sweep-lr-sweep")
     for s in sweep["systems"]:
         t = trace(loss, system=s["system"], what="capped_loss_mean")
         assert t["x"] == sweep["lrs"] and t["y"] == [p["capped_loss_mean"] for p in s["points"]]
-    logit = figure(data, "lr-maxlogit-lr")
-    series = figure(data, "lr-maxlogit-series")
+    logit = figure(data, "lr-maxlogit-lr-sweep-lr-sweep")
+    series = figure(data, "lr-maxlogit-series-lr-sweep-lr-sweep")
     r = next(r for r in sweep["runs"] if r["system"] == "twt" and r["lr"] == 0.1 and r["seed"] == 2)
     t = trace(logit, system="twt", what="max_attn_logit per run")
     assert r["max_attn_logit"] in t["y"] and len(t["y"]) == 12

@@ -147,9 +147,7 @@ if [[ -n "$SIZES_ARG" ]]; then
 fi
 load_pair_config "$PAIR_ARG"
 load_profile_config "$PROFILE_ARG"
-[[ -z "$SIZES_ARG" || "$PROFILE_ARCH" == proxy ]] || qk_usage_error "--sizes needs a CPU profile (proxy size), not $PROFILE"
-[[ -z "$SIZES_ARG" || ${#PROFILE_MODEL_FLAGS[@]} == 0 ]] \
-    || qk_usage_error "--sizes: profile $PROFILE sets its own model size (${PROFILE_MODEL_FLAGS[*]}); use a profile without model_flags (cpu-proxy, cpu-proxy-fast, ...)"
+[[ -z "$SIZES_ARG" ]] || qk_require_sizeable_profile --sizes
 MAX_UPDATE="$MAXU"
 # bf16 autocast or fp32 (--precision, QKNORM_BF16, the profile's PROFILE_BF16): decided once, here,
 # and passed to every cell and child script as --precision. The size axis pins fp32 unless told

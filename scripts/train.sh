@@ -187,11 +187,7 @@ fi
 
 LABEL="$(qk_run_label)"
 if [[ -n "$SIZE_ARG" ]]; then
-    [[ "$PROFILE_ARCH" == proxy ]] || qk_usage_error "--size $SIZE_ARG needs a CPU profile (proxy size), not $PROFILE"
-    # a profile that sets its own model size (model_flags, e.g. cpu-converge-d128's width 128)
-    # would override the size's widths and leave its layers and heads: no model of either size
-    ((${#PROFILE_MODEL_FLAGS[@]} == 0)) \
-        || qk_usage_error "--size $SIZE_ARG: profile $PROFILE sets its own model size (${PROFILE_MODEL_FLAGS[*]}); use a profile without model_flags (cpu-proxy, cpu-proxy-fast, ...)"
+    qk_require_sizeable_profile "--size $SIZE_ARG"
     LABEL="$LABEL-$SIZE_ARG"
 fi
 qk_precision_from_flag "$BF16"

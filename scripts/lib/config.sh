@@ -61,6 +61,16 @@ qk_known_pairs() { qk_config_names pairs; }
 qk_known_systems() { qk_config_names systems; }
 qk_known_profiles() { qk_config_names profiles; }
 
+# qk_require_sizeable_profile WHAT: a usage error (naming WHAT, e.g. "--size d384" or "--sizes")
+# unless the loaded profile can train at the LR sweep's other sizes: a CPU profile (proxy-size
+# arch) that sets no model size of its own (model_flags, e.g. cpu-converge-d128's width 128,
+# would override the size's widths and keep its layers and heads: no model of either size).
+qk_require_sizeable_profile() {
+    [[ "$PROFILE_ARCH" == proxy ]] || qk_usage_error "$1 needs a CPU profile (proxy size), not $PROFILE"
+    ((${#PROFILE_MODEL_FLAGS[@]} == 0)) \
+        || qk_usage_error "$1: profile $PROFILE sets its own model size (${PROFILE_MODEL_FLAGS[*]}); use a profile without model_flags (cpu-proxy, cpu-proxy-fast, ...)"
+}
+
 # qk_require_name KIND NAME [HINT]: a usage error (exit 2, with the script's usage) unless NAME
 # is configured (configs/KIND/NAME.toml; a pair may also be the reverse direction of a
 # configured one), listing the known names (and HINT).

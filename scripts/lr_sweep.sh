@@ -134,6 +134,7 @@ SIZES=("")
 SIZE_WIDTHS=()
 if [[ -n "$SIZES_ARG" ]]; then
     split_list SIZE_ITEMS "$SIZES_ARG" || qk_usage_error "bad --sizes list '$SIZES_ARG' (empty item)"
+    _qk_refuse_repeats sizes "$SIZES_ARG" "$QK_SPLIT_REPEAT"  # 128,128: a typo, as for --seeds
     SIZES=()
     for w in "${SIZE_ITEMS[@]}"; do
         case "$w" in
@@ -141,7 +142,6 @@ if [[ -n "$SIZES_ARG" ]]; then
             256) sz="" ;;
             *) qk_usage_error "bad --sizes list '$SIZES_ARG': '$w' is not one of 128, 256, 384 (model widths)" ;;
         esac
-        [[ " ${SIZE_WIDTHS[*]} " != *" $w "* ]] || continue
         SIZES+=("$sz") SIZE_WIDTHS+=("$w")
     done
 fi

@@ -139,6 +139,11 @@ def test_sizes_refuse_a_profile_with_its_own_model_size(tmp_path):
         "--decoder-ffn-embed-dim 512); use a profile without model_flags (cpu-proxy, "
         "cpu-proxy-fast, ...)"
     )
+    # a repeated size is a typo (as a repeated seed): refused, not silently one size
+    p = run_script("lr_sweep.sh", "gl-en", "--sizes", "128,384,128", "--dry-run", env=env,
+                   timeout=600)  # fmt: skip
+    assert p.returncode == 2, out(p)
+    assert p.stderr.splitlines()[0] == "error: bad --sizes list '128,384,128': 128 is given twice"
     args = ["--profile", "cpu-converge-d128", "--systems", "twt", "--lrs", "1e-3", "--seeds", "1"]
     p = run_script("lr_sweep.sh", "gl-en", "--sizes", "128", *args, "--dry-run", env=env,
                    timeout=600)  # fmt: skip

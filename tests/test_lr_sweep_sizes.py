@@ -133,22 +133,25 @@ def test_sizes_refuse_a_profile_with_its_own_model_size(tmp_path):
     p = run_script("train.sh", "gl-en", "twt", "--profile", "cpu-converge-d128", "--size", "d384",
                    "--dry-run", env=env, timeout=600)  # fmt: skip
     assert p.returncode == 2, out(p)
-    assert p.stderr.splitlines()[0] == (
+    assert p.stderr.splitlines()[-1] == (
         "error: --size d384: profile cpu-converge-d128 sets its own model size "
         "(--encoder-embed-dim 128 --decoder-embed-dim 128 --encoder-ffn-embed-dim 512 "
         "--decoder-ffn-embed-dim 512); use a profile without model_flags (cpu-proxy, "
-        "cpu-proxy-fast, ...)"
+        "cpu-proxy-fast, ...) (scripts/train.sh --help lists every option)"
     )
     # a repeated size is a typo (as a repeated seed): refused, not silently one size
     p = run_script("lr_sweep.sh", "gl-en", "--sizes", "128,384,128", "--dry-run", env=env,
                    timeout=600)  # fmt: skip
     assert p.returncode == 2, out(p)
-    assert p.stderr.splitlines()[0] == "error: bad --sizes list '128,384,128': 128 is given twice"
+    assert p.stderr.splitlines()[-1] == (
+        "error: bad --sizes list '128,384,128': 128 is given twice "
+        "(scripts/lr_sweep.sh --help lists every option)"
+    )
     args = ["--profile", "cpu-converge-d128", "--systems", "twt", "--lrs", "1e-3", "--seeds", "1"]
     p = run_script("lr_sweep.sh", "gl-en", "--sizes", "128", *args, "--dry-run", env=env,
                    timeout=600)  # fmt: skip
     assert p.returncode == 2, out(p)
-    assert p.stderr.splitlines()[0].startswith(
+    assert p.stderr.splitlines()[-1].startswith(
         "error: --sizes: profile cpu-converge-d128 sets its own model size"
     )
     assert "# cell " not in p.stdout  # refused before any cell

@@ -27,12 +27,19 @@ from conftest import (
 
 @pytest.mark.parametrize("script", ["train.sh", "evaluate.sh", "prepare_data.sh"])
 def test_usage_error_is_the_last_line(tmp_path, script):
+    """As argparse: the synopsis (the usage line and its continuations, not the whole help),
+    then the error once, last, naming --help."""
     p = run_script(script, "gl-en", "--bogus", env=make_env(tmp_path))
     assert p.returncode == 2, out(p)
     lines = p.stderr.splitlines()
-    assert lines[0] == "error: unknown option '--bogus'"
-    assert lines[1].startswith(f"usage: scripts/{script}")
-    assert lines[-1] == "error: unknown option '--bogus' (usage above)"
+    assert lines[0].startswith(f"usage: scripts/{script} PAIR")
+    assert all(x.startswith("     ") for x in lines[1:-1])  # continuations only
+    assert lines[-1] == (
+        f"error: unknown option '--bogus' (scripts/{script} --help lists every option)"
+    )
+    assert p.stderr.count("--bogus") == 1
+    full = run_script(script, "--help", env=make_env(tmp_path))
+    assert full.returncode == 0 and full.stdout.startswith(p.stderr.rsplit("\nerror: ", 1)[0])
 
 
 @pytest.mark.parametrize("below", [False, True])
@@ -229,7 +236,7 @@ def test_a_budget_that_never_stops_is_a_usage_error_up_front(tmp_path, script, a
     assert p.returncode == 2, out(p)
     assert p.stderr.splitlines()[-1] == (
         "error: --max-update 0 with profile cpu-proxy (max-epoch 0) would never stop training "
-        "(usage above)"
+        "(scripts/" + script + " --help lists every option)"
     )
     assert not p.stdout  # nothing planned or run
 
@@ -237,9 +244,9 @@ def test_a_budget_that_never_stops_is_a_usage_error_up_front(tmp_path, script, a
 def test_lr_overflow_is_named(tmp_path):
     p = run_script("train.sh", "gl-en", "twt", "--lr", "1e400", "--dry-run", env=make_env(tmp_path))
     assert p.returncode == 2
-    assert p.stderr.splitlines()[0] == (
+    assert p.stderr.splitlines()[-1] == (
         "error: --lr '1e400' overflows: fairseq reads it as a double, at most about 1.8e308 "
-        "(infinite above)"
+        "(infinite above) (scripts/train.sh --help lists every option)"
     )
 
 

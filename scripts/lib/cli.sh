@@ -35,12 +35,28 @@ qk_warn() {
     printf '[%s] warning: %s\n' "$QK_SCRIPT_NAME" "$*" >&2
 }
 
+# qk_usage_error MESSAGE...: a usage error, as argparse writes one: the synopsis of the calling
+# script's usage (its "usage:" line and their indented continuations), then the error, once and
+# last, naming --help for the whole usage; exit status 2.
 qk_usage_error() {
-    printf 'error: %s\n' "$*" >&2
+    local text line synopsis="" prog=""
     if declare -F usage >/dev/null; then
-        usage >&2
-        printf 'error: %s (usage above)\n' "$*" >&2  # again, last: the usage may scroll it off
+        text="$(usage)"
+        while IFS= read -r line; do
+            if [[ -z "$synopsis" ]]; then
+                [[ "$line" == "usage: "* ]] || break
+                synopsis="$line"
+                prog="${line#usage: }"
+                prog="${prog%% *}"
+            elif [[ "$line" == "    "* ]]; then
+                synopsis+=$'\n'"$line"
+            else
+                break
+            fi
+        done <<<"$text"
     fi
+    [[ -z "$synopsis" ]] || printf '%s\n' "$synopsis" >&2
+    printf 'error: %s%s\n' "$*" "${prog:+ ($prog --help lists every option)}" >&2
     exit 2
 }
 

@@ -605,6 +605,13 @@ def test_e2e_variants_train_with_the_plugin_task_option(tmp_path):
     assert plain[plain.index("--task") + 1] == "translation" and "--batching" not in plain
     assert bench.split_variant("twt+bucketed+compile") == (
         "twt", ["--batching", "bucketed", "--torch-compile"])  # fmt: skip
+    assert bench.split_variant(bench.PROFILE_BF16_ENTRY) == (
+        "qknorm_paper", ["--batching", "bucketed", "--bf16-autocast"])  # fmt: skip
+    # --targets reads the 1.4x target for the profile as it trains: with bf16 autocast only
+    # where the CPU has native bf16 (the profile's auto never chooses it elsewhere)
+    assert bench.target_e2e_systems(False) == ["qknorm_paper", "stock", "qknorm_paper+bucketed"]
+    assert bench.target_e2e_systems(True)[-1] == "qknorm_paper+bucketed+bf16"
+    assert "qknorm_paper+bucketed+bf16" not in bench.TARGET_PRESET["e2e_systems"]
     with pytest.raises(SystemExit):
         bench.parse_args(["--e2e-systems", "twt+bogus"])
     st = bench.paired_speed_stats(

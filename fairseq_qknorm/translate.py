@@ -497,6 +497,47 @@ def _uint(flag: str):
     return parse
 
 
+class _Refused(Exception):
+    """The model could not be loaded; the error is printed, ``status`` is the exit status."""
+
+    def __init__(self, status: int):
+        super().__init__(status)
+        self.status = status
+
+
+def _load_translator(a) -> "Translator":
+    """:meth:`Translator.from_pipeline` of the parsed command line ``a``, its checkpoint said.
+
+    Raises:
+        _Refused: after printing the error: status 2 for an unknown pair, system or profile
+            (a usage error), 1 for a missing or unreadable run or checkpoint, a copied or
+            renamed run (qknorm_tools.textio.EvaluationError).
+    """
+    from qknorm_tools.textio import EvaluationError  # RunIdentityError among them
+
+    try:
+        translator = Translator.from_pipeline(
+            a.pair,
+            a.system,
+            a.profile,
+            a.seed,
+            a.checkpoint,
+            moses=a.moses,
+            max_update=a.max_update,
+        )
+    except EvaluationError as e:  # a copied or renamed run (as evaluate.sh), an unreadable record
+        print(f"error: {e}", file=sys.stderr)
+        raise _Refused(1) from None
+    except ValueError as e:  # unknown pair, system or profile: a usage error
+        print(f"error: {e}", file=sys.stderr)
+        raise _Refused(2) from None
+    except (FileNotFoundError, NotADirectoryError, CheckpointError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise _Refused(1) from None
+    print(f"[translate] {translator.checkpoint}", file=sys.stderr)
+    return translator
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``python -m fairseq_qknorm.translate PAIR SYSTEM [...] < input > output``."""
     p = argparse.ArgumentParser(
@@ -552,7 +593,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         logging.basicConfig(format=FAIRSEQ_LOG_FORMAT, level=logging.INFO, force=True)
     else:  # before fairseq is imported: its modules' logging.basicConfig then changes nothing
         quiet_fairseq_logging("--verbose shows them")
-    from qknorm_tools.textio import EvaluationError  # RunIdentityError among them
 
     # the input is read and checked before the model loads (an unreadable file or bytes that
     # are not UTF-8 are said at once)
@@ -588,38 +628,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     if a.bf16_autocast:
         os.environ["QKNORM_BF16"] = "1"
-    try:
-        translator = Translator.from_pipeline(
-            a.pair,
-            a.system,
-            a.profile,
-            a.seed,
-            a.checkpoint,
-            moses=a.moses,
-            max_update=a.max_update,
-        )
-    except EvaluationError as e:  # a copied or renamed run (as evaluate.sh), an unreadable record
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except ValueError as e:  # unknown pair, system or profile: a usage error
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except (FileNotFoundError, NotADirectoryError, CheckpointError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    print(f"[translate] {translator.checkpoint}", file=sys.stderr)
     if a.output:
-        # whole or not at all: the output is opened before translating (an unwritable one is
-        # said at once), written after; an existing file is left as it was on an error
+        # whole or not at all: the output is opened before the model loads (an unwritable one
+        # is said at once), written after; an existing file is left as it was on any error
         from qknorm_tools.textio import OutputError, atomic_output
 
         try:
             with atomic_output(a.output) as tmp, open(tmp, "w", encoding="utf-8") as f:
+                translator = _load_translator(a)
                 f.write("".join(h + "\n" for h in translator.translate(lines)))
         except OutputError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
+        except _Refused as e:
+            return e.status
         return 0
+    try:
+        translator = _load_translator(a)
+    except _Refused as e:
+        return e.status
     hyps = translator.translate(lines)
     try:
         sys.stdout.write("".join(h + "\n" for h in hyps))

@@ -427,6 +427,21 @@ def test_translate_errors(tmp_path, monkeypatch):
         1,
         f"error: cannot read {missing}: No such file or directory\n",
     )
+    # an output that cannot be written is said before any model is looked for (no run here:
+    # the model's error would come first otherwise), and nothing is left behind
+    (tmp_path / "plain").write_text("x\n")
+    bad = tmp_path / "plain" / "hyp.txt"
+    proc = translate_cli("gl-en", "twt", "--output", bad, work=tmp_path, input_text="ola\n")
+    assert proc.returncode == 1 and proc.stderr.splitlines()[-1].startswith(
+        f"error: cannot write {bad}: "
+    ), proc.stderr
+    assert "not found" not in proc.stderr and (tmp_path / "plain").read_text() == "x\n"
+    # a model that is missing leaves an existing output as it was (no empty file)
+    kept = tmp_path / "kept.txt"
+    kept.write_text("earlier\n")
+    proc = translate_cli("gl-en", "twt", "--output", kept, work=tmp_path, input_text="ola\n")
+    assert proc.returncode == 1 and "checkpoint_best.pt not found" in proc.stderr
+    assert kept.read_text() == "earlier\n" and not list(tmp_path.glob(".kept.txt*"))
     # a work dir that is a file: said as the scripts say it (scripts/lib.sh)
     afile = tmp_path / "afile"
     afile.write_text("x\n")

@@ -32,6 +32,7 @@ import argparse
 import datetime
 import gc
 import json
+import logging
 import math
 import os
 import re
@@ -46,10 +47,14 @@ from typing import Optional
 
 import torch
 
-from qknorm_tools import config
+# fairseq's text_to_speech task logs an INFO "Please install tensorboardX" when imported (the
+# plugin logs through tensorboard itself): not the first line of --help or of a report
+logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
 
-from . import common as c
-from . import stats
+from qknorm_tools import config  # noqa: E402  (after the logger above: imports fairseq)
+
+from . import common as c  # noqa: E402
+from . import stats  # noqa: E402
 
 ALL_SECTIONS = (
     "model",
@@ -91,6 +96,21 @@ def csv(type_=str):
     return lambda s: [type_(x) for x in s.split(",") if x.strip()]
 
 
+def positive_int(s: str) -> int:
+    """An argparse ``type=``: an integer >= 1 (repetitions, threads, sizes of batches).
+
+    Raises:
+        argparse.ArgumentTypeError: not an integer, or below 1 (argparse: exit 2).
+    """
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {s!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {s!r}")
+    return v
+
+
 def parse_args(argv=None):
     """Command-line options of ``python -m benchmarks.run``."""
     p = argparse.ArgumentParser(
@@ -119,23 +139,27 @@ def parse_args(argv=None):
     p.add_argument("--systems", type=csv(), help=f"default {','.join(c.SYSTEMS)}")
     p.add_argument(
         "--threads",
-        type=int,
+        type=positive_int,
         default=c.usable_cpus(),
     )
     p.add_argument("--sizes", type=csv(), help="model-only sizes (default small,proxy)")
-    p.add_argument("--batch", type=int, help="sentences per synthetic batch (default 80)")
-    p.add_argument("--src-len", type=int, help="source tokens per sentence incl. EOS (28)")
-    p.add_argument("--tgt-len", type=int, help="target tokens per sentence incl. EOS (28)")
-    p.add_argument("--vocab", type=int, default=2048, help="joined vocabulary (gl-en: 2048)")
-    p.add_argument("--reps", type=int, help="timed repetitions per entry (default 5)")
+    p.add_argument("--batch", type=positive_int, help="sentences per synthetic batch (default 80)")
+    p.add_argument("--src-len", type=positive_int, help="source tokens per sentence incl. EOS (28)")
+    p.add_argument("--tgt-len", type=positive_int, help="target tokens per sentence incl. EOS (28)")
+    p.add_argument(
+        "--vocab", type=positive_int, default=2048, help="joined vocabulary (gl-en: 2048)"
+    )
+    p.add_argument("--reps", type=positive_int, help="timed repetitions per entry (default 5)")
     p.add_argument(
         "--min-of",
-        type=int,
+        type=positive_int,
         help="model and decode sections: each repetition is the minimum of K interleaved "
         "rounds (default 1; --targets: 3), interference only adds time",
     )
     p.add_argument("--warmup", type=int, default=1, help="untimed interleaved rounds")
-    p.add_argument("--matmul-sizes", type=csv(int), help="square fp32 matmul sizes (1024,2048)")
+    p.add_argument(
+        "--matmul-sizes", type=csv(positive_int), help="square fp32 matmul sizes (1024,2048)"
+    )
     p.add_argument(
         "--qk-length",
         type=float,
@@ -143,27 +167,35 @@ def parse_args(argv=None):
     )
     p.add_argument("--bf16-size", help="size for the bf16 section (default proxy)")
     p.add_argument("--decode-size", help="size for in-process decoding (default small)")
-    p.add_argument("--decode-bsz", type=int, help="sentences (default 16)")
-    p.add_argument("--decode-steps", type=int, help="decoder steps (default 30)")
-    p.add_argument("--decode-reps", type=int, help="repetitions for decoding (default 3)")
-    p.add_argument("--scaling-reps", type=int, help="repetitions for scaling (default 3)")
-    p.add_argument("--bf16-reps", type=int, help="repetitions for bf16 (default 2)")
-    p.add_argument("--beam", type=int, default=E2E_PROFILE.beam)
-    p.add_argument("--scaling-lens", type=csv(int), help="default 32,64,128,256,512")
-    p.add_argument("--scaling-bsz", type=csv(int), help="default 8,32")
-    p.add_argument("--scaling-dim", type=int, help="default 512 (4 heads)")
-    p.add_argument("--scaling-heads", type=int, help="default 4")
-    p.add_argument("--norm-rows", type=csv(int), help="rows of (rows, dim) inputs (2240,8960)")
+    p.add_argument("--decode-bsz", type=positive_int, help="sentences (default 16)")
+    p.add_argument("--decode-steps", type=positive_int, help="decoder steps (default 30)")
+    p.add_argument("--decode-reps", type=positive_int, help="repetitions for decoding (default 3)")
+    p.add_argument("--scaling-reps", type=positive_int, help="repetitions for scaling (default 3)")
+    p.add_argument("--bf16-reps", type=positive_int, help="repetitions for bf16 (default 2)")
+    p.add_argument("--beam", type=positive_int, default=E2E_PROFILE.beam)
+    p.add_argument("--scaling-lens", type=csv(positive_int), help="default 32,64,128,256,512")
+    p.add_argument("--scaling-bsz", type=csv(positive_int), help="default 8,32")
+    p.add_argument("--scaling-dim", type=positive_int, help="default 512 (4 heads)")
+    p.add_argument("--scaling-heads", type=positive_int, help="default 4")
+    p.add_argument(
+        "--norm-rows", type=csv(positive_int), help="rows of (rows, dim) inputs (2240,8960)"
+    )
     p.add_argument("--e2e-data", type=Path, help=f"binarized data (default {DEFAULT_E2E_DATA})")
     p.add_argument("--e2e-src", default=None, help="source language (default gl)")
     p.add_argument("--e2e-tgt", default=None, help="target language (default en)")
     p.add_argument("--e2e-size", help="model size for fairseq-train/generate (default proxy)")
-    p.add_argument("--e2e-updates", type=int, help="updates per fairseq-train run (default 200)")
-    p.add_argument("--e2e-rounds", type=int, help="alternating rounds (default 2)")
+    p.add_argument(
+        "--e2e-updates", type=positive_int, help="updates per fairseq-train run (default 200)"
+    )
+    p.add_argument("--e2e-rounds", type=positive_int, help="alternating rounds (default 2)")
     p.add_argument("--e2e-systems", type=csv(), help="systems of e2e/generate (default --systems)")
-    p.add_argument("--e2e-log-interval", type=int, help="fairseq --log-interval (default 10)")
-    p.add_argument("--e2e-max-tokens", type=int, default=E2E_PROFILE.max_tokens)
-    p.add_argument("--gen-sentences", type=int, help="test sentences decoded (default 300)")
+    p.add_argument(
+        "--e2e-log-interval", type=positive_int, help="fairseq --log-interval (default 10)"
+    )
+    p.add_argument("--e2e-max-tokens", type=positive_int, default=E2E_PROFILE.max_tokens)
+    p.add_argument(
+        "--gen-sentences", type=positive_int, help="test sentences decoded (default 300)"
+    )
     p.add_argument(
         "--gen-checkpoint",
         action="append",
@@ -259,6 +291,15 @@ def parse_args(argv=None):
     unknown = set(a.sections) - set(ALL_SECTIONS)
     if unknown:
         p.error(f"unknown sections {sorted(unknown)}; known: {ALL_SECTIONS}")
+    for opt in ("sizes", "bf16_size", "decode_size", "e2e_size"):
+        given = getattr(a, opt)
+        for size in [given] if isinstance(given, str) else given:
+            if size not in c.SIZES:
+                p.error(f"--{opt.replace('_', '-')}: unknown size {size!r}; known: {list(c.SIZES)}")
+    for spec in a.gen_checkpoint:
+        system, sep, path = spec.partition("=")
+        if not sep or not system or not path:
+            p.error(f"--gen-checkpoint {spec!r}: expected SYSTEM=PATH")
     bad = (set(a.systems) | {s.split("+")[0] for s in a.e2e_systems}) - set(c.SYSTEMS)
     if bad:
         p.error(f"unknown systems {sorted(bad)}; known: {c.SYSTEMS}")

@@ -595,6 +595,27 @@ def test_sequential_verdict_adds_repetitions_until_decided_or_capped():
         stats.sequential_verdict(lambda: 1.0, 1.0, min_n=5, max_n=3)
 
 
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--sizes", "huge"], "--sizes: unknown size 'huge'"),
+        (["--e2e-size", "huge"], "--e2e-size: unknown size 'huge'"),
+        (["--threads", "0"], "argument --threads: expected a positive integer, got '0'"),
+        (["--reps", "-1"], "argument --reps: expected a positive integer, got '-1'"),
+        (["--min-of", "x"], "argument --min-of: expected a positive integer, got 'x'"),
+        (["--gen-checkpoint", "foo"], "--gen-checkpoint 'foo': expected SYSTEM=PATH"),
+    ],
+)
+def test_bad_benchmark_arguments_are_usage_errors(args, message, capsys):
+    """Refused when parsed (exit 2, the option named), before any section runs: helper-12's
+    ``--sizes huge`` ran every other section for minutes and exited 0."""
+    with pytest.raises(SystemExit) as e:
+        bench.parse_args(["--smoke", *args])
+    assert e.value.code == 2
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.startswith(f"python -m benchmarks.run: error: {message}"), last
+
+
 def test_e2e_variants_train_with_the_plugin_task_option(tmp_path):
     a = bench.parse_args(["--targets", "--e2e-data", str(tmp_path)])
     cmd = [str(x) for x in bench.train_cmd(a, "qknorm_paper+bucketed", tmp_path, 8, "proxy")]

@@ -173,6 +173,11 @@ if [[ "$LAUNCH_ARG" != srun ]] && ((${#GPUS[@]} > NPROC)); then
     export CUDA_VISIBLE_DEVICES="$(IFS=,; echo "${GPUS[*]:0:NPROC}")"
 fi
 
+# usage errors that need the loaded profile, before any data is looked for (a fresh clone's
+# missing data would otherwise hide them)
+[[ -z "$SIZE_ARG" ]] || qk_require_sizeable_profile "--size $SIZE_ARG"
+qk_precision_from_flag "$BF16"
+
 # (before the bf16 decision, which may measure for a minute: missing data is said at once)
 # validation BLEU removes exactly the data's segmentation (bpe.json's tool): fairseq's bare
 # --eval-bleu-remove-bpe means "@@ ", which leaves sentencepiece pieces in the BLEU
@@ -186,11 +191,7 @@ else
 fi
 
 LABEL="$(qk_run_label)"
-if [[ -n "$SIZE_ARG" ]]; then
-    qk_require_sizeable_profile "--size $SIZE_ARG"
-    LABEL="$LABEL-$SIZE_ARG"
-fi
-qk_precision_from_flag "$BF16"
+[[ -z "$SIZE_ARG" ]] || LABEL="$LABEL-$SIZE_ARG"
 if ((DRY_RUN)); then qk_resolve_bf16 --cached-only; else qk_resolve_bf16; fi
 RUN="$(qk_run_dir "$PAIR" "$LABEL" "$SYSTEM" "$SEED" "$QK_LR_OVERRIDE")"
 RETRAIN="$(qk_train_cmd) --force"
@@ -329,6 +330,21 @@ if ((RC != 0)); then
     # divergence: fairseq (fp32) raises FloatingPointError on non-finite gradients (a NaN/inf
     # loss makes them so; fairseq/trainer.py train_step) and exits non-zero
     DIVERGED="$(tail -c "+$((LOG_START + 1))" -- "$RUN/train.log" | grep -m 1 -o 'FloatingPointError: .*' || true)"
+    # fairseq-train's argparse refused the arguments (exit 2, e.g. a flag after -- that the
+    # system's own flags exclude): a usage error, not a run to resume; a run directory that
+    # holds no checkpoint is emptied, so that the corrected command is not refused as "trained
+    # with another command"
+    REFUSED="$(tail -c "+$((LOG_START + 1))" -- "$RUN/train.log" | grep -m 1 -o 'fairseq-train: error: .*' || true)"
+    if [[ "$RC" == 2 && -n "$REFUSED" ]]; then
+        if [[ ! -f "$RUN/checkpoints/checkpoint_last.pt" ]]; then
+            find "$RUN" -mindepth 1 -maxdepth 1 ! -name .lock -exec rm -rf -- {} +
+            printf 'error: %s; nothing was trained (%s emptied; the arguments after -- are fairseq-train'"'"'s)\n' \
+                "$REFUSED" "$RUN" >&2
+        else
+            printf 'error: %s; nothing was trained in this attempt (%s kept)\n' "$REFUSED" "$RUN" >&2
+        fi
+        exit 2
+    fi
     [[ -n "$DIVERGED" ]] || die "fairseq-train failed (exit $RC) for $RUN; see $RUN/train.log (rerun to resume)"
     printf '%s\n' "$DIVERGED" >"$RUN/diverged"
     SUMMARY="$("${TRAIN_JSON[@]}")" || die "could not write $RUN/train.json"

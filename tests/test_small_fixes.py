@@ -507,3 +507,20 @@ def test_translate_names_the_bad_line_and_the_first_step_of_a_missing_run(tmp_pa
         "options and --checkpoint avg3 (it averages the last 3 checkpoints); no run of gl-en twt "
         "has a checkpoint_avg3.pt"
     )
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--size", "d128", "--profile", "paper"], "--size d128 needs a CPU profile"),
+        (["--precision", "fp16"], "--precision must be bf16, fp32 or auto, got 'fp16'"),
+        (["--bf16-autocast", "--precision", "fp32"], "--bf16-autocast and --precision fp32"),
+    ],
+)
+def test_usage_errors_come_before_the_data_check(tmp_path, args, message):
+    """On a fresh clone (no data yet) a bad option is said as a usage error, not hidden behind
+    "bpe.json not found" (helper-12: exit 1 without --dry-run, exit 2 with it)."""
+    p = run_script("train.sh", "gl-en", "twt", *args, env=make_env(tmp_path))
+    assert p.returncode == 2, out(p)
+    assert p.stderr.splitlines()[-1].startswith(f"error: {message}"), p.stderr
+    assert "bpe.json" not in p.stderr

@@ -155,9 +155,18 @@ qk_precision_usage() {
 USAGE
 }
 
-# qk_precision_from_flag BF16: a script's --bf16-autocast (BF16=1) is --precision bf16; with
+# qk_check_precision_arg: a usage error unless QK_PRECISION_ARG is empty, bf16, fp32 or auto.
+qk_check_precision_arg() {
+    case "$QK_PRECISION_ARG" in
+        "" | bf16 | fp32 | auto) ;;
+        *) qk_usage_error "--precision must be bf16, fp32 or auto, got '$QK_PRECISION_ARG'" ;;
+    esac
+}
+
+# qk_precision_from_flag BF16 (checks --precision first: qk_check_precision_arg): a script's --bf16-autocast (BF16=1) is --precision bf16; with
 # another --precision it is a usage error.
 qk_precision_from_flag() {
+    qk_check_precision_arg
     (($1)) || return 0
     [[ -z "$QK_PRECISION_ARG" || "$QK_PRECISION_ARG" == bf16 ]] \
         || qk_usage_error "--bf16-autocast and --precision $QK_PRECISION_ARG exclude each other"
@@ -177,12 +186,12 @@ qk_precision_from_flag() {
 # that only find runs, and dry runs. The environment is left as it was.
 qk_resolve_bf16() {
     local mode answer
+    qk_check_precision_arg
     case "$QK_PRECISION_ARG" in
         "") mode="${QKNORM_BF16:-${PROFILE_BF16:-0}}" ;;
         bf16) mode=1 ;;
         fp32) mode=0 ;;
         auto) mode=auto ;;
-        *) qk_usage_error "--precision must be bf16, fp32 or auto, got '$QK_PRECISION_ARG'" ;;
     esac
     case "$mode" in
         0) QK_BF16_RUN="" ;;

@@ -247,14 +247,39 @@ def bad_character_warning(lines: Sequence[str], name: str) -> Optional[str]:
     """
     from qknorm_tools.corpus import bad_character_problem
 
-    found = [(i, p) for i, line in enumerate(lines, 1) if (p := bad_character_problem(line))]
+    def problem(line: str) -> Optional[str]:
+        if line.startswith("\ufeff"):  # the corpus checks refuse it at the start of a file
+            return (
+                "UTF-8 byte order mark (U+FEFF) at character 1: it becomes part of the first word"
+            )
+        return bad_character_problem(line)
+
+    found = [(i, p) for i, line in enumerate(lines, 1) if (p := problem(line))]
     if not found:
         return None
-    (first, problem), more = found[0], len(found) - 1
+    (first, what), more = found[0], len(found) - 1
     others = (
         f"; {more} more line{'s hold' if more > 1 else ' holds'} such characters" if more else ""
     )
-    return f"{name}:{first}: {problem}{others}; translated as it is"
+    return f"{name}:{first}: {what}{others}; translated as it is"
+
+
+def empty_line_warning(lines: Sequence[str], name: str) -> Optional[str]:
+    """A warning for empty or whitespace-only input lines, or ``None`` when there are none.
+
+    fairseq's beam search translates an empty source (EOS alone) to a sentence of its own, as
+    ``fairseq-generate`` and ``fairseq-interactive`` do; the line is translated as it is (one
+    output line per input line), and the warning names the first such line (``NAME:LINE``,
+    1-based) and how many there are.
+    """
+    empty = [i for i, line in enumerate(lines, 1) if not line.strip()]
+    if not empty:
+        return None
+    n = len(empty)
+    return (
+        f"{name}:{empty[0]}: an empty line ({n} in all): fairseq translates an empty source to "
+        "a sentence of its own, not to an empty line; translated as it is"
+    )
 
 
 def existing_runs(
@@ -623,9 +648,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         lines.pop()
     if not lines:  # said, not an error: an empty stdin in a pipeline translates to nothing
         print(f"warning: {a.input or 'stdin'} is empty: nothing to translate", file=sys.stderr)
-    warning = bad_character_warning(lines, a.input or "stdin")
-    if warning:
-        print(f"warning: {warning}", file=sys.stderr)
+    for warning in (
+        bad_character_warning(lines, a.input or "stdin"),
+        empty_line_warning(lines, a.input or "stdin"),
+    ):
+        if warning:
+            print(f"warning: {warning}", file=sys.stderr)
+    if a.output and os.path.isdir(a.output):  # said before the model loads, as other outputs
+        print(f"error: --output {a.output} is a directory: name a file", file=sys.stderr)
+        return 1
     if a.bf16_autocast:
         os.environ["QKNORM_BF16"] = "1"
     if a.output:

@@ -482,6 +482,34 @@ def test_translate_warns_of_characters_the_pipeline_refuses(tmp_path):
     ], out(p)
 
 
+def test_translate_warns_of_a_byte_order_mark_and_empty_lines(tmp_path):
+    """helper-12: a BOM (refused by the corpus checks) and empty lines (translated by fairseq
+    to a made-up sentence) went by without a word; an --output that is a directory was said
+    only after the model loaded."""
+    from fairseq_qknorm.translate import bad_character_warning, empty_line_warning
+
+    assert bad_character_warning(["\ufeffola mundo", "bo dia"], "in.gl") == (
+        "in.gl:1: UTF-8 byte order mark (U+FEFF) at character 1: it becomes part of the first "
+        "word; translated as it is"
+    )
+    assert empty_line_warning(["ola", "bo dia"], "in.gl") is None
+    assert empty_line_warning(["ola", "", "  ", "bo dia"], "in.gl") == (
+        "in.gl:2: an empty line (2 in all): fairseq translates an empty source to a sentence of "
+        "its own, not to an empty line; translated as it is"
+    )
+    p = subprocess.run(
+        [sys.executable, "-m", "fairseq_qknorm.translate", "gl-en", "twt", "--output", tmp_path],
+        input="ola\n\n", cwd=REPO, env=make_env(tmp_path), capture_output=True, text=True,
+        timeout=FAR_BOUND,
+    )  # fmt: skip
+    assert p.returncode == 1, out(p)
+    assert p.stderr.splitlines() == [
+        "warning: stdin:2: an empty line (1 in all): fairseq translates an empty source to a "
+        "sentence of its own, not to an empty line; translated as it is",
+        f"error: --output {tmp_path} is a directory: name a file",
+    ], out(p)
+
+
 def test_translate_names_the_bad_line_and_the_first_step_of_a_missing_run(tmp_path):
     """Bytes that are not UTF-8: the line and the byte in it (1-based); --checkpoint avgN of a
     run that does not exist yet: train first, then average (not evaluate.sh alone)."""

@@ -39,6 +39,7 @@ declare -A CELL_SYSTEM=(
 usage() {
     cat <<EOF
 usage: scripts/ablation.sh PAIR [--seeds 1,2] [--profile P] [--max-update N] [--data-dir DIR]
+                           [--precision bf16|fp32|auto]
                            [--no-significance] [--aggregate-only] [--dry-run | --status]
                            [--launcher local|slurm] [--jobs N] [--gpus LIST] [--nproc N]
                            [--nodes M] [--partition P] [--account A] [--sbatch-args="OPTS"]

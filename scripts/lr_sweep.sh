@@ -75,6 +75,7 @@ usage() {
     cat <<EOF
 usage: scripts/lr_sweep.sh PAIR [--systems S1,S2,...] [--lrs LR1,LR2,...] [--seeds 1,2]
                            [--sizes 128,256,384] [--profile P] [--max-update N] [--results-dir DIR]
+                           [--precision bf16|fp32|auto]
                            [--data-dir DIR] [--report-only] [--dry-run | --status]
                            [--launcher local|slurm] [--jobs N] [--gpus LIST] [--nproc N]
                            [--nodes M] [--partition P] [--account A] [--sbatch-args="OPTS"]
@@ -121,6 +122,7 @@ JOBS="${QK_JOBS:-1}"
 qk_parse_names systems SYSTEMS "$SYSTEMS_ARG"
 qk_parse_seeds SEEDS "$SEEDS_ARG"
 split_list LR_ITEMS "$LRS_ARG" || qk_usage_error "bad --lrs list '$LRS_ARG' (empty item)"
+_qk_refuse_repeats lrs "$LRS_ARG" "$QK_SPLIT_REPEAT"  # 1e-3,1e-3: a typo, as for --seeds
 LRS=()
 for lr in "${LR_ITEMS[@]}"; do
     c="$(qk_canonical_lr "$lr")" \

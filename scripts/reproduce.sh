@@ -33,6 +33,7 @@ usage() {
     cat <<EOF
 usage: scripts/reproduce.sh --pairs P1,P2,...|all --systems S1,S2,...|all [--seeds 1,2,3]
                             [--profile P] [--max-update N] [--baseline SYSTEM]
+                            [--precision bf16|fp32|auto]
                             [--results-dir DIR] [--data-dir DIR] [--no-significance]
                             [--aggregate-only | --no-aggregate] [--dry-run | --status]
                             [--launcher local|slurm] [--jobs N] [--gpus LIST] [--nproc N]

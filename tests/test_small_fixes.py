@@ -552,3 +552,34 @@ def test_usage_errors_come_before_the_data_check(tmp_path, args, message):
     assert p.returncode == 2, out(p)
     assert p.stderr.splitlines()[-1].startswith(f"error: {message}"), p.stderr
     assert "bpe.json" not in p.stderr
+
+
+@pytest.mark.parametrize(
+    "script, args, message",
+    [
+        ("lr_sweep.sh", ["gl-en", "--partition", "gpu"], "--partition needs --launcher slurm"),
+        ("ablation.sh", ["gl-en", "--account", "a1"], "--account needs --launcher slurm"),
+        (
+            "reproduce.sh",
+            ["--pairs", "gl-en", "--systems", "twt", "--sbatch-args=--qos=x"],
+            "--sbatch-args needs --launcher slurm",
+        ),  # fmt: skip
+        (
+            "lr_sweep.sh",
+            ["gl-en", "--lrs", "1e-3,3e-3,1e-3"],
+            "bad --lrs list '1e-3,3e-3,1e-3': 1e-3 is given twice",
+        ),  # fmt: skip
+    ],
+)
+def test_options_that_would_be_dropped_are_usage_errors(tmp_path, script, args, message):
+    """helper-12: sbatch's options with the local launcher, and a repeated lr, were accepted
+    and dropped without a word (a repeated seed, system or size was already refused)."""
+    env = make_env(tmp_path)
+    p = run_script(script, *args, "--dry-run", env=env)
+    assert p.returncode == 2, out(p)
+    assert p.stderr.splitlines()[-1].startswith(f"error: {message} (scripts/{script} --help")
+    assert not p.stdout  # nothing planned
+    # the environment's defaults stay ambient: not refused with the local launcher
+    if "--partition" in args:
+        p = run_script(script, "gl-en", "--dry-run", env={**env, "QKNORM_SLURM_PARTITION": "gpu"})
+        assert p.returncode == 0, out(p)

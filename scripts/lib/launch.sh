@@ -144,6 +144,16 @@ qk_launch_check() {
     fi
     [[ -z "$QK_GPUS_ARG" || "$QK_LAUNCHER" == local ]] \
         || qk_usage_error "--gpus is for the local launcher (Slurm hands out the GPUs)"
+    # sbatch's options given with the local launcher would be dropped without a word (their
+    # environment defaults, QKNORM_SLURM_*, stay ambient and are not refused)
+    local opt env value
+    if [[ "$QK_LAUNCHER" == local ]]; then
+        for opt in partition:QKNORM_SLURM_PARTITION:QK_PARTITION account:QKNORM_SLURM_ACCOUNT:QK_ACCOUNT \
+            sbatch-args:QKNORM_SBATCH_ARGS:QK_SBATCH_ARGS; do
+            IFS=: read -r opt env value <<<"$opt"
+            [[ "${!value}" == "${!env:-}" ]] || qk_usage_error "--$opt needs --launcher slurm"
+        done
+    fi
 }
 
 # qk_gpu_list: the GPU ids this machine offers, one per line: the entries of $CUDA_VISIBLE_DEVICES

@@ -64,6 +64,13 @@ case "$TOOL" in
     subword-nmt | sentencepiece) ;;
     *) qk_usage_error "--tool must be subword-nmt or sentencepiece, got '$TOOL'" ;;
 esac
+# an option of the other tool would be dropped without a word
+[[ -z "$VOCAB_ARG" || "$TOOL" == sentencepiece ]] \
+    || qk_usage_error "--vocab-size is sentencepiece's (--tool sentencepiece); subword-nmt's size is --merges"
+[[ -z "$MERGES_ARG" || "$TOOL" == subword-nmt ]] \
+    || qk_usage_error "--merges is subword-nmt's; sentencepiece's size is --vocab-size"
+[[ -z "$THRESHOLD_ARG" || "$TOOL" == subword-nmt ]] \
+    || qk_usage_error "--vocab-threshold is subword-nmt's (apply-bpe --vocabulary-threshold); sentencepiece has none"
 [[ "$MERGES" =~ ^[1-9][0-9]*$ ]] || qk_usage_error "--merges must be a positive integer, got '$MERGES'"
 [[ "$BPE_VOCAB_THRESHOLD" =~ ^[0-9]+$ ]] || qk_usage_error "--vocab-threshold must be a non-negative integer, got '$BPE_VOCAB_THRESHOLD'"
 [[ "$VOCAB_SIZE" =~ ^[1-9][0-9]*$ ]] || qk_usage_error "--vocab-size must be a positive integer, got '$VOCAB_SIZE'"

@@ -563,12 +563,19 @@ def test_usage_errors_come_before_the_data_check(tmp_path, args, message):
             "reproduce.sh",
             ["--pairs", "gl-en", "--systems", "twt", "--sbatch-args=--qos=x"],
             "--sbatch-args needs --launcher slurm",
-        ),  # fmt: skip
+        ),
         (
             "lr_sweep.sh",
             ["gl-en", "--lrs", "1e-3,3e-3,1e-3"],
             "bad --lrs list '1e-3,3e-3,1e-3': 1e-3 is given twice",
-        ),  # fmt: skip
+        ),
+        ("bpe.sh", ["gl-en", "--vocab-size", "8000"], "--vocab-size is sentencepiece's"),
+        ("bpe.sh", ["gl-en", "--tool", "sentencepiece", "--merges", "30"], "--merges is subword"),
+        (
+            "bpe.sh",
+            ["gl-en", "--tool", "sentencepiece", "--vocab-threshold", "5"],
+            "--vocab-threshold is subword-nmt's",
+        ),
     ],
 )
 def test_options_that_would_be_dropped_are_usage_errors(tmp_path, script, args, message):

@@ -569,12 +569,22 @@ def test_usage_errors_come_before_the_data_check(tmp_path, args, message):
             ["gl-en", "--lrs", "1e-3,3e-3,1e-3"],
             "bad --lrs list '1e-3,3e-3,1e-3': 1e-3 is given twice",
         ),
-        ("bpe.sh", ["gl-en", "--vocab-size", "8000"], "--vocab-size is sentencepiece's"),
-        ("bpe.sh", ["gl-en", "--tool", "sentencepiece", "--merges", "30"], "--merges is subword"),
+        (
+            "bpe.sh",
+            ["gl-en", "--vocab-size", "8000"],
+            "--vocab-size is sentencepiece's (--tool sentencepiece); subword-nmt's size is "
+            "--merges",
+        ),
+        (
+            "bpe.sh",
+            ["gl-en", "--tool", "sentencepiece", "--merges", "30"],
+            "--merges is subword-nmt's; sentencepiece's size is --vocab-size",
+        ),
         (
             "bpe.sh",
             ["gl-en", "--tool", "sentencepiece", "--vocab-threshold", "5"],
-            "--vocab-threshold is subword-nmt's",
+            "--vocab-threshold is subword-nmt's (apply-bpe --vocabulary-threshold); sentencepiece "
+            "has none",
         ),
     ],
 )

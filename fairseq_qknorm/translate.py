@@ -291,7 +291,8 @@ def existing_runs(
     that select it (``--profile P [--max-update N] --seed S [--bf16-autocast]``; a run with
     an lr of its own, ``seedN-lrLR``, is listed without options: it is not selectable here).
     With ``bf16_now`` (this command looks for bf16 runs: ``--bf16-autocast``, ``QKNORM_BF16=1``
-    or the profile's ``auto`` on this CPU) an fp32 run's options end in ``QKNORM_BF16=0``.
+    or the profile's ``auto`` on this CPU) an fp32 run's options end in ``QKNORM_BF16=0`` and no
+    ``--bf16-autocast`` (which sets ``QKNORM_BF16=1`` whatever the environment says).
     """
     out = []
     for ck in sorted(Path(pair_runs).glob(f"*/{system}/*/checkpoints/{checkpoint_name}")):
@@ -306,7 +307,7 @@ def existing_runs(
         opts = f"--profile {profile}" + (f" --max-update {budget}" if budget else "")
         opts += f" --seed {m.group(1)}" + (" --bf16-autocast" if m.group(2) else "")
         if bf16_now and not m.group(2):
-            opts += ", with QKNORM_BF16=0"
+            opts += ", with QKNORM_BF16=0 and no --bf16-autocast"  # the flag sets it to 1
         out.append(f"{where} ({opts})")
     return out
 

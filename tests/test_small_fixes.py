@@ -286,7 +286,7 @@ def test_translate_names_the_runs_that_exist(tmp_path):
         "checkpoint_best.pt not found: run scripts/train.sh gl-en qknorm_paper --profile "
         "cpu-proxy --seed 2 first; runs of this pair and system that have one: "
         "runs/gl-en/cpu-proxy/qknorm_paper/seed2 (--profile cpu-proxy --seed 2, with "
-        "QKNORM_BF16=0); runs/gl-en/cpu-proxy/qknorm_paper/seed3-lr3e-3; "
+        "QKNORM_BF16=0 and no --bf16-autocast); runs/gl-en/cpu-proxy/qknorm_paper/seed3-lr3e-3; "
         "runs/gl-en/cpu-proxy-max-update-5/qknorm_paper/seed1-bf16 (--profile cpu-proxy "
         "--max-update 5 --seed 1 --bf16-autocast)"
     )

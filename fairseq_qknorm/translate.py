@@ -612,6 +612,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         checkpoint_file_name(a.checkpoint)
     except ValueError as e:
         p.error(str(e))
+    for opt, std in (("input", "stdin"), ("output", "stdout")):  # "": an unset variable
+        if getattr(a, opt) == "":
+            p.error(f"--{opt} is empty: name a file, or leave --{opt} out for {std}")
     from qknorm_tools.progress import FAIRSEQ_LOG_FORMAT, quiet_fairseq_logging
 
     if a.verbose:

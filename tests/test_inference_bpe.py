@@ -420,6 +420,13 @@ def test_translate_errors(tmp_path, monkeypatch):
             f"python -m fairseq_qknorm.translate: error: argument {flag}: {flag} must be a "
             f"non-negative integer (no leading zeros, below 10^9), got '{bad}'"
         ), proc.stderr
+    # an empty --input / --output (an unset shell variable) is no file: not stdin / stdout
+    for opt, std in (("--input", "stdin"), ("--output", "stdout")):
+        proc = translate_cli("gl-en", "twt", opt, "", work=tmp_path, input_text="ola\n")
+        assert proc.returncode == 2 and proc.stderr.splitlines()[-1] == (
+            f"python -m fairseq_qknorm.translate: error: {opt} is empty: name a file, or leave "
+            f"{opt} out for {std}"
+        ), proc.stderr
     # a missing input is said before any model is looked for
     missing = tmp_path / "no_such.gl"
     proc = translate_cli("gl-en", "twt", "--input", missing, work=tmp_path, input_text="")

@@ -75,8 +75,10 @@ E2E_PROFILE = config.load_profile("cpu-proxy")
 DATA_ROOT = Path(os.environ.get("QKNORM_WORK_DIR") or c.REPO) / "data"
 DEFAULT_E2E_DATA = DATA_ROOT / "bin" / "gl-en"
 LENGTH_STATS = DATA_ROOT / "bpe" / "gl-en" / "length_stats.json"
-#: ``--targets``: the issue's targets only (sections, systems, repetitions; about 14 minutes idle on
-#: 2 Zen 4 cores, 2026-12-02: 7 e2e rounds, since 5 left two e2e verdicts undecided)
+#: ``--targets``: the issue's targets only (sections, systems, repetitions). 2026-12-02 (2 Zen 4
+#: cores): 7 e2e rounds of 8 updates left two verdicts undecided (a third of spread between
+#: rounds, 3 logged intervals of 2 updates each); since 2026-12-03 rounds of 24 updates (5 steady
+#: intervals of 4) and 11 decoding repetitions
 TARGET_PRESET = dict(
     sections=["model", "decode", "e2e"],
     systems=["qknorm_paper", "prenorm_fixnorm_layernorm", "stock"],
@@ -84,10 +86,10 @@ TARGET_PRESET = dict(
     sizes=["small", "proxy"],
     reps=7,
     min_of=3,
-    decode_reps=7,
+    decode_reps=11,
     e2e_rounds=7,
-    e2e_updates=8,
-    e2e_log_interval=2,
+    e2e_updates=24,
+    e2e_log_interval=4,
 )
 
 
@@ -125,10 +127,10 @@ def parse_args(argv=None):
         "--targets",
         action="store_true",
         help="only what the targets need: sections model,decode,e2e, systems "
-        "qknorm_paper,prenorm_fixnorm_layernorm,stock (e2e: qknorm_paper,stock), "
-        "5 repetitions each, "
-        "e2e 5 rounds x 8 updates; builds data/bin/gl-en if missing "
-        "(explicit options still win)",
+        "qknorm_paper,prenorm_fixnorm_layernorm,stock (e2e: qknorm_paper,stock, "
+        "qknorm_paper+bucketed, and qknorm_paper+bucketed+bf16 on a CPU with native bf16), "
+        "7 repetitions each (decoding 11), e2e 7 rounds x 24 updates; builds data/bin/gl-en "
+        "if missing (explicit options still win)",
     )
     p.add_argument(
         "--out", type=Path, help="JSON output (default benchmarks/results/bench-DATE.json)"

@@ -129,7 +129,9 @@ for lr in "${LR_ITEMS[@]}"; do
         || qk_usage_error "bad --lrs list '$LRS_ARG': '$lr' is not a non-negative decimal number (e.g. 3e-4,1e-3)"
     [[ "$c" != 0 ]] \
         || qk_usage_error "bad --lrs list '$LRS_ARG': lr 0 is the loss at initialization, which the sweep measures itself"
-    [[ " ${LRS[*]} " == *" $c "* ]] || LRS+=("$c")
+    [[ " ${LRS[*]} " != *" $c "* ]] \
+        || qk_usage_error "bad --lrs list '$LRS_ARG': '$lr' is lr $c again (given twice, written another way)"
+    LRS+=("$c")
 done
 # SIZES: train.sh --size values ("" = the profile's own proxy size, d 256); one "" without --sizes
 SIZES=("")

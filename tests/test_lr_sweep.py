@@ -278,12 +278,13 @@ def test_lr_sweep_dry_run_prints_every_cell_with_its_lr(tmp_path):
 
 def test_lr_sweep_profile_lr_is_the_profiles_run(tmp_path):
     p = run_script(
-        "lr_sweep.sh", "gl-en", "--systems", "twt", "--lrs", "0.001,3e-3,1e-3", "--seeds", "1",
+        "lr_sweep.sh", "gl-en", "--systems", "twt", "--lrs", "0.001,3e-3", "--seeds", "1",
         "--max-update", "1000", "--dry-run", env=make_env(tmp_path),
     )  # fmt: skip
     assert p.returncode == 0, out(p)
     saves = [Path(flag(c, "--save-dir")).parent for c in train_commands(p.stdout)]
-    # 1e-3 at the profile's own budget is the 2x2 ablation's run (reused, never retrained)
+    # 0.001 is 1e-3 (written another way: 0.001,1e-3 is refused as a repeat, test_small_fixes),
+    # and 1e-3 at the profile's own budget is the 2x2 ablation's run (reused, never retrained)
     assert [s.relative_to(tmp_path).as_posix() for s in saves] == [
         "runs/gl-en/cpu-proxy-fast-max-update-1/twt/seed1-lr0",
         "runs/gl-en/cpu-proxy-fast/twt/seed1",

@@ -570,6 +570,12 @@ def test_usage_errors_come_before_the_data_check(tmp_path, args, message):
             "bad --lrs list '1e-3,3e-3,1e-3': 1e-3 is given twice",
         ),
         (
+            "lr_sweep.sh",
+            ["gl-en", "--lrs", "1e-3,0.001"],
+            "bad --lrs list '1e-3,0.001': '0.001' is lr 1e-3 again (given twice, written another "
+            "way)",
+        ),
+        (
             "bpe.sh",
             ["gl-en", "--vocab-size", "8000"],
             "--vocab-size is sentencepiece's (--tool sentencepiece); subword-nmt's size is "

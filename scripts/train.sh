@@ -247,9 +247,9 @@ if [[ "$FORCE" == 0 && -f "$RUN/command.txt" ]] \
     # a finished (or resumable) run made with other settings is never reused silently
     die "$RUN was trained with another command (see $RUN/command.txt): retrain it with $RETRAIN, or remove $RUN"
 fi
-if ((FORCE)); then  # empty the run directory, keeping the lock this script holds
-    find "$RUN" -mindepth 1 -maxdepth 1 ! -name .lock -exec rm -rf -- {} +
-fi
+# empty_run_dir: remove everything in $RUN but the lock this script holds
+empty_run_dir() { find "$RUN" -mindepth 1 -maxdepth 1 ! -name .lock -exec rm -rf -- {} +; }
+((FORCE == 0)) || empty_run_dir
 # a run (finished or resumable) made on other data is never reused; a new run records the data
 "$QK_PY" -m qknorm_tools.provenance run "$RUN" --identity "$BIN/identity.json" --record >/dev/null \
     || die "$RUN belongs to other data than the current $BIN: retrain it on the current data with $RETRAIN (or restore the data it was trained on)"
@@ -329,15 +329,16 @@ TRAIN_JSON=("$QK_PY" -m qknorm_tools.collect train-json "$RUN" --pair "$PAIR" --
 if ((RC != 0)); then
     # divergence: fairseq (fp32) raises FloatingPointError on non-finite gradients (a NaN/inf
     # loss makes them so; fairseq/trainer.py train_step) and exits non-zero
-    DIVERGED="$(tail -c "+$((LOG_START + 1))" -- "$RUN/train.log" | grep -m 1 -o 'FloatingPointError: .*' || true)"
+    ATTEMPT_LOG="$(tail -c "+$((LOG_START + 1))" -- "$RUN/train.log" || true)"  # this attempt's part
+    DIVERGED="$(grep -m 1 -o 'FloatingPointError: .*' <<<"$ATTEMPT_LOG" || true)"
     # fairseq-train's argparse refused the arguments (exit 2, e.g. a flag after -- that the
     # system's own flags exclude): a usage error, not a run to resume; a run directory that
     # holds no checkpoint is emptied, so that the corrected command is not refused as "trained
     # with another command"
-    REFUSED="$(tail -c "+$((LOG_START + 1))" -- "$RUN/train.log" | grep -m 1 -o 'fairseq-train: error: .*' || true)"
+    REFUSED="$(grep -m 1 -o 'fairseq-train: error: .*' <<<"$ATTEMPT_LOG" || true)"
     if [[ "$RC" == 2 && -n "$REFUSED" ]]; then
         if [[ ! -f "$RUN/checkpoints/checkpoint_last.pt" ]]; then
-            find "$RUN" -mindepth 1 -maxdepth 1 ! -name .lock -exec rm -rf -- {} +
+            empty_run_dir
             printf 'error: %s; nothing was trained (%s emptied; the arguments after -- are fairseq-train'"'"'s)\n' \
                 "$REFUSED" "$RUN" >&2
         else

@@ -163,8 +163,9 @@ qk_check_precision_arg() {
     esac
 }
 
-# qk_precision_from_flag BF16 (checks --precision first: qk_check_precision_arg): a script's --bf16-autocast (BF16=1) is --precision bf16; with
-# another --precision it is a usage error.
+# qk_precision_from_flag BF16: a script's --bf16-autocast (BF16=1) is --precision bf16; with
+# another --precision it is a usage error (and a bad --precision is one first:
+# qk_check_precision_arg).
 qk_precision_from_flag() {
     qk_check_precision_arg
     (($1)) || return 0

@@ -260,6 +260,10 @@ def parse_args(argv=None):
         e2e_log_interval=1,
         gen_sentences=5,
     )
+    if a.targets and a.e2e_systems is None and not a.smoke:  # --targets' own, by this CPU
+        from fairseq_qknorm.tasks.cpu_bf16 import native_bf16_support
+
+        a.e2e_systems = target_e2e_systems(native_bf16_support()[0])
     # precedence: explicit options, --smoke's sizes, --targets, the full run's defaults
     presets = (
         ([smoke] if a.smoke else [])
@@ -270,10 +274,6 @@ def parse_args(argv=None):
         for k, v in preset.items():
             if getattr(a, k) is None:
                 setattr(a, k, v)
-    if a.targets and a.e2e_systems == TARGET_PRESET["e2e_systems"] and not a.smoke:
-        from fairseq_qknorm.tasks.cpu_bf16 import native_bf16_support
-
-        a.e2e_systems = target_e2e_systems(native_bf16_support()[0])
     if a.e2e_systems is None:
         a.e2e_systems = list(a.systems)
     if a.smoke:

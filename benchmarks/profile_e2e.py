@@ -12,6 +12,12 @@ Use::
     python -m benchmarks.profile_e2e --pstats /tmp/e2e.pstats -- \
         data/bin/gl-en --user-dir fairseq_qknorm --arch transformer_qknorm_paper_proxy ...
 
+``--per-update-json PATH`` records each training update's wall time and the wall time of the
+model step inside it (forward + loss, backward, optimizer step: what the model-only step of
+``benchmarks.run`` times; with ``--timers`` too, both); ``benchmarks.run``'s e2e rounds run
+through it to read end to end against the model-only step *on the same batches*
+(:func:`model_step_share`).
+
 Roles overlap where fairseq nests them (validation contains forward passes; the rows give
 what each role's entry point costs, inclusive), and "per-update Python work" is
 ``Trainer.train_step`` minus its forward, backward and optimizer parts.
@@ -22,6 +28,7 @@ import cProfile
 import pstats
 import sys
 import time
+from typing import Optional
 
 #: role -> (file suffix, function name) entry points whose cumulative CPU time is the role's
 ROLES = {
@@ -158,6 +165,99 @@ def install_timers(points: dict = TIMER_POINTS) -> dict:
     return counters
 
 
+#: the parts of a fairseq update that the model-only step
+#: (:func:`benchmarks.common.make_train_step`) also times: forward + label-smoothed loss,
+#: backward, Adam
+MODEL_STEP_POINTS = {
+    "forward + loss": (
+        "fairseq.criterions.label_smoothed_cross_entropy",
+        "LabelSmoothedCrossEntropyCriterion.forward",
+    ),
+    "backward": ("fairseq.optim.fairseq_optimizer", "FairseqOptimizer.backward"),
+    "optimizer step": ("fairseq.optim.fairseq_optimizer", "FairseqOptimizer.step"),
+}
+
+
+def install_update_timers() -> list[dict]:
+    """Time every training update and the model step inside it (wall clock, seconds).
+
+    Wraps ``fairseq.trainer.Trainer.train_step`` and the entry points of
+    :data:`MODEL_STEP_POINTS`. Returns the list that each finished ``train_step`` call appends
+    ``{"start": s, "end": s, "model_s": s}`` to (``time.perf_counter`` values; ``model_s`` = the
+    wall time of the model-step parts called inside that update). Calls of those parts outside
+    a training update (validation's forward passes) are not counted.
+
+    Raises:
+        AttributeError: fairseq lacks one of the wrapped entry points (a fairseq version whose
+            trainer or optimizer differs from 0.12's).
+    """
+    import functools
+    import importlib
+
+    from fairseq import trainer
+
+    updates: list[dict] = []
+    current: list[dict] = []  # the running update, if any
+
+    train_step = trainer.Trainer.train_step
+
+    @functools.wraps(train_step)
+    def timed_train_step(*args, **kwargs):
+        u = {"start": time.perf_counter(), "model_s": 0.0}
+        current.append(u)
+        try:
+            return train_step(*args, **kwargs)
+        finally:
+            current.pop()
+            u["end"] = time.perf_counter()
+            updates.append(u)
+
+    trainer.Trainer.train_step = timed_train_step
+    for module, attr in MODEL_STEP_POINTS.values():
+        cls_name, name = attr.split(".")
+        owner = getattr(importlib.import_module(module), cls_name)
+        fn = getattr(owner, name)
+
+        def wrap(fn=fn):
+            @functools.wraps(fn)
+            def timed(*args, **kwargs):
+                if not current:
+                    return fn(*args, **kwargs)
+                t0 = time.perf_counter()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    current[-1]["model_s"] += time.perf_counter() - t0
+
+            return timed
+
+        setattr(owner, name, wrap())
+    return updates
+
+
+def model_step_share(updates: list[dict], skip: int) -> Optional[float]:
+    """Wall time of the model step / wall time of the updates, after the first ``skip`` updates.
+
+    Update ``k``'s wall time runs from the end of update ``k - 1`` to its own end: it holds
+    everything fairseq-train does per update (data loading, logging, the trainer's own work),
+    as fairseq's ``wps`` does. The share equals end-to-end real target tokens/s divided by the
+    model-only step's tokens/s *on the same batches* (the tokens cancel).
+
+    Args:
+        updates: :func:`install_update_timers`' list, in order.
+        skip: leading updates left out (warm-up; ``steady_wps`` skips the first logged interval).
+
+    Returns:
+        The share in (0, 1], or ``None`` when fewer than ``skip + 2`` updates ran.
+    """
+    first = max(skip, 1)
+    if len(updates) < first + 1:
+        return None
+    wall = updates[-1]["end"] - updates[first - 1]["end"]
+    model = sum(u["model_s"] for u in updates[first:])
+    return model / wall if wall > 0 else None
+
+
 def timers_markdown(counters: dict, whole: tuple, updates: int) -> str:
     """Markdown table of :func:`install_timers`' counters (CPU s, ms CPU / update, wall s)."""
     cpu_all, wall_all = whole
@@ -238,6 +338,12 @@ def main(argv=None) -> int:
         help="instead of cProfile: counters on fairseq's entry points only (TIMER_POINTS; "
         "no per-call profiler overhead)",
     )
+    p.add_argument(
+        "--per-update-json",
+        metavar="PATH",
+        help="write each training update's wall time and its model step's (forward + loss, "
+        "backward, optimizer step; install_update_timers) to PATH as JSON",
+    )
     p.add_argument("train_args", nargs=argparse.REMAINDER, help="-- fairseq-train arguments")
     a = p.parse_args(argv)
     args = a.train_args[1:] if a.train_args[:1] == ["--"] else a.train_args
@@ -246,12 +352,21 @@ def main(argv=None) -> int:
     from fairseq_cli import train
 
     sys.argv = ["fairseq-train", *args]
-    if a.timers:
-        counters = install_timers()
+    if a.timers or a.per_update_json:
+        updates = install_update_timers() if a.per_update_json else None
+        counters = install_timers() if a.timers else None
         t0, w0 = time.process_time(), time.perf_counter()
-        train.cli_main()
+        try:
+            train.cli_main()
+        finally:
+            if updates is not None:
+                import json
+
+                with open(a.per_update_json, "w") as f:
+                    json.dump({"updates": updates}, f)
         whole = (time.process_time() - t0, time.perf_counter() - w0)
-        print(timers_markdown(counters, whole, a.updates))
+        if counters is not None:
+            print(timers_markdown(counters, whole, a.updates))
         return 0
     prof = cProfile.Profile(time.process_time)
     prof.enable()

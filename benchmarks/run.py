@@ -54,7 +54,7 @@ logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
 from qknorm_tools import config  # noqa: E402  (after the logger above: imports fairseq)
 
 from . import common as c  # noqa: E402
-from . import stats  # noqa: E402
+from . import profile_e2e, stats  # noqa: E402
 
 ALL_SECTIONS = (
     "model",
@@ -922,6 +922,25 @@ def train_cmd(a, system: str, save_dir: Path, updates: int, size: str, extra=())
     ]
 
 
+def timed_train_cmd(cmd: list, per_update_json: Path) -> list:
+    """A :func:`train_cmd` command run through :mod:`benchmarks.profile_e2e`'s update timers.
+
+    The same fairseq entry point as the ``fairseq-train`` console script
+    (``fairseq_cli.train.cli_main``), in a ``python -m benchmarks.profile_e2e
+    --per-update-json PATH`` process that also writes each update's wall time and its model
+    step's (three wrapped calls per update) for :func:`benchmarks.profile_e2e.model_step_share`.
+    """
+    return [
+        sys.executable,
+        "-m",
+        "benchmarks.profile_e2e",
+        "--per-update-json",
+        per_update_json,
+        "--",
+        *cmd[1:],
+    ]
+
+
 _NUM = r"([0-9.eE+-]+)"
 
 
@@ -970,17 +989,23 @@ def section_e2e(a, work: Path, out: dict) -> dict[str, Path]:
         for system in order:
             log(f"fairseq-train {system} round {r + 1}/{a.e2e_rounds} ({a.e2e_updates} updates)")
             save = work / "e2e" / system / f"round{r}"
+            per_update = save / "updates.json"
             res = c.run_with_rusage(
-                train_cmd(a, system, save, a.e2e_updates, a.e2e_size),
+                timed_train_cmd(train_cmd(a, system, save, a.e2e_updates, a.e2e_size), per_update),
                 c.cli_env(a.threads),
                 save / "train.log",
             )
             parsed = parse_train_log(res["output"])
+            share = None
+            if per_update.is_file():  # the same updates as steady_wps: after the first interval
+                updates = json.loads(per_update.read_text())["updates"]
+                share = profile_e2e.model_step_share(updates, skip=a.e2e_log_interval)
             run = {
                 "rc": res["rc"],
                 "wall_s": res["wall_s"],
                 "peak_rss_mib": res["peak_rss_mib"],
                 "steady_wps": steady_wps(parsed),
+                "model_step_share": share,
                 "intervals": parsed["inner"],
                 "summary": parsed["summary"],
             }
@@ -997,9 +1022,11 @@ def section_e2e(a, work: Path, out: dict) -> dict[str, Path]:
     for system, rs in runs.items():
         wps = [x["steady_wps"] for x in rs if x["steady_wps"]]
         wpb = [d["wpb"] for x in rs for d in x["intervals"][1:] if "wpb" in d]
+        shares = [x["model_step_share"] for x in rs if x.get("model_step_share")]
         res[system] = {
             "runs": rs,
             "wps_median": c.median(wps) if wps else None,
+            "model_step_share_median": c.median(shares) if shares else None,
             "wpb_mean": sum(wpb) / len(wpb) if wpb else None,
             "peak_rss_mib": max(x["peak_rss_mib"] for x in rs),
         }
@@ -1013,7 +1040,10 @@ def section_e2e(a, work: Path, out: dict) -> dict[str, Path]:
             "threads": a.threads,
             "what": (
                 "fairseq-train wps (target tokens/s) per run = median of the logged "
-                "intervals after the first; systems alternate within each round"
+                "intervals after the first; systems alternate within each round; model step "
+                "share = wall time of forward + loss, backward and optimizer step / wall time "
+                "of the same updates (after the first interval) = wps / the model-only step's "
+                "target tokens/s on the same batches"
             ),
             "systems": res,
             "ratios": speed_ratios(
@@ -1301,11 +1331,26 @@ def targets(res: dict) -> list[dict]:
             per_round = [x["steady_wps"] for x in v["runs"] if x.get("steady_wps")]
             if per_round and system in mo:
                 model_tps = mo[system]["tgt_tokens_per_s"]
+                b = model[size]["batch"]
                 t.append(
                     T(
                         f"end-to-end within 15% of model-only ({system}, `{size}`: fairseq "
-                        "wps / model-only target tokens/s, spread over e2e rounds)",
+                        "wps / model-only target tokens/s of its synthetic "
+                        f"{b['sentences']} x {b['src_len']}/{b['tgt_len']} batch without "
+                        "padding, spread over e2e rounds)",
                         stats.ratio_summary([w / model_tps for w in per_round]),
+                        0.85,
+                    )
+                )
+        for system, v in e2e["systems"].items():
+            shares = [x["model_step_share"] for x in v["runs"] if x.get("model_step_share")]
+            if shares:
+                t.append(
+                    T(
+                        f"end-to-end within 15% of model-only on the same batches ({system}, "
+                        f"`{size}`: model step's share of fairseq-train's wall time per update, "
+                        "spread over e2e rounds)",
+                        stats.ratio_summary(shares),
                         0.85,
                     )
                 )
@@ -1433,14 +1478,16 @@ def markdown(res: dict) -> str:
             f"## End-to-end fairseq-train (size `{e2e['size']}`, {e2e['updates']} updates x "
             f"{e2e['rounds']} rounds, {e2e['data']})",
             "",
-            "| system | wps (median) | per-run wps | target tokens/batch | peak RSS MiB |",
-            "|---|---:|---|---:|---:|",
+            "| system | wps (median) | per-run wps | target tokens/batch | model step share "
+            "(median) | peak RSS MiB |",
+            "|---|---:|---|---:|---:|---:|",
         ]
         for s, r in e2e["systems"].items():
             L.append(
                 f"| {s} | {fmt(r['wps_median'], 0)} | "
                 f"{', '.join(fmt(x['steady_wps'], 0) for x in r['runs'])} | "
-                f"{fmt(r.get('wpb_mean'), 0)} | {r['peak_rss_mib']:.0f} |"
+                f"{fmt(r.get('wpb_mean'), 0)} | {fmt(r.get('model_step_share_median'), 3)} | "
+                f"{r['peak_rss_mib']:.0f} |"
             )
         L += ["", ratio_line("Speed ratios (wps, paired by round)", e2e.get("ratio_stats", {})), ""]
     gen = res.get("generate", {})

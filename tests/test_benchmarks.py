@@ -19,6 +19,7 @@ if str(REPO) not in sys.path:  # benchmarks/ is not an installed package
 
 from benchmarks import (
     common,  # noqa: E402
+    profile_e2e,  # noqa: E402
     profile_step,  # noqa: E402
     stats,  # noqa: E402
 )
@@ -168,6 +169,9 @@ def test_targets_command_on_toy_data(toy_data, tmp_path):
         r["runs"][0]["rc"] == 0 for r in runs.values()
     )
     wps = {s: runs[s]["runs"][0]["steady_wps"] for s in runs}
+    for r in runs.values():  # update 2 of 2 (the first is the warm-up interval)
+        assert 0 < r["runs"][0]["model_step_share"] <= 1
+        assert r["model_step_share_median"] == r["runs"][0]["model_step_share"]
     assert res["e2e"]["ratio_stats"]["qknorm_paper/stock"]["values"] == [
         round(wps["qknorm_paper"] / wps["stock"], 5)
     ]
@@ -180,6 +184,8 @@ def test_targets_command_on_toy_data(toy_data, tmp_path):
         "QKNorm decoding >= 1.00x stock (raw incremental loop)",
         "QKNorm model-only >= 70% of the same run's fp32 matmul peak",
         "end-to-end qknorm_paper+bucketed >= 1.4x stock fairseq-train",
+        "end-to-end within 15% of model-only on the same batches (qknorm_paper,",
+        "end-to-end within 15% of model-only on the same batches (stock,",
     ):
         (t,) = [t for t in res["targets"] if t["target"].startswith(prefix)]
         assert positive(t["median"]) and t["min"] <= t["median"] <= t["max"], t
@@ -660,8 +666,10 @@ def test_profile_e2e_timers_count_fairseqs_entry_points(toy_data, tmp_path):
     from conftest import PLUGIN_DIR, cli_env, tiny_model, tiny_training
 
     _, bin_dir = toy_data
+    per_update = tmp_path / "updates.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.profile_e2e", "--timers", "--updates", "4", "--",
+        [sys.executable, "-m", "benchmarks.profile_e2e", "--timers", "--updates", "4",
+         "--per-update-json", str(per_update), "--",
          str(bin_dir), "--user-dir", str(PLUGIN_DIR), "--arch", "transformer_qknorm_paper",
          "--qk-norm-length", "12", *tiny_model(dropout=None),
          *tiny_training(lr="1e-3", max_tokens="500"), "--max-update", "4",
@@ -681,3 +689,23 @@ def test_profile_e2e_timers_count_fairseqs_entry_points(toy_data, tmp_path):
     assert "| per-update rest of train_step" in proc.stdout
     fwd = "forward + loss (task.train_step -> criterion)"
     assert calls[fwd] == "4" and int(calls[fwd + " in validation"]) >= 2
+    # per update: its wall time holds its model step; validation (outside updates) not counted
+    updates = json.loads(per_update.read_text())["updates"]
+    assert len(updates) == 4
+    for u, nxt in zip(updates, updates[1:] + [None]):
+        assert 0 < u["model_s"] <= u["end"] - u["start"]
+        assert nxt is None or nxt["start"] >= u["end"]
+    share = profile_e2e.model_step_share(updates, skip=1)
+    assert 0 < share < 1  # updates 3 and 4 follow validations (updates 2): time outside steps
+
+
+def test_model_step_share_of_the_updates_after_the_warm_up():
+    """Model step time / wall time from the end of update ``skip`` to the last end."""
+    ups = [{"start": 0.0, "end": 5.0, "model_s": 4.0},  # warm-up: left out
+           {"start": 5.5, "end": 7.0, "model_s": 1.0},  # 2.0 s of wall since update 1 ended
+           {"start": 7.0, "end": 10.0, "model_s": 2.0}]  # fmt: skip
+    assert profile_e2e.model_step_share(ups, skip=1) == pytest.approx(3.0 / 5.0)
+    assert profile_e2e.model_step_share(ups, skip=2) == pytest.approx(2.0 / 3.0)
+    assert profile_e2e.model_step_share(ups, skip=0) == profile_e2e.model_step_share(ups, 1)
+    assert profile_e2e.model_step_share(ups, skip=3) is None
+    assert profile_e2e.model_step_share(ups[:1], skip=0) is None

@@ -53,8 +53,8 @@ logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
 
 from qknorm_tools import config  # noqa: E402  (after the logger above: imports fairseq)
 
+from . import authors_code, profile_e2e, stats  # noqa: E402
 from . import common as c  # noqa: E402
-from . import profile_e2e, stats  # noqa: E402
 
 ALL_SECTIONS = (
     "model",
@@ -205,6 +205,17 @@ def parse_args(argv=None):
         metavar="SYSTEM=PATH",
         help="decode this checkpoint instead of the e2e run's (repeatable)",
     )
+    p.add_argument(
+        "--authors-dir",
+        type=Path,
+        help="the QKNorm authors' code, assembled as benchmarks/authors_code.py says: the e2e "
+        f"section also trains it ({AUTHORS_SYSTEM}, same size, data and threads)",
+    )
+    p.add_argument(
+        "--authors-bpe",
+        type=Path,
+        help="BPE text for --authors-dir (default data/bpe/PAIR, PAIR = the e2e data's name)",
+    )
     p.add_argument("--work-dir", type=Path, help="scratch dir (default: a temp dir, removed)")
     a = p.parse_args(argv)
 
@@ -310,6 +321,16 @@ def parse_args(argv=None):
             split_variant(system)
         except ValueError as e:
             p.error(str(e))
+    if a.authors_dir is not None:
+        try:
+            authors_code.check_authors_dir(a.authors_dir)
+        except FileNotFoundError as e:
+            p.error(f"--authors-dir: {e}")
+        if "e2e" not in a.sections:
+            p.error("--authors-dir: the authors' code is timed in the e2e section (--sections)")
+        a.e2e_systems = [*a.e2e_systems, AUTHORS_SYSTEM]
+        if a.authors_bpe is None and a.e2e_data is not None:
+            a.authors_bpe = c.REPO / "data" / "bpe" / Path(a.e2e_data).name
     if a.out is None:
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
         name = f"bench-{'smoke-' if a.smoke else ''}{stamp}.json"
@@ -453,6 +474,8 @@ def paired_speed_stats(
     out = {}
     variants = [(s, "stock") for s in samples if "+" in s]  # SYSTEM+VARIANT vs stock
     variants += [(s, s.split("+")[0]) for s in samples if "+" in s]  # ... vs its base
+    if AUTHORS_SYSTEM in samples:  # ours vs the authors' code
+        variants += [(s, AUTHORS_SYSTEM) for s in samples if s != AUTHORS_SYSTEM]
     for x, y in PAIRS + variants:
         if x not in samples or y not in samples:
             continue
@@ -852,6 +875,10 @@ def target_e2e_systems(native_bf16: bool) -> list[str]:
     return TARGET_PRESET["e2e_systems"] + ([PROFILE_BF16_ENTRY] if native_bf16 else [])
 
 
+#: the e2e entry of ``--authors-dir``: the QKNorm authors' code (:mod:`benchmarks.authors_code`)
+AUTHORS_SYSTEM = "authors_qknorm"
+
+
 def split_variant(system: str) -> tuple[str, list[str]]:
     """``"qknorm_paper+bucketed"`` -> ``("qknorm_paper", ["--batching", "bucketed"])``.
 
@@ -983,6 +1010,11 @@ def section_e2e(a, work: Path, out: dict) -> dict[str, Path]:
     """
     checkpoints = {}
     runs = {s: [] for s in a.e2e_systems}
+    if AUTHORS_SYSTEM in runs:
+        log(f"the authors' code: preparing its data from {a.authors_bpe}")
+        authors_data = authors_code.prepare(
+            a.authors_dir, a.authors_bpe, a.e2e_src, a.e2e_tgt, work / "authors", sys.executable
+        )
     for r in range(a.e2e_rounds):
         # rotated order, as common.interleaved: no system always starts a round
         order = a.e2e_systems[r % len(a.e2e_systems) :] + a.e2e_systems[: r % len(a.e2e_systems)]
@@ -990,11 +1022,24 @@ def section_e2e(a, work: Path, out: dict) -> dict[str, Path]:
             log(f"fairseq-train {system} round {r + 1}/{a.e2e_rounds} ({a.e2e_updates} updates)")
             save = work / "e2e" / system / f"round{r}"
             per_update = save / "updates.json"
-            res = c.run_with_rusage(
-                timed_train_cmd(train_cmd(a, system, save, a.e2e_updates, a.e2e_size), per_update),
-                c.cli_env(a.threads),
-                save / "train.log",
-            )
+            if system == AUTHORS_SYSTEM:
+                cmd = authors_code.train_cmd(
+                    sys.executable,
+                    a.authors_dir,
+                    authors_data,
+                    save / "dump",
+                    authors_code.pair_name(a.e2e_src, a.e2e_tgt),
+                    c.SIZES[a.e2e_size],
+                    a.e2e_updates,
+                    a.e2e_log_interval,
+                    a.threads,
+                    a.qk_length,
+                )
+            else:
+                cmd = timed_train_cmd(
+                    train_cmd(a, system, save, a.e2e_updates, a.e2e_size), per_update
+                )
+            res = c.run_with_rusage(cmd, c.cli_env(a.threads), save / "train.log")
             parsed = parse_train_log(res["output"])
             share = None
             if per_update.is_file():  # the same updates as steady_wps: after the first interval
@@ -1103,7 +1148,8 @@ def section_generate(a, work: Path, checkpoints: dict[str, Path], out: dict) -> 
         a.e2e_data, "test", a.e2e_src, a.e2e_tgt, a.gen_sentences, work / "gen_subset"
     )
     res = {}
-    for system in [s for s in a.e2e_systems if "+" not in s]:  # variants decode as their base
+    # variants decode as their base; the authors' code is not decoded
+    for system in [s for s in a.e2e_systems if "+" not in s and s != AUTHORS_SYSTEM]:
         ckpt = checkpoints.get(system)
         if ckpt is None:
             res[system] = {"error": "no checkpoint (e2e run failed or skipped)"}
@@ -1362,6 +1408,17 @@ def targets(res: dict) -> list[dict]:
                         f"batching (`{size}`, wps = real target tokens/s)",
                         e2e["ratio_stats"][f"{variant}/stock"],
                         1.4,
+                    )
+                )
+        for system in e2e["systems"]:
+            pair = f"{system}/{AUTHORS_SYSTEM}"
+            if system.startswith("qknorm_paper") and pair in e2e["ratio_stats"]:
+                t.append(
+                    T(
+                        f"end-to-end {system} >= 1.5x the QKNorm authors' code (`{size}`, "
+                        "real target tokens/s, same data and threads)",
+                        e2e["ratio_stats"][pair],
+                        1.5,
                     )
                 )
         if "twt/prenorm_fixnorm_layernorm" in e2e["ratio_stats"]:

@@ -7,6 +7,7 @@ are positive and finite.
 import collections
 import json
 import math
+import os
 import sys
 
 import numpy as np
@@ -18,6 +19,7 @@ if str(REPO) not in sys.path:  # benchmarks/ is not an installed package
     sys.path.insert(0, str(REPO))
 
 from benchmarks import (
+    authors_code,  # noqa: E402
     common,  # noqa: E402
     profile_e2e,  # noqa: E402
     profile_step,  # noqa: E402
@@ -709,3 +711,73 @@ def test_model_step_share_of_the_updates_after_the_warm_up():
     assert profile_e2e.model_step_share(ups, skip=0) == profile_e2e.model_step_share(ups, 1)
     assert profile_e2e.model_step_share(ups, skip=3) is None
     assert profile_e2e.model_step_share(ups[:1], skip=0) is None
+
+
+def test_authors_code_intervals_as_fairseq_logs_them():
+    """The authors' run's ``train_inner`` lines: tokens / wall time since the previous line."""
+    lines = authors_code.interval_lines(
+        ends=[1.0, 3.0, 4.0, 8.0, 9.0], words=[100, 200, 300, 500, 7], start=0.5, log_interval=2
+    )
+    assert lines == [
+        "train_inner | epoch 001:      2 | wps=120.0, wpb=150.0, num_updates=2",  # 300 / 2.5 s
+        "train_inner | epoch 001:      4 | wps=160.0, wpb=400.0, num_updates=4",  # 800 / 5 s
+    ]  # update 5 is an incomplete interval: no line
+    parsed = bench.parse_train_log("\n".join(lines))
+    assert bench.steady_wps(parsed) == 160.0  # the first interval is the warm-up
+
+
+def test_authors_dir_must_hold_the_assembled_code(tmp_path, capsys):
+    """--authors-dir names what is missing; without CyndxAI's files (no QKNorm switch) too."""
+    with pytest.raises(SystemExit) as e:
+        bench.parse_args(["--sections", "e2e", "--authors-dir", str(tmp_path)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--authors-dir: {tmp_path}: not the authors' code (missing main.py," in err
+    for f in authors_code.REQUIRED_FILES:
+        (tmp_path / f).write_text("config = {}\n")
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--sections", "e2e", "--authors-dir", str(tmp_path)])
+    assert "configurations.py has no 'mha_sup' (QKNorm)" in capsys.readouterr().err
+    (tmp_path / "configurations.py").write_text("config['mha_sup'] = True\n")
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--sections", "model", "--authors-dir", str(tmp_path)])
+    assert "timed in the e2e section" in capsys.readouterr().err
+    a = bench.parse_args(["--sections", "e2e", "--e2e-data", "data/bin/gl-en",
+                          "--authors-dir", str(tmp_path)])  # fmt: skip
+    assert a.e2e_systems[-1] == bench.AUTHORS_SYSTEM
+    assert a.authors_bpe == REPO / "data" / "bpe" / "gl-en"
+
+
+@pytest.mark.skipif(
+    not os.environ.get("QKNORM_AUTHORS_DIR"),
+    reason="QKNORM_AUTHORS_DIR (the assembled QKNorm authors' code) not set",
+)
+def test_authors_code_trains_beside_ours_on_toy_data(toy_data, tmp_path):
+    """The authors' code for real (2 updates on the toy corpus) in the e2e section, paired with
+    ours round by round; the ratio is ours / theirs of the same round."""
+    import shutil
+
+    raw, bin_dir = toy_data
+    bpe = tmp_path / "bpe"
+    bpe.mkdir()
+    for lang in ("src", "tgt"):
+        for split, name in (("train", "train"), ("valid", "dev"), ("test", "test")):
+            shutil.copyfile(raw / f"{split}.{lang}", bpe / f"{name}.{lang}")
+    out = tmp_path / "authors.json"
+    bench.main(
+        ["--smoke", "--threads", "1", "--systems", "qknorm_paper", "--sections", "e2e",
+         "--e2e-data", str(bin_dir), "--authors-dir", os.environ["QKNORM_AUTHORS_DIR"],
+         "--authors-bpe", str(bpe), "--out", str(out)]
+    )  # fmt: skip
+    res = json.loads(out.read_text())
+    assert res["errors"] == {}, res["errors"]
+    runs = res["e2e"]["systems"]
+    theirs = runs[bench.AUTHORS_SYSTEM]["runs"][0]
+    assert theirs["rc"] == 0, theirs.get("error")
+    assert positive(theirs["steady_wps"]) and theirs["model_step_share"] is None
+    ours = runs["qknorm_paper"]["runs"][0]["steady_wps"]
+    assert res["e2e"]["ratio_stats"][f"qknorm_paper/{bench.AUTHORS_SYSTEM}"]["values"] == [
+        round(ours / theirs["steady_wps"], 5)
+    ]
+    (t,) = [t for t in res["targets"] if "1.5x the QKNorm authors' code" in t["target"]]
+    assert t["threshold"] == 1.5

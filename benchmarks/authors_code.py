@@ -7,7 +7,7 @@ of this project: a user assembles it and passes its directory::
 
     git clone https://github.com/tnq177/transformers_without_tears authors
     git clone https://github.com/CyndxAI/QKNorm cyndx
-    cp cyndx/QKNorm/{layers,configurations,controller}.py authors/
+    cp cyndx/QKNorm/layers.py cyndx/QKNorm/configurations.py cyndx/QKNorm/controller.py authors/
     python -m benchmarks.run --targets --sections e2e --authors-dir authors
 
 This module only drives that code, unedited, in a child process:
@@ -63,6 +63,8 @@ def check_authors_dir(authors_dir: Path) -> None:
             ``configurations.py`` has no QKNorm switch (``mha_sup``: CyndxAI's files were not
             copied over the Transformers-without-Tears ones).
     """
+    if not authors_dir.is_dir():
+        raise FileNotFoundError(f"{authors_dir}: not a directory")
     missing = [f for f in REQUIRED_FILES if not (authors_dir / f).is_file()]
     if missing:
         raise FileNotFoundError(
@@ -79,6 +81,12 @@ def check_authors_dir(authors_dir: Path) -> None:
 def pair_name(src: str, tgt: str) -> str:
     """The authors' name of a language pair: ``("gl", "en")`` -> ``"gl2en"``."""
     return f"{src}2{tgt}"
+
+
+def missing_bpe_files(bpe_dir: Path, src: str, tgt: str) -> list[str]:
+    """The ``{train,dev,test}.{src,tgt}`` files that :func:`prepare` needs and ``bpe_dir`` lacks."""
+    names = [f"{split}.{lang}" for split in ("train", "dev", "test") for lang in (src, tgt)]
+    return [n for n in names if not (bpe_dir / n).is_file()]
 
 
 def prepare(authors_dir: Path, bpe_dir: Path, src: str, tgt: str, work: Path, python: str) -> Path:
@@ -99,32 +107,36 @@ def prepare(authors_dir: Path, bpe_dir: Path, src: str, tgt: str, work: Path, py
         ``work/data``, holding ``vocab.joint``, ``lang.vocab`` and ``SRC2TGT/*.npy``.
 
     Raises:
-        FileNotFoundError: a BPE file is missing.
-        subprocess.CalledProcessError: their ``preprocessing.py`` failed (its output is in
-            ``work/preprocessing.log``).
+        FileNotFoundError: a BPE file is missing (:func:`missing_bpe_files`).
+        RuntimeError: their ``preprocessing.py`` failed; the message ends with its output's
+            last lines (all of it in ``work/preprocessing.log``).
     """
+    missing = missing_bpe_files(bpe_dir, src, tgt)
+    if missing:
+        raise FileNotFoundError(f"{bpe_dir}: missing {', '.join(missing)} (scripts/bpe.sh)")
+    work = work.resolve()  # their preprocessing.py runs in authors_dir
     data = work / "data"
     shutil.rmtree(data, ignore_errors=True)
     pair_dir = data / pair_name(src, tgt)
     pair_dir.mkdir(parents=True)
     for split in ("train", "dev", "test"):
         for lang in (src, tgt):
-            f = bpe_dir / f"{split}.{lang}"
-            if not f.is_file():
-                raise FileNotFoundError(f"{f}: missing (run scripts/bpe.sh first)")
-            shutil.copyfile(f, pair_dir / f.name)
+            shutil.copyfile(bpe_dir / f"{split}.{lang}", pair_dir / f"{split}.{lang}")
     fast = work / "fast"
     fast.write_text(FAST_STAND_IN)
     fast.chmod(0o755)
-    with open(work / "preprocessing.log", "w") as log:
-        subprocess.run(
+    log_path = work / "preprocessing.log"
+    with open(log_path, "w") as log:
+        rc = subprocess.run(
             [python, "preprocessing.py", "--data-dir", data, "--num-ops", "0"]
             + ["--pairs", pair_name(src, tgt), "--fast", fast],
             cwd=authors_dir,
             stdout=log,
             stderr=subprocess.STDOUT,
-            check=True,
-        )
+        ).returncode
+    if rc != 0:
+        tail = " | ".join(log_path.read_text(errors="replace").strip().splitlines()[-3:])
+        raise RuntimeError(f"{authors_dir}/preprocessing.py exited {rc} ({log_path}): {tail}")
     return data
 
 

@@ -25,6 +25,7 @@ what each role's entry point costs, inclusive), and "per-update Python work" is
 
 import argparse
 import cProfile
+import os
 import pstats
 import sys
 import time
@@ -248,7 +249,7 @@ def model_step_share(updates: list[dict], skip: int) -> Optional[float]:
         skip: leading updates left out (warm-up; ``steady_wps`` skips the first logged interval).
 
     Returns:
-        The share in (0, 1], or ``None`` when fewer than ``skip + 2`` updates ran.
+        The share in (0, 1], or ``None`` when no update follows the first ``max(skip, 1)``.
     """
     first = max(skip, 1)
     if len(updates) < first + 1:
@@ -349,6 +350,8 @@ def main(argv=None) -> int:
     args = a.train_args[1:] if a.train_args[:1] == ["--"] else a.train_args
     if not args:
         p.error("fairseq-train arguments missing (after --)")
+    if a.per_update_json and not os.path.isdir(os.path.dirname(os.path.abspath(a.per_update_json))):
+        p.error(f"--per-update-json {a.per_update_json}: its directory does not exist")
     from fairseq_cli import train
 
     sys.argv = ["fairseq-train", *args]

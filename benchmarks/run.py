@@ -321,6 +321,11 @@ def parse_args(argv=None):
             split_variant(system)
         except ValueError as e:
             p.error(str(e))
+    if "e2e" in a.sections and a.e2e_updates < 2 * a.e2e_log_interval:
+        p.error(
+            f"--e2e-updates {a.e2e_updates} is less than twice --e2e-log-interval "
+            f"{a.e2e_log_interval}: the first logged interval is the warm-up, left out of wps"
+        )
     if a.authors_dir is not None:
         try:
             authors_code.check_authors_dir(a.authors_dir)
@@ -329,8 +334,13 @@ def parse_args(argv=None):
         if "e2e" not in a.sections:
             p.error("--authors-dir: the authors' code is timed in the e2e section (--sections)")
         a.e2e_systems = [*a.e2e_systems, AUTHORS_SYSTEM]
-        if a.authors_bpe is None and a.e2e_data is not None:
-            a.authors_bpe = c.REPO / "data" / "bpe" / Path(a.e2e_data).name
+        if a.authors_bpe is None and a.e2e_data is not None:  # data/{bin,bpe}/PAIR
+            data = Path(a.e2e_data).resolve()
+            a.authors_bpe = data.parent.parent / "bpe" / data.name
+        if a.authors_bpe is not None and a.e2e_data is not None and Path(a.e2e_data).is_dir():
+            missing = authors_code.missing_bpe_files(a.authors_bpe, a.e2e_src, a.e2e_tgt)
+            if missing:
+                p.error(f"--authors-bpe {a.authors_bpe}: missing {', '.join(missing)}")
     if a.out is None:
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
         name = f"bench-{'smoke-' if a.smoke else ''}{stamp}.json"
@@ -968,6 +978,12 @@ def timed_train_cmd(cmd: list, per_update_json: Path) -> list:
     ]
 
 
+def _last_line(text: str) -> str:
+    """The last non-empty line of a run's output (its error, for the report)."""
+    lines = [x for x in text.splitlines() if x.strip()]
+    return lines[-1].strip() if lines else ""
+
+
 _NUM = r"([0-9.eE+-]+)"
 
 
@@ -1010,15 +1026,28 @@ def section_e2e(a, work: Path, out: dict) -> dict[str, Path]:
     """
     checkpoints = {}
     runs = {s: [] for s in a.e2e_systems}
+    authors_error = None
     if AUTHORS_SYSTEM in runs:
         log(f"the authors' code: preparing its data from {a.authors_bpe}")
-        authors_data = authors_code.prepare(
-            a.authors_dir, a.authors_bpe, a.e2e_src, a.e2e_tgt, work / "authors", sys.executable
-        )
+        try:
+            authors_data = authors_code.prepare(
+                a.authors_dir, a.authors_bpe, a.e2e_src, a.e2e_tgt, work / "authors",
+                sys.executable,
+            )  # fmt: skip
+        except (OSError, RuntimeError) as e:  # only the authors' entry fails
+            authors_error = f"data preparation failed: {e}"
+            log(f"the authors' code: {authors_error}")
     for r in range(a.e2e_rounds):
         # rotated order, as common.interleaved: no system always starts a round
         order = a.e2e_systems[r % len(a.e2e_systems) :] + a.e2e_systems[: r % len(a.e2e_systems)]
         for system in order:
+            if system == AUTHORS_SYSTEM and authors_error:
+                runs[system].append(
+                    {"rc": None, "steady_wps": None, "model_step_share": None,
+                     "peak_rss_mib": float("nan"), "intervals": [], "summary": {},
+                     "error": authors_error}
+                )  # fmt: skip
+                continue
             log(f"fairseq-train {system} round {r + 1}/{a.e2e_rounds} ({a.e2e_updates} updates)")
             save = work / "e2e" / system / f"round{r}"
             per_update = save / "updates.json"
@@ -1042,14 +1071,15 @@ def section_e2e(a, work: Path, out: dict) -> dict[str, Path]:
             res = c.run_with_rusage(cmd, c.cli_env(a.threads), save / "train.log")
             parsed = parse_train_log(res["output"])
             share = None
-            if per_update.is_file():  # the same updates as steady_wps: after the first interval
+            ok = res["rc"] == 0  # a failed run is not scored (its logged intervals stay listed)
+            if ok and per_update.is_file():  # the updates of steady_wps: after the first interval
                 updates = json.loads(per_update.read_text())["updates"]
                 share = profile_e2e.model_step_share(updates, skip=a.e2e_log_interval)
             run = {
                 "rc": res["rc"],
                 "wall_s": res["wall_s"],
                 "peak_rss_mib": res["peak_rss_mib"],
-                "steady_wps": steady_wps(parsed),
+                "steady_wps": steady_wps(parsed) if ok else None,
                 "model_step_share": share,
                 "intervals": parsed["inner"],
                 "summary": parsed["summary"],
@@ -1074,6 +1104,11 @@ def section_e2e(a, work: Path, out: dict) -> dict[str, Path]:
             "model_step_share_median": c.median(shares) if shares else None,
             "wpb_mean": sum(wpb) / len(wpb) if wpb else None,
             "peak_rss_mib": max(x["peak_rss_mib"] for x in rs),
+            "failed_runs": [
+                f"round {r + 1}: rc {x['rc']}: {_last_line(x['error'])}"
+                for r, x in enumerate(rs)
+                if x.get("error")
+            ],
         }
     out.update(
         {
@@ -1411,13 +1446,12 @@ def targets(res: dict) -> list[dict]:
                     )
                 )
         for system in e2e["systems"]:
-            pair = f"{system}/{AUTHORS_SYSTEM}"
-            if system.startswith("qknorm_paper") and pair in e2e["ratio_stats"]:
+            if system.startswith("qknorm_paper") and AUTHORS_SYSTEM in e2e["systems"]:
                 t.append(
                     T(
                         f"end-to-end {system} >= 1.5x the QKNorm authors' code (`{size}`, "
                         "real target tokens/s, same data and threads)",
-                        e2e["ratio_stats"][pair],
+                        e2e["ratio_stats"].get(f"{system}/{AUTHORS_SYSTEM}"),
                         1.5,
                     )
                 )
@@ -1546,6 +1580,9 @@ def markdown(res: dict) -> str:
                 f"{fmt(r.get('wpb_mean'), 0)} | {fmt(r.get('model_step_share_median'), 3)} | "
                 f"{r['peak_rss_mib']:.0f} |"
             )
+        failed = [f"{s} {f}" for s, r in e2e["systems"].items() for f in r.get("failed_runs", [])]
+        if failed:
+            L += ["", "Failed runs (not scored): " + "; ".join(failed)]
         L += ["", ratio_line("Speed ratios (wps, paired by round)", e2e.get("ratio_stats", {})), ""]
     gen = res.get("generate", {})
     if gen.get("systems"):
@@ -1773,6 +1810,9 @@ def main(argv=None) -> int:
     a.out.with_suffix(".md").write_text(md + "\n")
     print(md)
     log(f"wrote {a.out} and {a.out.with_suffix('.md')} in {res['total_wall_s']:.0f}s")
+    if res["errors"]:
+        log(f"sections that failed: {', '.join(res['errors'])} (see the report's Errors)")
+        return 1
     return 0
 
 

@@ -9,6 +9,7 @@ import json
 import math
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -612,6 +613,10 @@ def test_sequential_verdict_adds_repetitions_until_decided_or_capped():
     [
         (["--sizes", "huge"], "--sizes: unknown size 'huge'"),
         (["--e2e-size", "huge"], "--e2e-size: unknown size 'huge'"),
+        (
+            ["--sections", "e2e", "--e2e-updates", "3", "--e2e-log-interval", "2"],
+            "--e2e-updates 3 is less than twice --e2e-log-interval 2",
+        ),
         (["--threads", "0"], "argument --threads: expected a positive integer, got '0'"),
         (["--reps", "-1"], "argument --reps: expected a positive integer, got '-1'"),
         (["--min-of", "x"], "argument --min-of: expected a positive integer, got 'x'"),
@@ -742,10 +747,78 @@ def test_authors_dir_must_hold_the_assembled_code(tmp_path, capsys):
     with pytest.raises(SystemExit):
         bench.parse_args(["--sections", "model", "--authors-dir", str(tmp_path)])
     assert "timed in the e2e section" in capsys.readouterr().err
-    a = bench.parse_args(["--sections", "e2e", "--e2e-data", "data/bin/gl-en",
+    a = bench.parse_args(["--sections", "e2e", "--e2e-data", str(tmp_path / "bin" / "gl-en"),
                           "--authors-dir", str(tmp_path)])  # fmt: skip
     assert a.e2e_systems[-1] == bench.AUTHORS_SYSTEM
-    assert a.authors_bpe == REPO / "data" / "bpe" / "gl-en"
+    assert a.authors_bpe == tmp_path / "bpe" / "gl-en"  # beside the binarized data
+    (tmp_path / "bin" / "gl-en").mkdir(parents=True)  # data present: the BPE text is checked
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--sections", "e2e", "--e2e-data", str(tmp_path / "bin" / "gl-en"),
+                          "--e2e-src", "gl", "--e2e-tgt", "en",
+                          "--authors-dir", str(tmp_path)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert f"--authors-bpe {tmp_path / 'bpe' / 'gl-en'}: missing train.gl, train.en, dev.gl" in err
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--sections", "e2e", "--authors-dir", str(tmp_path / "nowhere")])
+    assert f"--authors-dir: {tmp_path / 'nowhere'}: not a directory" in capsys.readouterr().err
+
+
+def _fake_authors_dir(root: Path, preprocessing: str, main: str) -> Path:
+    """A stand-in for the authors' code whose preprocessing.py and main.py are given."""
+    root.mkdir()
+    (root / "configurations.py").write_text("def gl2en():\n    return {'mha_sup': True}\n")
+    (root / "controller.py").write_text("class Controller:\n    def run_log(self, b, e):\n"
+                                        "        pass\n")  # fmt: skip
+    (root / "layers.py").write_text("")
+    (root / "preprocessing.py").write_text(preprocessing)
+    (root / "main.py").write_text(main)
+    return root
+
+
+def test_a_failing_authors_run_is_reported_and_not_scored(toy_data, tmp_path):
+    """The authors' entry failing (its data preparation; its training after two logged
+    intervals) fails alone: ours trains, the failed runs are listed and not scored, and the
+    1.5x target is `not measured`."""
+    import shutil
+
+    raw, bin_dir = toy_data
+    bpe = tmp_path / "bpe"
+    bpe.mkdir()
+    for lang in ("src", "tgt"):
+        for split, name in (("train", "train"), ("valid", "dev"), ("test", "test")):
+            shutil.copyfile(raw / f"{split}.{lang}", bpe / f"{name}.{lang}")
+    line = "print('train_inner | epoch 001: 1 | wps=500.0, wpb=10.0, num_updates=1')\n"
+    cases = {
+        "preparation": _fake_authors_dir(
+            tmp_path / "prep", "import sys\nprint('vocab: bad input')\nsys.exit(4)\n", ""
+        ),
+        "training": _fake_authors_dir(tmp_path / "train", "", line * 2 + "raise SystemExit(3)\n"),
+    }
+    for case, authors in cases.items():
+        out = tmp_path / f"{case}.json"
+        rc = bench.main(
+            ["--smoke", "--threads", "1", "--systems", "qknorm_paper", "--sections", "e2e",
+             "--e2e-data", str(bin_dir), "--authors-dir", str(authors), "--authors-bpe", str(bpe),
+             "--out", str(out)]
+        )  # fmt: skip
+        res = json.loads(out.read_text())
+        assert rc == 0 and res["errors"] == {}, res["errors"]
+        runs = res["e2e"]["systems"]
+        assert positive(runs["qknorm_paper"]["wps_median"])
+        theirs = runs[bench.AUTHORS_SYSTEM]
+        assert theirs["wps_median"] is None and theirs["runs"][0]["steady_wps"] is None
+        if case == "preparation":
+            assert theirs["failed_runs"][0].startswith("round 1: rc None: data preparation failed")
+            assert "preprocessing.py exited 4" in theirs["failed_runs"][0]
+            assert "vocab: bad input" in theirs["failed_runs"][0]
+        else:  # two logged intervals, then exit 3: not scored
+            assert len(theirs["runs"][0]["intervals"]) == 2
+            assert theirs["failed_runs"] == ["round 1: rc 3: " + theirs["runs"][0]["error"]
+                                             .strip().splitlines()[-1].strip()]  # fmt: skip
+        (t,) = [t for t in res["targets"] if "1.5x the QKNorm authors' code" in t["target"]]
+        assert t["verdict"] == "not measured"
+        md = out.with_suffix(".md").read_text()
+        assert "Failed runs (not scored): authors_qknorm round 1: rc " in md
 
 
 @pytest.mark.skipif(
@@ -781,3 +854,11 @@ def test_authors_code_trains_beside_ours_on_toy_data(toy_data, tmp_path):
     ]
     (t,) = [t for t in res["targets"] if "1.5x the QKNorm authors' code" in t["target"]]
     assert t["threshold"] == 1.5
+
+
+def test_per_update_json_in_a_missing_directory_is_refused_before_training(tmp_path, capsys):
+    """Refused when parsed (exit 2), not after a whole training run (helper-15)."""
+    with pytest.raises(SystemExit) as e:
+        profile_e2e.main(["--per-update-json", str(tmp_path / "no" / "u.json"), "--", "data"])
+    assert e.value.code == 2
+    assert "its directory does not exist" in capsys.readouterr().err

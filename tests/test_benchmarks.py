@@ -763,6 +763,17 @@ def test_authors_dir_must_hold_the_assembled_code(tmp_path, capsys):
     assert f"--authors-dir: {tmp_path / 'nowhere'}: not a directory" in capsys.readouterr().err
 
 
+def _toy_bpe_dir(raw: Path, dest: Path) -> Path:
+    """The toy corpus as the authors' code reads it: ``{train,dev,test}.{src,tgt}`` in ``dest``."""
+    import shutil
+
+    dest.mkdir()
+    for lang in ("src", "tgt"):
+        for split, name in (("train", "train"), ("valid", "dev"), ("test", "test")):
+            shutil.copyfile(raw / f"{split}.{lang}", dest / f"{name}.{lang}")
+    return dest
+
+
 def _fake_authors_dir(root: Path, preprocessing: str, main: str) -> Path:
     """A stand-in for the authors' code whose preprocessing.py and main.py are given."""
     root.mkdir()
@@ -779,14 +790,8 @@ def test_a_failing_authors_run_is_reported_and_not_scored(toy_data, tmp_path):
     """The authors' entry failing (its data preparation; its training after two logged
     intervals) fails alone: ours trains, the failed runs are listed and not scored, and the
     1.5x target is `not measured`."""
-    import shutil
-
     raw, bin_dir = toy_data
-    bpe = tmp_path / "bpe"
-    bpe.mkdir()
-    for lang in ("src", "tgt"):
-        for split, name in (("train", "train"), ("valid", "dev"), ("test", "test")):
-            shutil.copyfile(raw / f"{split}.{lang}", bpe / f"{name}.{lang}")
+    bpe = _toy_bpe_dir(raw, tmp_path / "bpe")
     line = "print('train_inner | epoch 001: 1 | wps=500.0, wpb=10.0, num_updates=1')\n"
     cases = {
         "preparation": _fake_authors_dir(
@@ -828,14 +833,8 @@ def test_a_failing_authors_run_is_reported_and_not_scored(toy_data, tmp_path):
 def test_authors_code_trains_beside_ours_on_toy_data(toy_data, tmp_path):
     """The authors' code for real (2 updates on the toy corpus) in the e2e section, paired with
     ours round by round; the ratio is ours / theirs of the same round."""
-    import shutil
-
     raw, bin_dir = toy_data
-    bpe = tmp_path / "bpe"
-    bpe.mkdir()
-    for lang in ("src", "tgt"):
-        for split, name in (("train", "train"), ("valid", "dev"), ("test", "test")):
-            shutil.copyfile(raw / f"{split}.{lang}", bpe / f"{name}.{lang}")
+    bpe = _toy_bpe_dir(raw, tmp_path / "bpe")
     out = tmp_path / "authors.json"
     bench.main(
         ["--smoke", "--threads", "1", "--systems", "qknorm_paper", "--sections", "e2e",

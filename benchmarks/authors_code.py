@@ -74,7 +74,8 @@ def check_authors_dir(authors_dir: Path) -> None:
     if "mha_sup" not in (authors_dir / "configurations.py").read_text(errors="replace"):
         raise FileNotFoundError(
             f"{authors_dir}/configurations.py has no 'mha_sup' (QKNorm): copy CyndxAI/QKNorm's "
-            "QKNorm/{layers,configurations,controller}.py over transformers_without_tears"
+            "QKNorm/layers.py, configurations.py and controller.py over "
+            "transformers_without_tears"
         )
 
 

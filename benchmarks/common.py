@@ -165,17 +165,19 @@ def make_train_step(
 
     Forward, label-smoothed CE (0.1, as the criterion), backward, Adam (torch.optim.Adam,
     betas 0.9/0.98). ``phases`` labels ``## forward`` / ``## backward`` / ``## optimizer`` for
-    torch.profiler.
+    torch.profiler. ``step()`` trains on ``batch``, ``step(sample)`` on another fairseq batch
+    (``net_input`` and ``target``), with the same optimizer.
     """
     from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
 
     opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-8)
-    target = batch["target"].view(-1)
 
     def label(name):
         return torch.profiler.record_function(name) if phases else nullcontext()
 
-    def step() -> float:
+    def step(sample: Optional[dict] = None) -> float:
+        sample = batch if sample is None else sample
+        target = sample["target"].view(-1)
         model.train()
         opt.zero_grad(set_to_none=True)
         ctx = (
@@ -184,7 +186,7 @@ def make_train_step(
             else nullcontext()
         )
         with ctx, label("## forward"):
-            out = model(**batch["net_input"])
+            out = model(**sample["net_input"])
             lprobs = model.get_normalized_probs(out, log_probs=True)
             loss, _ = label_smoothed_nll_loss(
                 lprobs.view(-1, lprobs.size(-1)), target, 0.1, ignore_index=pad, reduce=True
@@ -212,6 +214,40 @@ def matmul_entries(sizes: Sequence[int]) -> dict[str, tuple[Callable, float]]:
             return torch.matmul(a, b)
 
         out[f"matmul_{n}"] = (fn, 2.0 * n**3)
+    return out
+
+
+def paired_per_batch(
+    steps: dict[str, Callable], batches: Sequence[dict], warmup: int = 1
+) -> dict[str, list[float]]:
+    """Seconds of every system's training step on each batch, the systems side by side.
+
+    Batch ``i`` is trained by every entry of ``steps`` (a :func:`make_train_step` function,
+    called as ``step(batch)``) one right after the other, the order rotated by one entry per
+    batch (no system always first); so the ``i``-th times of two systems come from the same
+    batch and the same few seconds of the machine, and pair up
+    (:func:`fairseq_qknorm.bf16_timing.paired_ratios`). Slow drift of a shared machine then
+    cancels in each pair, and the spread of the pairs' ratios over many batches is what a
+    bootstrap interval sees. ``warmup`` untimed steps per system on the first batch come first.
+
+    Returns:
+        ``{name: [seconds of batch 0, batch 1, ...]}``.
+
+    Raises:
+        ValueError: no batches or no steps.
+    """
+    if not batches or not steps:
+        raise ValueError("paired_per_batch needs at least one batch and one step function")
+    names = list(steps)
+    for _ in range(warmup):
+        for name in names:
+            steps[name](batches[0])
+    out: dict[str, list[float]] = {name: [] for name in names}
+    for i, batch in enumerate(batches):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            t0 = time.perf_counter()
+            steps[name](batch)
+            out[name].append(time.perf_counter() - t0)
     return out
 
 

@@ -18,6 +18,9 @@ Sections (``--sections``, default all):
                MultiheadAttention (F.multi_head_attention_forward in training);
 * ``norms``    ScaleNorm vs LayerNorm module forward+backward;
 * ``memory``   peak RSS of a training step, one fresh child process per system;
+* ``batches``  the model-only step on the first ``--batches`` of fairseq's own training
+               batches of the e2e data (its ``--max-tokens``), every system on each batch
+               one right after the other: one paired ratio per batch;
 * ``e2e``      ``fairseq-train`` words/s (fairseq's ``wps``) on real data, systems alternating,
                ``--e2e-rounds`` rounds, plus peak RSS of each run;
 * ``generate`` ``fairseq-generate`` (beam 4) sentences/s and tokens/s from the e2e runs'
@@ -63,6 +66,7 @@ ALL_SECTIONS = (
     "scaling",
     "norms",
     "memory",
+    "batches",
     "e2e",
     "generate",
     "fairseq_bf16",
@@ -78,15 +82,21 @@ LENGTH_STATS = DATA_ROOT / "bpe" / "gl-en" / "length_stats.json"
 #: ``--targets``: the issue's targets only (sections, systems, repetitions). 2026-12-02 (2 Zen 4
 #: cores): 7 e2e rounds of 8 updates left two verdicts undecided (a third of spread between
 #: rounds, 3 logged intervals of 2 updates each); since 2026-12-03 rounds of 24 updates (5 steady
-#: intervals of 4) and 11 decoding repetitions
+#: intervals of 4). Since 2026-12-03 evening every model and decoding round is its own paired
+#: repetition (21 and 33, no block minima: on this kind of machine the pairs of single
+#: adjacent steps gave narrower intervals than the minima of blocks of 3, benchmarks/README.md),
+#: QKNorm vs stock end to end comes from the model step on fairseq's own batches paired per
+#: batch (section ``batches``), and the e2e section trains only QKNorm, stock and the profile as
+#: it trains on this CPU
 TARGET_PRESET = dict(
-    sections=["model", "decode", "e2e"],
+    sections=["model", "decode", "batches", "e2e"],
     systems=["qknorm_paper", "prenorm_fixnorm_layernorm", "stock"],
-    e2e_systems=["qknorm_paper", "stock", "qknorm_paper+bucketed"],
+    e2e_systems=["qknorm_paper", "stock"],
     sizes=["small", "proxy"],
-    reps=7,
-    min_of=3,
-    decode_reps=11,
+    reps=21,
+    min_of=1,
+    decode_reps=33,
+    batches=30,
     e2e_rounds=7,
     e2e_updates=24,
     e2e_log_interval=4,
@@ -127,10 +137,11 @@ def parse_args(argv=None):
         "--targets",
         action="store_true",
         help="only what the targets need: sections model,decode,e2e, systems "
-        "qknorm_paper,prenorm_fixnorm_layernorm,stock (e2e: qknorm_paper,stock, "
-        "qknorm_paper+bucketed, and qknorm_paper+bucketed+bf16 on a CPU with native bf16), "
-        "7 repetitions each (decoding 11), e2e 7 rounds x 24 updates; builds data/bin/gl-en "
-        "if missing (explicit options still win)",
+        "qknorm_paper,prenorm_fixnorm_layernorm,stock (e2e: qknorm_paper, stock and the "
+        "cpu-proxy profile as it trains on this CPU: qknorm_paper+bucketed, +bf16 on a CPU "
+        "with native bf16), 21 paired repetitions (decoding 33), 30 of fairseq's batches, "
+        "e2e 7 rounds x 24 updates; builds data/bin/gl-en if missing (explicit options still "
+        "win)",
     )
     p.add_argument(
         "--out", type=Path, help="JSON output (default benchmarks/results/bench-DATE.json)"
@@ -156,7 +167,13 @@ def parse_args(argv=None):
         "--min-of",
         type=positive_int,
         help="model and decode sections: each repetition is the minimum of K interleaved "
-        "rounds (default 1; --targets: 3), interference only adds time",
+        "rounds (default 1), interference only adds time",
+    )
+    p.add_argument(
+        "--batches",
+        type=positive_int,
+        help="section batches: model steps on the first N of fairseq's training batches of "
+        "the e2e data, systems paired per batch (default 12; --targets: 30)",
     )
     p.add_argument("--warmup", type=int, default=1, help="untimed interleaved rounds")
     p.add_argument(
@@ -226,6 +243,7 @@ def parse_args(argv=None):
         tgt_len=28,
         reps=5,
         min_of=1,
+        batches=12,
         matmul_sizes=[1024, 2048],
         bf16_size="proxy",
         bf16_reps=2,
@@ -251,6 +269,7 @@ def parse_args(argv=None):
         src_len=8,
         tgt_len=9,
         reps=1,
+        batches=2,
         matmul_sizes=[64, 128],
         bf16_size="smoke",
         bf16_reps=1,
@@ -271,10 +290,10 @@ def parse_args(argv=None):
         e2e_log_interval=1,
         gen_sentences=5,
     )
-    if a.targets and a.e2e_systems is None and not a.smoke:  # --targets' own, by this CPU
+    if a.targets and a.e2e_systems is None:  # --targets' own, by this CPU (smoke: fp32)
         from fairseq_qknorm.tasks.cpu_bf16 import native_bf16_support
 
-        a.e2e_systems = target_e2e_systems(native_bf16_support()[0])
+        a.e2e_systems = target_e2e_systems(native_bf16_support()[0] and not a.smoke)
     # precedence: explicit options, --smoke's sizes, --targets, the full run's defaults
     presets = (
         ([smoke] if a.smoke else [])
@@ -875,14 +894,16 @@ PROFILE_BF16_ENTRY = "qknorm_paper+bucketed+bf16"
 
 
 def target_e2e_systems(native_bf16: bool) -> list[str]:
-    """The e2e systems of ``--targets``: QKNorm, stock, QKNorm with what issue 20 adopts.
+    """The e2e systems of ``--targets``: QKNorm, stock, and the CPU profile as it trains here.
 
-    ``qknorm_paper+bucketed`` is the profile's new batching alone; on a CPU with native bf16
-    (``native_bf16``: :func:`fairseq_qknorm.tasks.cpu_bf16.native_bf16_support`) also
-    :data:`PROFILE_BF16_ENTRY`, the cpu-proxy profile as it trains there (bucketed batching and
-    bf16 autocast), so that the 1.4x target is read for what a user of the profile gets.
+    The cpu-proxy profile trains ``qknorm_paper`` with bucketed batching, plus bf16 autocast on
+    a CPU with native bf16 (``native_bf16``:
+    :func:`fairseq_qknorm.tasks.cpu_bf16.native_bf16_support`): ``qknorm_paper+bucketed`` or
+    :data:`PROFILE_BF16_ENTRY`, so that the 1.4x target is read for what a user of the profile
+    gets on this CPU.
     """
-    return TARGET_PRESET["e2e_systems"] + ([PROFILE_BF16_ENTRY] if native_bf16 else [])
+    profile = PROFILE_BF16_ENTRY if native_bf16 else "qknorm_paper+bucketed"
+    return TARGET_PRESET["e2e_systems"] + [profile]
 
 
 #: the e2e entry of ``--authors-dir``: the QKNorm authors' code (:mod:`benchmarks.authors_code`)
@@ -1016,6 +1037,82 @@ def steady_wps(parsed: dict) -> Optional[float]:
     if w:
         return w[0]
     return parsed["summary"].get("wps")
+
+
+def fairseq_train_batches(task, model, max_tokens: int, n: int) -> list[dict]:
+    """The first ``n`` training batches as ``fairseq-train`` builds them (epoch 1, 2, ...).
+
+    The e2e runs' settings (:func:`train_cmd`): ``--max-tokens max_tokens``,
+    ``--required-batch-size-multiple 1``, ``--seed 1``, shuffled, the positions limit of the
+    task and ``model``; fairseq's own ``task.get_batch_iterator`` and collate. A training split
+    of fewer than ``n`` batches goes on into the next epochs, as fairseq-train does.
+
+    Raises:
+        ValueError: the training split gives no batch.
+    """
+    from fairseq import utils
+
+    task.load_dataset("train")
+    itr = task.get_batch_iterator(
+        dataset=task.dataset("train"),
+        max_tokens=max_tokens,
+        max_positions=utils.resolve_max_positions(task.max_positions(), model.max_positions()),
+        ignore_invalid_inputs=True,
+        required_batch_size_multiple=1,
+        seed=1,
+        epoch=1,
+    )
+    batches: list[dict] = []
+    while len(batches) < n:
+        before = len(batches)
+        for sample in itr.next_epoch_itr(shuffle=True):
+            batches.append(sample)
+            if len(batches) == n:
+                break
+        if len(batches) == before:
+            raise ValueError(f"{task.cfg.data}: the training split gives no batch")
+    return batches
+
+
+def section_batches(a, out: dict) -> None:
+    """Model-only training steps on fairseq's own batches of the e2e data, paired per batch.
+
+    What ``fairseq-train`` spends nearly all of an update on (the model step's share, section
+    e2e), on the batches it trains on (padding, real lengths) instead of the synthetic one, for
+    every system on the same batch within seconds (:func:`benchmarks.common.paired_per_batch`):
+    one paired ratio per batch, over ``--batches`` batches. Size ``--e2e-size``; the e2e
+    section's ``--max-tokens`` and data.
+    """
+    size = a.e2e_size
+    log(f"model step on fairseq's batches, size {size}, {a.batches} batches")
+    task = c.setup_task(a.e2e_data, a.e2e_src, a.e2e_tgt)
+    pad = task.target_dictionary.pad()
+    steps = {}
+    for system in a.systems:
+        model, _ = c.build_model(task, system, size, a.qk_length)
+        steps[system] = c.make_train_step(model, None, pad)
+    batches = fairseq_train_batches(task, model, a.e2e_max_tokens, a.batches)
+    times = c.paired_per_batch(steps, batches, a.warmup)
+    tgt = [int(b["ntokens"]) for b in batches]
+    padded = [int(b["target"].numel()) for b in batches]
+    res = {}
+    for system, samples in times.items():
+        res[system] = {
+            **c.summarize(samples),
+            "tgt_tokens_per_s": sum(tgt) / sum(samples),
+        }
+    out.update(
+        {
+            "size": size,
+            "data": str(a.e2e_data),
+            "max_tokens": a.e2e_max_tokens,
+            "batches": len(batches),
+            "tgt_tokens": tgt,
+            "target_padding": 1.0 - sum(tgt) / sum(padded),
+            "systems": res,
+            "ratio_stats": paired_speed_stats(times),
+        }
+    )
 
 
 def section_e2e(a, work: Path, out: dict) -> dict[str, Path]:
@@ -1342,6 +1439,16 @@ def targets(res: dict) -> list[dict]:
                 1.0,
             )
         )
+    fb = res.get("batches", {})
+    if fb.get("systems"):
+        t.append(
+            T(
+                f"QKNorm model-only training step >= 1.00x stock on fairseq's own batches "
+                f"(`{fb['size']}`, {fb['batches']} batches, paired per batch)",
+                fb["ratio_stats"].get("qknorm_paper/stock"),
+                1.0,
+            )
+        )
     e2e = res.get("e2e", {})
     if e2e.get("systems"):
         t.append(
@@ -1351,6 +1458,17 @@ def targets(res: dict) -> list[dict]:
                 1.0,
             )
         )
+        combined = e2e_from_batches(fb, e2e)
+        if combined:
+            t.append(
+                T(
+                    f"QKNorm end-to-end fairseq-train >= 1.00x stock (`{e2e['size']}`: the model "
+                    "step on fairseq's batches paired per batch x the e2e rounds' model-step "
+                    f"share ratio {combined['share_ratio']:.4f})",
+                    combined,
+                    1.0,
+                )
+            )
     dec = res.get("decode", {})
     if dec.get("systems"):
         t.append(
@@ -1466,6 +1584,30 @@ def targets(res: dict) -> list[dict]:
     return t
 
 
+def e2e_from_batches(batches: dict, e2e: dict) -> Optional[dict]:
+    """QKNorm / stock end to end, from the paired model steps and the model step's share.
+
+    An update of ``fairseq-train`` takes (model step) / (model step's share of the update), so
+    its speed ratio is the model step's ratio on the same batches times
+    ``share_qknorm / share_stock`` (medians over the e2e rounds; they vary by about 0.2%
+    between rounds, run F). Each paired per-batch ratio of section ``batches`` is scaled by
+    that factor; the summary (:func:`benchmarks.stats.ratio_summary`) adds ``share_ratio``.
+    None unless both sections measured both systems at the same size.
+    """
+    pair = (batches.get("ratio_stats") or {}).get("qknorm_paper/stock")
+    if not pair or batches.get("size") != e2e.get("size"):
+        return None
+    share = {}
+    for system in ("qknorm_paper", "stock"):
+        runs = e2e.get("systems", {}).get(system, {}).get("runs", [])
+        values = [x["model_step_share"] for x in runs if x.get("model_step_share")]
+        if not values:
+            return None
+        share[system] = c.median(values)
+    k = share["qknorm_paper"] / share["stock"]
+    return {**stats.ratio_summary([v * k for v in pair["values"]]), "share_ratio": k}
+
+
 def markdown(res: dict) -> str:
     """The Markdown summary of a result dict (machine, sections, targets)."""
     m = res["machine"]
@@ -1541,6 +1683,20 @@ def markdown(res: dict) -> str:
             ),
             "",
         ]
+    fb = res.get("batches", {})
+    if fb.get("systems"):
+        L += [
+            f"## Model-only training step on fairseq's own batches, size `{fb['size']}` "
+            f"({fb['batches']} batches of `--max-tokens {fb['max_tokens']}` from "
+            f"`{fb['data']}`, {sum(fb['tgt_tokens'])} real target tokens, target padding "
+            f"{100 * fb['target_padding']:.1f}%; systems paired per batch)",
+            "",
+            "| system | step ms (median) | real target tokens/s |",
+            "|---|---:|---:|",
+        ]
+        for s, r in fb["systems"].items():
+            L.append(f"| {s} | {1e3 * r['median_s']:.1f} | {r['tgt_tokens_per_s']:.0f} |")
+        L += ["", ratio_line("Speed ratios", fb.get("ratio_stats", {})), ""]
     dec = res.get("decode", {})
     if dec.get("systems"):
         L += [
@@ -1787,6 +1943,7 @@ def main(argv=None) -> int:
         guarded("memory", section_memory, a, work)
         checkpoints = {}
         if a.e2e_data is not None:
+            guarded("batches", section_batches, a)
             checkpoints = guarded("e2e", section_e2e, a, work) or {}
             for spec in a.gen_checkpoint:
                 system, path = spec.split("=", 1)
@@ -1795,7 +1952,7 @@ def main(argv=None) -> int:
                 guarded("generate", section_generate, a, work, checkpoints)
             guarded("fairseq_bf16", section_fairseq_bf16, a, work)
         else:
-            for name in ("e2e", "generate", "fairseq_bf16"):
+            for name in ("batches", "e2e", "generate", "fairseq_bf16"):
                 if name in a.sections:
                     res[name] = {"skipped": "no --e2e-data"}
     finally:

@@ -218,7 +218,7 @@ def matmul_entries(sizes: Sequence[int]) -> dict[str, tuple[Callable, float]]:
 
 
 def paired_per_batch(
-    steps: dict[str, Callable], batches: Sequence[dict], warmup: int = 1
+    steps: dict[str, Callable], batches: Sequence[dict], warmup: int = 1, start: int = 0
 ) -> dict[str, list[float]]:
     """Seconds of every system's training step on each batch, the systems side by side.
 
@@ -228,7 +228,8 @@ def paired_per_batch(
     batch and the same few seconds of the machine, and pair up
     (:func:`fairseq_qknorm.bf16_timing.paired_ratios`). Slow drift of a shared machine then
     cancels in each pair, and the spread of the pairs' ratios over many batches is what a
-    bootstrap interval sees. ``warmup`` untimed steps per system on the first batch come first.
+    bootstrap interval sees. ``warmup`` untimed steps per system on the first batch come first;
+    ``start`` numbers the first batch (for the rotation) when a run goes on batch by batch.
 
     Returns:
         ``{name: [seconds of batch 0, batch 1, ...]}``.
@@ -243,7 +244,7 @@ def paired_per_batch(
         for name in names:
             steps[name](batches[0])
     out: dict[str, list[float]] = {name: [] for name in names}
-    for i, batch in enumerate(batches):
+    for i, batch in enumerate(batches, start):
         for name in names[i % len(names) :] + names[: i % len(names)]:
             t0 = time.perf_counter()
             steps[name](batch)

@@ -97,6 +97,7 @@ TARGET_PRESET = dict(
     min_of=1,
     decode_reps=33,
     batches=30,
+    batches_max=240,
     e2e_rounds=7,
     e2e_updates=24,
     e2e_log_interval=4,
@@ -175,6 +176,18 @@ def parse_args(argv=None):
         help="section batches: model steps on the first N of fairseq's training batches of "
         "the e2e data, systems paired per batch (default 12; --targets: 30)",
     )
+    p.add_argument(
+        "--batches-max",
+        type=positive_int,
+        help="section batches: after --batches, add batches one by one until QKNorm/stock's "
+        "verdict at 1.00 is decided, this many batches or --batches-budget-s (default: "
+        "--batches, no additions; --targets: 240)",
+    )
+    p.add_argument(
+        "--batches-budget-s",
+        type=float,
+        help="section batches: seconds for the added batches (default 300)",
+    )
     p.add_argument("--warmup", type=int, default=1, help="untimed interleaved rounds")
     p.add_argument(
         "--matmul-sizes", type=csv(positive_int), help="square fp32 matmul sizes (1024,2048)"
@@ -244,6 +257,7 @@ def parse_args(argv=None):
         reps=5,
         min_of=1,
         batches=12,
+        batches_budget_s=300.0,
         matmul_sizes=[1024, 2048],
         bf16_size="proxy",
         bf16_reps=2,
@@ -270,6 +284,7 @@ def parse_args(argv=None):
         tgt_len=9,
         reps=1,
         batches=2,
+        batches_max=2,
         matmul_sizes=[64, 128],
         bf16_size="smoke",
         bf16_reps=1,
@@ -306,6 +321,8 @@ def parse_args(argv=None):
                 setattr(a, k, v)
     if a.e2e_systems is None:
         a.e2e_systems = list(a.systems)
+    if a.batches_max is None or a.batches_max < a.batches:
+        a.batches_max = a.batches
     if a.smoke:
         a.warmup = min(a.warmup, 1)
     if a.e2e_data is None and not a.smoke and a.targets and "e2e" in a.sections:
@@ -1080,19 +1097,44 @@ def section_batches(a, out: dict) -> None:
     What ``fairseq-train`` spends nearly all of an update on (the model step's share, section
     e2e), on the batches it trains on (padding, real lengths) instead of the synthetic one, for
     every system on the same batch within seconds (:func:`benchmarks.common.paired_per_batch`):
-    one paired ratio per batch, over ``--batches`` batches. Size ``--e2e-size``; the e2e
-    section's ``--max-tokens`` and data.
+    one paired ratio per batch, over ``--batches`` batches. With ``--batches-max`` above
+    ``--batches`` and both ``qknorm_paper`` and ``stock`` among the systems, batches are then
+    added one at a time until the verdict of QKNorm/stock at 1.00 is decided
+    (:func:`benchmarks.stats.sequential_verdict`: a repeated look, so the nominal 95% is an
+    upper bound), ``--batches-max`` or ``--batches-budget-s``; ``out["sequential"]`` says how
+    it stopped. Size ``--e2e-size``; the e2e section's ``--max-tokens`` and data.
     """
     size = a.e2e_size
-    log(f"model step on fairseq's batches, size {size}, {a.batches} batches")
+    log(f"model step on fairseq's batches, size {size}, {a.batches}-{a.batches_max} batches")
     task = c.setup_task(a.e2e_data, a.e2e_src, a.e2e_tgt)
     pad = task.target_dictionary.pad()
     steps = {}
     for system in a.systems:
         model, _ = c.build_model(task, system, size, a.qk_length)
         steps[system] = c.make_train_step(model, None, pad)
-    batches = fairseq_train_batches(task, model, a.e2e_max_tokens, a.batches)
-    times = c.paired_per_batch(steps, batches, a.warmup)
+    batches = fairseq_train_batches(task, model, a.e2e_max_tokens, a.batches_max)
+    times = c.paired_per_batch(steps, batches[: a.batches], a.warmup)
+    if a.batches_max > a.batches and {"qknorm_paper", "stock"} <= set(steps):
+        measured = iter([s / q for s, q in zip(times["stock"], times["qknorm_paper"])])
+
+        def next_ratio() -> float:
+            r = next(measured, None)  # the fixed batches first, then one more batch per call
+            if r is not None:
+                return r
+            i = len(times["stock"])
+            for system, t in c.paired_per_batch(steps, [batches[i]], warmup=0, start=i).items():
+                times[system] += t
+            return times["stock"][-1] / times["qknorm_paper"][-1]
+
+        seq = stats.sequential_verdict(
+            next_ratio,
+            1.0,
+            min_n=a.batches,
+            max_n=a.batches_max,
+            budget_s=a.batches_budget_s,
+        )
+        out["sequential"] = {k: seq[k] for k in ("verdict", "stopped", "n")}
+    batches = batches[: len(next(iter(times.values())))]
     tgt = [int(b["ntokens"]) for b in batches]
     padded = [int(b["target"].numel()) for b in batches]
     res = {}

@@ -272,6 +272,29 @@ def test_e2e_from_batches_scales_each_pair_by_the_share_ratio():
     assert bench.e2e_from_batches(batches, {"size": "proxy", "systems": {}}) is None
 
 
+def test_batches_section_adds_batches_until_decided_or_its_cap(toy_data, tmp_path):
+    """--batches-max above --batches: after the fixed batches, one more paired batch per look
+    until QKNorm/stock's verdict is decided or the cap; every added batch is in the figures."""
+    _, bin_dir = toy_data
+    out = tmp_path / "b.json"
+    bench.main(
+        ["--smoke", "--threads", "1", "--systems", "qknorm_paper,stock", "--sections", "batches",
+         "--e2e-data", str(bin_dir), "--batches", "2", "--batches-max", "3",
+         "--batches-budget-s", "1e9", "--out", str(out)]
+    )  # fmt: skip
+    res = json.loads(out.read_text())
+    assert res["errors"] == {}, res["errors"]
+    fb = res["batches"]
+    seq = fb["sequential"]
+    assert seq["n"] == fb["batches"] == len(fb["systems"]["stock"]["samples_s"]) in (2, 3)
+    assert seq["stopped"] == ("decided" if seq["n"] == 2 else seq["stopped"])
+    assert seq["stopped"] in ("decided", "max repetitions")
+    pair = fb["ratio_stats"]["qknorm_paper/stock"]
+    assert pair["n"] == seq["n"] and (seq["stopped"] == "max repetitions") == (
+        seq["verdict"] == "cannot tell"
+    )
+
+
 def test_flop_count_matches_formula():
     counts = {"encoder": 10, "decoder": 20}
     f = common.train_step_flops(counts, layers=2, dim=4, vocab=8, bsz=3, src_len=5, tgt_len=6)
@@ -503,7 +526,7 @@ def test_targets_preset_and_precedence(tmp_path):
     assert a.e2e_systems == ["qknorm_paper", "stock", profile]
     assert (a.reps, a.min_of, a.decode_reps, a.batches, a.e2e_rounds, a.e2e_updates) == (
         21, 1, 33, 30, 7, 24)  # fmt: skip
-    assert a.sizes == ["small", "proxy"]
+    assert (a.sizes, a.batches_max, a.batches_budget_s) == (["small", "proxy"], 240, 300.0)
     data = tmp_path / "bin"
     data.mkdir()
     a = bench.parse_args(["--targets", "--smoke", "--e2e-data", str(data), "--reps", "7"])
@@ -511,6 +534,7 @@ def test_targets_preset_and_precedence(tmp_path):
     assert (a.reps, a.sizes, a.decode_reps, a.batches, a.e2e_rounds, a.min_of) == (
         7, ["smoke"], 1, 2, 1, 1)  # fmt: skip
     assert a.e2e_systems == ["qknorm_paper", "stock", "qknorm_paper+bucketed"]  # smoke: fp32
+    assert a.batches_max == 2  # smoke: no batches added
     a = bench.parse_args([])
     assert a.sections == list(bench.ALL_SECTIONS) and a.e2e_systems == list(common.SYSTEMS)
 

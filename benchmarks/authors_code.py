@@ -182,15 +182,24 @@ def interval_lines(ends: list, words: list, start: float, log_interval: int) -> 
         One line per interval: ``wps`` = its tokens / (its last end - the previous interval's
         last end, or ``start``), ``wpb`` = its tokens per update, ``num_updates``.
     """
-    lines = []
-    for k in range(log_interval, len(ends) + 1, log_interval):
-        t0 = ends[k - log_interval - 1] if k > log_interval else start
-        w = sum(words[k - log_interval : k])
-        lines.append(
-            f"train_inner | epoch 001: {k:6d} | wps={w / (ends[k - 1] - t0):.1f}, "
-            f"wpb={w / log_interval:.1f}, num_updates={k}"
-        )
-    return lines
+    return [
+        interval_line(ends, words, start, log_interval, k)
+        for k in range(log_interval, len(ends) + 1, log_interval)
+    ]
+
+
+def interval_line(ends: list, words: list, start: float, log_interval: int, k: int) -> str:
+    """The line of the interval that ends with update ``k`` (a multiple of ``log_interval``).
+
+    Arguments as :func:`interval_lines`; only updates ``k - log_interval`` to ``k`` are read,
+    so a run prints each line as its interval ends at constant cost.
+    """
+    t0 = ends[k - log_interval - 1] if k > log_interval else start
+    w = sum(words[k - log_interval : k])
+    return (
+        f"train_inner | epoch 001: {k:6d} | wps={w / (ends[k - 1] - t0):.1f}, "
+        f"wpb={w / log_interval:.1f}, num_updates={k}"
+    )
 
 
 class _Stop(Exception):
@@ -228,7 +237,7 @@ def train(a) -> int:
         ends.append(time.perf_counter())
         words.append(self.stats["words"] - before)
         if len(ends) % a.log_interval == 0:
-            print(interval_lines(ends, words, start[0], a.log_interval)[-1], flush=True)
+            print(interval_line(ends, words, start[0], a.log_interval, len(ends)), flush=True)
         if len(ends) >= a.updates:
             raise _Stop
         return out

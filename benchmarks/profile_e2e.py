@@ -29,7 +29,7 @@ import os
 import pstats
 import sys
 import time
-from typing import Optional
+from typing import Any, Callable, Optional
 
 #: role -> (file suffix, function name) entry points whose cumulative CPU time is the role's
 ROLES = {
@@ -113,6 +113,23 @@ TIMER_POINTS = {
 }
 
 
+def _entry_point(module: str, attr: str) -> tuple[Any, str, Callable]:
+    """``(owner, name, function)`` of ``module.attr``, ``attr`` a function or ``Class.method``.
+
+    Raises:
+        ImportError: no module ``module``.
+        AttributeError: no such class or function in it.
+    """
+    import importlib
+
+    owner: Any = importlib.import_module(module)
+    name = attr
+    if "." in attr:
+        cls, name = attr.split(".")
+        owner = getattr(owner, cls)
+    return owner, name, getattr(owner, name)
+
+
 def install_timers(points: dict = TIMER_POINTS) -> dict:
     """Wrap each entry point of ``points`` with counters; returns role -> [calls, cpu_s, wall_s].
 
@@ -122,7 +139,6 @@ def install_timers(points: dict = TIMER_POINTS) -> dict:
     see the wrapper); a method on its class. Entry points that do not exist are skipped.
     """
     import functools
-    import importlib
 
     counters = {}
     active: set = set()  # roles running now (nesting)
@@ -130,15 +146,8 @@ def install_timers(points: dict = TIMER_POINTS) -> dict:
     FWD = "forward + loss (task.train_step -> criterion)"
     for role, (module, attr) in points.items():
         try:
-            mod = importlib.import_module(module)
-        except ImportError:
-            continue
-        owner, name = mod, attr
-        if "." in attr:
-            cls, name = attr.split(".")
-            owner = getattr(mod, cls, None)
-        fn = getattr(owner, name, None) if owner is not None else None
-        if fn is None:
+            owner, name, fn = _entry_point(module, attr)
+        except (ImportError, AttributeError):
             continue
         c = counters[role] = [0, 0.0, 0.0]
         if role == FWD:  # the criterion's calls inside validate() counted apart
@@ -161,8 +170,6 @@ def install_timers(points: dict = TIMER_POINTS) -> dict:
             return timed
 
         setattr(owner, name, wrap())
-        if module == "fairseq.data.language_pair_dataset" and name == "collate":
-            pass  # LanguagePairDataset.collater calls the module-level collate: wrapped
     return counters
 
 
@@ -193,7 +200,6 @@ def install_update_timers() -> list[dict]:
             trainer or optimizer differs from 0.12's).
     """
     import functools
-    import importlib
 
     from fairseq import trainer
 
@@ -215,9 +221,7 @@ def install_update_timers() -> list[dict]:
 
     trainer.Trainer.train_step = timed_train_step
     for module, attr in MODEL_STEP_POINTS.values():
-        cls_name, name = attr.split(".")
-        owner = getattr(importlib.import_module(module), cls_name)
-        fn = getattr(owner, name)
+        owner, name, fn = _entry_point(module, attr)
 
         def wrap(fn=fn):
             @functools.wraps(fn)

@@ -59,6 +59,8 @@ from qknorm_tools import config  # noqa: E402  (after the logger above: imports 
 from . import authors_code, profile_e2e, stats  # noqa: E402
 from . import common as c  # noqa: E402
 
+#: the sections that read the binarized e2e data (``--e2e-data``)
+DATA_SECTIONS = ("batches", "e2e", "generate", "fairseq_bf16")
 ALL_SECTIONS = (
     "model",
     "bf16",
@@ -124,6 +126,21 @@ def positive_int(s: str) -> int:
     return v
 
 
+def nonnegative_seconds(s: str) -> float:
+    """An argparse ``type=``: seconds, a number >= 0 (``inf``: no limit; not ``nan``).
+
+    Raises:
+        argparse.ArgumentTypeError: not a number, ``nan`` or below 0 (argparse: exit 2).
+    """
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {s!r}") from None
+    if math.isnan(v) or v < 0:
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {s!r}")
+    return v
+
+
 def parse_args(argv=None):
     """Command-line options of ``python -m benchmarks.run``."""
     p = argparse.ArgumentParser(
@@ -137,12 +154,12 @@ def parse_args(argv=None):
     p.add_argument(
         "--targets",
         action="store_true",
-        help="only what the targets need: sections model,decode,e2e, systems "
+        help="only what the targets need: sections model,decode,batches,e2e, systems "
         "qknorm_paper,prenorm_fixnorm_layernorm,stock (e2e: qknorm_paper, stock and the "
         "cpu-proxy profile as it trains on this CPU: qknorm_paper+bucketed, +bf16 on a CPU "
-        "with native bf16), 21 paired repetitions (decoding 33), 30 of fairseq's batches, "
-        "e2e 7 rounds x 24 updates; builds data/bin/gl-en if missing (explicit options still "
-        "win)",
+        "with native bf16), 21 paired repetitions (decoding 33), 30 of fairseq's batches "
+        "then up to 240 within 300 s, e2e 7 rounds x 24 updates; builds data/bin/gl-en if "
+        "missing (explicit options still win)",
     )
     p.add_argument(
         "--out", type=Path, help="JSON output (default benchmarks/results/bench-DATE.json)"
@@ -180,13 +197,14 @@ def parse_args(argv=None):
         "--batches-max",
         type=positive_int,
         help="section batches: after --batches, add batches one by one until QKNorm/stock's "
-        "verdict at 1.00 is decided, this many batches or --batches-budget-s (default: "
-        "--batches, no additions; --targets: 240)",
+        "verdict at 1.00 is decided (from 5 batches on), this many batches or "
+        "--batches-budget-s; needs systems qknorm_paper and stock and M >= 5 (default: "
+        "--batches, no additions; --targets: 240; raised to --batches if below)",
     )
     p.add_argument(
         "--batches-budget-s",
-        type=float,
-        help="section batches: seconds for the added batches (default 300)",
+        type=nonnegative_seconds,
+        help="section batches: seconds for the added batches, >= 0 or inf (default 300)",
     )
     p.add_argument("--warmup", type=int, default=1, help="untimed interleaved rounds")
     p.add_argument(
@@ -248,6 +266,7 @@ def parse_args(argv=None):
     )
     p.add_argument("--work-dir", type=Path, help="scratch dir (default: a temp dir, removed)")
     a = p.parse_args(argv)
+    sections_given = a.sections is not None
 
     full = dict(
         sizes=["small", "proxy"],
@@ -323,9 +342,20 @@ def parse_args(argv=None):
         a.e2e_systems = list(a.systems)
     if a.batches_max is None or a.batches_max < a.batches:
         a.batches_max = a.batches
+    if "batches" in a.sections and a.batches_max > a.batches:
+        if a.batches_max < stats.MIN_REPETITIONS:
+            p.error(
+                f"--batches-max {a.batches_max}: adding batches until a verdict needs at least "
+                f"{stats.MIN_REPETITIONS} (no verdict below {stats.MIN_REPETITIONS} repetitions)"
+            )
+        if not {"qknorm_paper", "stock"} <= set(a.systems):
+            p.error(
+                f"--batches-max {a.batches_max}: batches are added until QKNorm/stock's verdict "
+                "decides, so --systems needs qknorm_paper and stock"
+            )
     if a.smoke:
         a.warmup = min(a.warmup, 1)
-    if a.e2e_data is None and not a.smoke and a.targets and "e2e" in a.sections:
+    if a.e2e_data is None and not a.smoke and a.targets and {"e2e", "batches"} & set(a.sections):
         build_gl_en_data()
     if a.e2e_data is None and not a.smoke and DEFAULT_E2E_DATA.is_dir():
         a.e2e_data = DEFAULT_E2E_DATA
@@ -377,6 +407,21 @@ def parse_args(argv=None):
             missing = authors_code.missing_bpe_files(a.authors_bpe, a.e2e_src, a.e2e_tgt)
             if missing:
                 p.error(f"--authors-bpe {a.authors_bpe}: missing {', '.join(missing)}")
+    needs_data = sorted(set(a.sections) & set(DATA_SECTIONS), key=a.sections.index)
+    if a.e2e_data is None and sections_given and needs_data:
+        p.error(
+            f"--sections {','.join(needs_data)} need binarized data: --e2e-data DIR, or "
+            f"{DEFAULT_E2E_DATA} (scripts/prepare_data.sh, bpe.sh, binarize.sh gl-en; "
+            "--targets builds it)"
+        )
+    if a.e2e_data is not None and needs_data and not Path(a.e2e_data).is_dir():
+        p.error(f"--e2e-data {a.e2e_data}: no such directory")
+    if a.e2e_data is not None and needs_data:
+        if not list(Path(a.e2e_data).glob("train.*-*.*.idx")):
+            p.error(
+                f"--e2e-data {a.e2e_data}: no binarized training split "
+                "(train.SRC-TGT.SRC.idx; fairseq-preprocess writes it)"
+            )
     if a.out is None:
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
         name = f"bench-{'smoke-' if a.smoke else ''}{stamp}.json"
@@ -1099,7 +1144,8 @@ def section_batches(a, out: dict) -> None:
     every system on the same batch within seconds (:func:`benchmarks.common.paired_per_batch`):
     one paired ratio per batch, over ``--batches`` batches. With ``--batches-max`` above
     ``--batches`` and both ``qknorm_paper`` and ``stock`` among the systems, batches are then
-    added one at a time until the verdict of QKNorm/stock at 1.00 is decided
+    added one at a time, for those two systems only (the others keep ``--batches``), until the
+    verdict of QKNorm/stock at 1.00 is decided
     (:func:`benchmarks.stats.sequential_verdict`: a repeated look, so the nominal 95% is an
     upper bound), ``--batches-max`` or ``--batches-budget-s``; ``out["sequential"]`` says how
     it stopped. Size ``--e2e-size``; the e2e section's ``--max-tokens`` and data.
@@ -1116,32 +1162,35 @@ def section_batches(a, out: dict) -> None:
     times = c.paired_per_batch(steps, batches[: a.batches], a.warmup)
     if a.batches_max > a.batches and {"qknorm_paper", "stock"} <= set(steps):
         measured = iter([s / q for s, q in zip(times["stock"], times["qknorm_paper"])])
+        pair = {name: steps[name] for name in ("qknorm_paper", "stock")}  # the others: fixed n
 
         def next_ratio() -> float:
             r = next(measured, None)  # the fixed batches first, then one more batch per call
             if r is not None:
                 return r
             i = len(times["stock"])
-            for system, t in c.paired_per_batch(steps, [batches[i]], warmup=0, start=i).items():
+            for system, t in c.paired_per_batch(pair, [batches[i]], warmup=0, start=i).items():
                 times[system] += t
             return times["stock"][-1] / times["qknorm_paper"][-1]
 
         seq = stats.sequential_verdict(
             next_ratio,
             1.0,
-            min_n=a.batches,
+            min_n=max(a.batches, stats.MIN_REPETITIONS),  # no verdict below 5 (target_entry)
             max_n=a.batches_max,
             budget_s=a.batches_budget_s,
         )
         out["sequential"] = {k: seq[k] for k in ("verdict", "stopped", "n")}
-    batches = batches[: len(next(iter(times.values())))]
+        log(f"batches: {seq['n']} paired batches, stopped: {seq['stopped']} ({seq['verdict']})")
+    batches = batches[: max(len(t) for t in times.values())]
     tgt = [int(b["ntokens"]) for b in batches]
     padded = [int(b["target"].numel()) for b in batches]
     res = {}
     for system, samples in times.items():
         res[system] = {
             **c.summarize(samples),
-            "tgt_tokens_per_s": sum(tgt) / sum(samples),
+            "batches": len(samples),
+            "tgt_tokens_per_s": sum(tgt[: len(samples)]) / sum(samples),
         }
     out.update(
         {
@@ -1634,6 +1683,10 @@ def e2e_from_batches(batches: dict, e2e: dict) -> Optional[dict]:
     ``share_qknorm / share_stock`` (medians over the e2e rounds; they vary by about 0.2%
     between rounds, run F). Each paired per-batch ratio of section ``batches`` is scaled by
     that factor; the summary (:func:`benchmarks.stats.ratio_summary`) adds ``share_ratio``.
+    It assumes the harness's step (:func:`benchmarks.common.make_train_step`: torch's Adam, no
+    gradient clipping) has the same QKNorm/stock ratio as fairseq-train's model step
+    (fairseq's Adam, clipping at 1.0): the optimizer and the clipping are about 2% of a step
+    and the same work for both systems of (nearly) equal parameter count.
     None unless both sections measured both systems at the same size.
     """
     pair = (batches.get("ratio_stats") or {}).get("qknorm_paper/stock")
@@ -1729,16 +1782,33 @@ def markdown(res: dict) -> str:
     if fb.get("systems"):
         L += [
             f"## Model-only training step on fairseq's own batches, size `{fb['size']}` "
-            f"({fb['batches']} batches of `--max-tokens {fb['max_tokens']}` from "
+            f"({fb['batches']} batch{'es' if fb['batches'] != 1 else ''} of "
+            f"`--max-tokens {fb['max_tokens']}` from "
             f"`{fb['data']}`, {sum(fb['tgt_tokens'])} real target tokens, target padding "
             f"{100 * fb['target_padding']:.1f}%; systems paired per batch)",
             "",
-            "| system | step ms (median) | real target tokens/s |",
-            "|---|---:|---:|",
+            "| system | batches | step ms (median) | real target tokens/s |",
+            "|---|---:|---:|---:|",
         ]
         for s, r in fb["systems"].items():
-            L.append(f"| {s} | {1e3 * r['median_s']:.1f} | {r['tgt_tokens_per_s']:.0f} |")
-        L += ["", ratio_line("Speed ratios", fb.get("ratio_stats", {})), ""]
+            L.append(
+                f"| {s} | {r.get('batches', fb['batches'])} | {1e3 * r['median_s']:.1f} | "
+                f"{r['tgt_tokens_per_s']:.0f} |"
+            )
+        L += [
+            "",
+            "Speed ratios (median [min-max] of the paired batches): "
+            + ", ".join(
+                f"{k} {fmt_spread(v)} (n = {v['n']})" for k, v in fb.get("ratio_stats", {}).items()
+            ),
+        ]
+        seq = fb.get("sequential")
+        if seq:
+            L.append(
+                f"Batches added one at a time until QKNorm/stock's verdict decided: stopped "
+                f"({seq['stopped']}) after {seq['n']} batches, {seq['verdict']}."
+            )
+        L.append("")
     dec = res.get("decode", {})
     if dec.get("systems"):
         L += [

@@ -274,21 +274,27 @@ def test_e2e_from_batches_scales_each_pair_by_the_share_ratio():
 
 def test_batches_section_adds_batches_until_decided_or_its_cap(toy_data, tmp_path):
     """--batches-max above --batches: after the fixed batches, one more paired batch per look
-    until QKNorm/stock's verdict is decided or the cap; every added batch is in the figures."""
+    until QKNorm/stock's verdict is decided (never below 5 batches, where no verdict is given)
+    or the cap; every added batch is in the figures, and the report says how it stopped."""
     _, bin_dir = toy_data
     out = tmp_path / "b.json"
     bench.main(
-        ["--smoke", "--threads", "1", "--systems", "qknorm_paper,stock", "--sections", "batches",
-         "--e2e-data", str(bin_dir), "--batches", "2", "--batches-max", "3",
-         "--batches-budget-s", "1e9", "--out", str(out)]
+        ["--smoke", "--threads", "1", "--systems", "qknorm_paper,stock,twt", "--sections",
+         "batches", "--e2e-data", str(bin_dir), "--batches", "2", "--batches-max", "6",
+         "--batches-budget-s", "inf", "--out", str(out)]
     )  # fmt: skip
     res = json.loads(out.read_text())
     assert res["errors"] == {}, res["errors"]
     fb = res["batches"]
     seq = fb["sequential"]
-    assert seq["n"] == fb["batches"] == len(fb["systems"]["stock"]["samples_s"]) in (2, 3)
-    assert seq["stopped"] == ("decided" if seq["n"] == 2 else seq["stopped"])
+    assert seq["n"] == fb["batches"] == len(fb["systems"]["stock"]["samples_s"]) in (5, 6)
+    assert seq["stopped"] == ("decided" if seq["n"] == 5 else seq["stopped"])
     assert seq["stopped"] in ("decided", "max repetitions")
+    # batches are added for QKNorm and stock only: twt keeps the fixed 2
+    assert len(fb["systems"]["twt"]["samples_s"]) == fb["systems"]["twt"]["batches"] == 2
+    assert fb["ratio_stats"]["twt/stock"]["n"] == 2
+    md = out.with_suffix(".md").read_text()
+    assert f"stopped ({seq['stopped']}) after {seq['n']} batches, {seq['verdict']}." in md
     pair = fb["ratio_stats"]["qknorm_paper/stock"]
     assert pair["n"] == seq["n"] and (seq["stopped"] == "max repetitions") == (
         seq["verdict"] == "cannot tell"
@@ -529,6 +535,7 @@ def test_targets_preset_and_precedence(tmp_path):
     assert (a.sizes, a.batches_max, a.batches_budget_s) == (["small", "proxy"], 240, 300.0)
     data = tmp_path / "bin"
     data.mkdir()
+    (data / "train.gl-en.gl.idx").touch()  # a binarized training split (read only by name)
     a = bench.parse_args(["--targets", "--smoke", "--e2e-data", str(data), "--reps", "7"])
     assert a.sections == ["model", "decode", "batches", "e2e"] and a.e2e_data == data
     assert (a.reps, a.sizes, a.decode_reps, a.batches, a.e2e_rounds, a.min_of) == (
@@ -699,6 +706,18 @@ def test_sequential_verdict_adds_repetitions_until_decided_or_capped():
         (["--reps", "-1"], "argument --reps: expected a positive integer, got '-1'"),
         (["--min-of", "x"], "argument --min-of: expected a positive integer, got 'x'"),
         (["--gen-checkpoint", "foo"], "--gen-checkpoint 'foo': expected SYSTEM=PATH"),
+        (["--batches-budget-s", "nan"], "argument --batches-budget-s: expected seconds >= 0"),
+        (["--batches-budget-s", "-1"], "argument --batches-budget-s: expected seconds >= 0"),
+        (
+            ["--sections", "batches", "--batches", "2", "--batches-max", "4"],
+            "--batches-max 4: adding batches until a verdict needs at least 5",
+        ),
+        (
+            ["--sections", "batches", "--systems", "twt", "--batches-max", "9"],
+            "--batches-max 9: batches are added until QKNorm/stock's verdict decides",
+        ),
+        (["--sections", "model,batches"], "--sections batches need binarized data: --e2e-data"),
+        (["--sections", "e2e", "--e2e-data", "/nonexistent"], "--e2e-data /nonexistent: no such"),
     ],
 )
 def test_bad_benchmark_arguments_are_usage_errors(args, message, capsys):
@@ -711,7 +730,11 @@ def test_bad_benchmark_arguments_are_usage_errors(args, message, capsys):
     assert last.startswith(f"python -m benchmarks.run: error: {message}"), last
 
 
-def test_e2e_variants_train_with_the_plugin_task_option(tmp_path):
+def test_e2e_variants_train_with_the_plugin_task_option(tmp_path, capsys):
+    with pytest.raises(SystemExit):  # a directory without a binarized training split
+        bench.parse_args(["--targets", "--e2e-data", str(tmp_path)])
+    assert f"--e2e-data {tmp_path}: no binarized training split" in capsys.readouterr().err
+    (tmp_path / "train.gl-en.gl.idx").touch()
     a = bench.parse_args(["--targets", "--e2e-data", str(tmp_path)])
     cmd = [str(x) for x in bench.train_cmd(a, "qknorm_paper+bucketed", tmp_path, 8, "proxy")]
     assert cmd[cmd.index("--task") + 1] == "translation_word_dropout"
@@ -825,17 +848,21 @@ def test_authors_dir_must_hold_the_assembled_code(tmp_path, capsys):
     with pytest.raises(SystemExit):
         bench.parse_args(["--sections", "model", "--authors-dir", str(tmp_path)])
     assert "timed in the e2e section" in capsys.readouterr().err
-    a = bench.parse_args(["--sections", "e2e", "--e2e-data", str(tmp_path / "bin" / "gl-en"),
-                          "--authors-dir", str(tmp_path)])  # fmt: skip
-    assert a.e2e_systems[-1] == bench.AUTHORS_SYSTEM
-    assert a.authors_bpe == tmp_path / "bpe" / "gl-en"  # beside the binarized data
-    (tmp_path / "bin" / "gl-en").mkdir(parents=True)  # data present: the BPE text is checked
+    data = tmp_path / "bin" / "gl-en"
+    data.mkdir(parents=True)  # data present: the BPE text beside it is checked
+    (data / "train.gl-en.gl.idx").touch()
     with pytest.raises(SystemExit):
-        bench.parse_args(["--sections", "e2e", "--e2e-data", str(tmp_path / "bin" / "gl-en"),
-                          "--e2e-src", "gl", "--e2e-tgt", "en",
+        bench.parse_args(["--sections", "e2e", "--e2e-data", str(data),
                           "--authors-dir", str(tmp_path)])  # fmt: skip
     err = capsys.readouterr().err
     assert f"--authors-bpe {tmp_path / 'bpe' / 'gl-en'}: missing train.gl, train.en, dev.gl" in err
+    (tmp_path / "bpe" / "gl-en").mkdir(parents=True)
+    for name in authors_code.missing_bpe_files(tmp_path / "bpe" / "gl-en", "gl", "en"):
+        (tmp_path / "bpe" / "gl-en" / name).write_text("a b\n")
+    a = bench.parse_args(["--sections", "e2e", "--e2e-data", str(data),
+                          "--authors-dir", str(tmp_path)])  # fmt: skip
+    assert a.e2e_systems[-1] == bench.AUTHORS_SYSTEM
+    assert a.authors_bpe == tmp_path / "bpe" / "gl-en"  # beside the binarized data
     with pytest.raises(SystemExit):
         bench.parse_args(["--sections", "e2e", "--authors-dir", str(tmp_path / "nowhere")])
     assert f"--authors-dir: {tmp_path / 'nowhere'}: not a directory" in capsys.readouterr().err

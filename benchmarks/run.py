@@ -1146,9 +1146,11 @@ def section_batches(a, out: dict) -> None:
     ``--batches`` and both ``qknorm_paper`` and ``stock`` among the systems, batches are then
     added one at a time, for those two systems only (the others keep ``--batches``), until the
     verdict of QKNorm/stock at 1.00 is decided
-    (:func:`benchmarks.stats.sequential_verdict`: a repeated look, so the nominal 95% is an
-    upper bound), ``--batches-max`` or ``--batches-budget-s``; ``out["sequential"]`` says how
-    it stopped. Size ``--e2e-size``; the e2e section's ``--max-tokens`` and data.
+    (:func:`benchmarks.stats.sequential_verdict` at Pocock's group-sequential looks,
+    :func:`benchmarks.stats.pocock_looks`: 4 equally spaced looks, each interval at 98.18%,
+    for an overall 95%), ``--batches-max`` or ``--batches-budget-s``; ``out["sequential"]``
+    (that summary, its looks and how it stopped) is the QKNorm/stock target's figure. Size
+    ``--e2e-size``; the e2e section's ``--max-tokens`` and data.
     """
     size = a.e2e_size
     log(f"model step on fairseq's batches, size {size}, {a.batches}-{a.batches_max} batches")
@@ -1173,14 +1175,22 @@ def section_batches(a, out: dict) -> None:
                 times[system] += t
             return times["stock"][-1] / times["qknorm_paper"][-1]
 
+        first = max(a.batches, stats.MIN_REPETITIONS)  # no verdict below 5 (target_entry)
+        looks, confidence = stats.pocock_looks(first, a.batches_max)
         seq = stats.sequential_verdict(
             next_ratio,
             1.0,
-            min_n=max(a.batches, stats.MIN_REPETITIONS),  # no verdict below 5 (target_entry)
+            min_n=first,
             max_n=a.batches_max,
             budget_s=a.batches_budget_s,
+            looks=looks,
+            confidence=confidence,
         )
-        out["sequential"] = {k: seq[k] for k in ("verdict", "stopped", "n")}
+        out["sequential"] = {
+            **seq,
+            "looks": looks,
+            "pair": "qknorm_paper/stock",
+        }
         log(f"batches: {seq['n']} paired batches, stopped: {seq['stopped']} ({seq['verdict']})")
     batches = batches[: max(len(t) for t in times.values())]
     tgt = [int(b["ntokens"]) for b in batches]
@@ -1532,11 +1542,19 @@ def targets(res: dict) -> list[dict]:
         )
     fb = res.get("batches", {})
     if fb.get("systems"):
+        seq = fb.get("sequential")
         t.append(
             T(
                 f"QKNorm model-only training step >= 1.00x stock on fairseq's own batches "
-                f"(`{fb['size']}`, {fb['batches']} batches, paired per batch)",
-                fb["ratio_stats"].get("qknorm_paper/stock"),
+                f"(`{fb['size']}`, {(seq or fb)['n' if seq else 'batches']} batches, paired per "
+                "batch"
+                + (
+                    f"; group-sequential, looks at {seq['looks']}, "
+                    f"{100 * seq['confidence']:.2f}% intervals)"
+                    if seq
+                    else ")"
+                ),
+                seq or fb["ratio_stats"].get("qknorm_paper/stock"),
                 1.0,
             )
         )
@@ -1689,7 +1707,7 @@ def e2e_from_batches(batches: dict, e2e: dict) -> Optional[dict]:
     and the same work for both systems of (nearly) equal parameter count.
     None unless both sections measured both systems at the same size.
     """
-    pair = (batches.get("ratio_stats") or {}).get("qknorm_paper/stock")
+    pair = batches.get("sequential") or (batches.get("ratio_stats") or {}).get("qknorm_paper/stock")
     if not pair or batches.get("size") != e2e.get("size"):
         return None
     share = {}
@@ -1700,7 +1718,8 @@ def e2e_from_batches(batches: dict, e2e: dict) -> Optional[dict]:
             return None
         share[system] = c.median(values)
     k = share["qknorm_paper"] / share["stock"]
-    return {**stats.ratio_summary([v * k for v in pair["values"]]), "share_ratio": k}
+    level = {"confidence": pair["confidence"]} if "confidence" in pair else {}
+    return {**stats.ratio_summary([v * k for v in pair["values"]], **level), "share_ratio": k}
 
 
 def markdown(res: dict) -> str:
@@ -1806,7 +1825,9 @@ def markdown(res: dict) -> str:
         if seq:
             L.append(
                 f"Batches added one at a time until QKNorm/stock's verdict decided: stopped "
-                f"({seq['stopped']}) after {seq['n']} batches, {seq['verdict']}."
+                f"({seq['stopped']}) after {seq['n']} batches, {seq['verdict']} (Pocock's "
+                f"group-sequential looks at {seq['looks']} batches, "
+                f"{100 * seq['confidence']:.2f}% intervals)."
             )
         L.append("")
     dec = res.get("decode", {})

@@ -96,6 +96,34 @@ def block_minima(
     return ref[:n].reshape(-1, block).min(axis=1), cand[:n].reshape(-1, block).min(axis=1)
 
 
+#: Pocock's nominal two-sided level per look for an overall level of 0.05 with K equally
+#: spaced looks at the data (Pocock 1977, Biometrika 64(2), Table 1; Jennison & Turnbull 2000,
+#: Table 2.1): K -> the alpha of each look's interval
+POCOCK_ALPHA = {1: 0.05, 2: 0.0294, 3: 0.0221, 4: 0.0182, 5: 0.0158}
+
+
+def pocock_looks(first: int, last: int, k: int = 4) -> tuple[list[int], float]:
+    """Group-sequential looks for :func:`sequential_verdict` and each look's confidence.
+
+    ``k`` equally spaced looks at ``last * j / k`` repetitions (``j = 1..k``), none before
+    ``first`` (earlier ones move to ``first``; duplicates merge, so fewer looks may remain),
+    and the confidence ``1 - POCOCK_ALPHA[K]`` of the interval at each of the ``K`` looks, so
+    that stopping at the first decisive look keeps the overall error near 5% (Pocock 1977).
+    Looking after every repetition with 95% intervals would not: with many looks a difference
+    of zero is declared far more often than 5% of the time.
+
+    Returns:
+        ``(looks, confidence)``, looks increasing and ending at ``last``.
+
+    Raises:
+        ValueError: ``first < 1``, ``last < first`` or ``k`` not in ``POCOCK_ALPHA``.
+    """
+    if first < 1 or last < first or k not in POCOCK_ALPHA:
+        raise ValueError(f"need 1 <= first <= last and k in 1..5, got {first}, {last}, {k}")
+    looks = sorted({max(first, round(last * j / k)) for j in range(1, k + 1)})
+    return looks, 1.0 - POCOCK_ALPHA[len(looks)]
+
+
 def sequential_verdict(
     next_ratio,
     threshold: float,
@@ -103,6 +131,8 @@ def sequential_verdict(
     max_n: int = 25,
     budget_s: Optional[float] = None,
     clock=None,
+    looks: Optional[Sequence[int]] = None,
+    confidence: Optional[float] = None,
 ) -> dict:
     """Add paired repetitions until the verdict is decided, ``max_n`` or the time budget.
 
@@ -112,7 +142,9 @@ def sequential_verdict(
     at the first ``met``/``missed``, at ``max_n`` repetitions, or when ``clock()`` (default
     ``time.monotonic``) passes ``budget_s`` seconds from the start. Stopping at the first
     decisive look makes the interval's nominal 95% an upper bound on the confidence (repeated
-    looks); the report states the number of repetitions and why it stopped.
+    looks); the report states the number of repetitions and why it stopped. With ``looks``
+    (e.g. from :func:`pocock_looks`) the interval is checked only at those numbers of
+    repetitions (and at ``max_n`` or when the budget ends), at ``confidence`` (default 95%).
 
     Returns:
         :func:`ratio_summary`'s dict plus ``verdict`` and ``stopped`` (``decided``,
@@ -130,9 +162,13 @@ def sequential_verdict(
     values: list[float] = []
     while True:
         values.append(float(next_ratio()))
-        if len(values) < min_n:
+        n = len(values)
+        if n < min_n:
             continue
-        s = ratio_summary(values)
+        over = budget_s is not None and clock() - start >= budget_s
+        if looks is not None and n not in looks and n < max_n and not over:
+            continue
+        s = ratio_summary(values, **({} if confidence is None else {"confidence": confidence}))
         s["verdict"] = verdict(s["ci_low"], s["ci_high"], threshold)
         if s["verdict"] != CANNOT_TELL:
             s["stopped"] = "decided"
@@ -140,6 +176,6 @@ def sequential_verdict(
         if len(values) >= max_n:
             s["stopped"] = "max repetitions"
             return s
-        if budget_s is not None and clock() - start >= budget_s:
+        if over:
             s["stopped"] = "time budget"
             return s

@@ -290,11 +290,15 @@ def test_batches_section_adds_batches_until_decided_or_its_cap(toy_data, tmp_pat
     assert seq["n"] == fb["batches"] == len(fb["systems"]["stock"]["samples_s"]) in (5, 6)
     assert seq["stopped"] == ("decided" if seq["n"] == 5 else seq["stopped"])
     assert seq["stopped"] in ("decided", "max repetitions")
+    # Pocock's looks at 5 and 6 batches, each interval at 1 - 0.0294; the target row is that
+    assert seq["looks"] == [5, 6] and seq["confidence"] == pytest.approx(1 - 0.0294)
+    (row,) = [t for t in res["targets"] if "on fairseq's own batches" in t["target"]]
+    assert (row["ci_low"], row["ci_high"], row["n"]) == (seq["ci_low"], seq["ci_high"], seq["n"])
     # batches are added for QKNorm and stock only: twt keeps the fixed 2
     assert len(fb["systems"]["twt"]["samples_s"]) == fb["systems"]["twt"]["batches"] == 2
     assert fb["ratio_stats"]["twt/stock"]["n"] == 2
     md = out.with_suffix(".md").read_text()
-    assert f"stopped ({seq['stopped']}) after {seq['n']} batches, {seq['verdict']}." in md
+    assert f"stopped ({seq['stopped']}) after {seq['n']} batches, {seq['verdict']} (" in md
     pair = fb["ratio_stats"]["qknorm_paper/stock"]
     assert pair["n"] == seq["n"] and (seq["stopped"] == "max repetitions") == (
         seq["verdict"] == "cannot tell"
@@ -666,6 +670,32 @@ def test_sequential_verdict_stops_at_the_first_decisive_look():
     seq = iter([0.90, 0.92, 0.91, 0.89, 0.93])
     s = stats.sequential_verdict(lambda: next(seq), 1.0, min_n=5)
     assert (s["verdict"], s["n"]) == ("missed", 5)
+
+
+def test_pocock_looks_and_a_group_sequential_verdict_only_at_them():
+    """Pocock (1977): K equally spaced looks, each at level POCOCK_ALPHA[K] (0.0182 for 4),
+    so that stopping at the first decisive one keeps the overall level near 0.05."""
+    assert stats.pocock_looks(30, 240) == ([60, 120, 180, 240], pytest.approx(1 - 0.0182))
+    assert stats.pocock_looks(5, 6) == ([5, 6], pytest.approx(1 - 0.0294))
+    assert stats.pocock_looks(5, 5) == ([5], pytest.approx(0.95))
+    with pytest.raises(ValueError):
+        stats.pocock_looks(10, 5)
+    # clearly above 1 from the start: not decided before the first look (8), decided there
+    calls = []
+
+    def ratio():
+        calls.append(1)
+        return 1.2 + 0.01 * (len(calls) % 3)
+
+    looks, conf = stats.pocock_looks(5, 16, k=2)
+    assert looks == [8, 16]
+    s = stats.sequential_verdict(ratio, 1.0, min_n=5, max_n=16, looks=looks, confidence=conf)
+    assert (s["verdict"], s["stopped"], s["n"], len(calls)) == ("met", "decided", 8, 8)
+    assert s["confidence"] == pytest.approx(1 - 0.0294)
+    # never decided: looks at 8 and 16, then the cap
+    it = iter([0.95, 1.05] * 20)
+    s = stats.sequential_verdict(lambda: next(it), 1.0, min_n=5, max_n=16, looks=looks)
+    assert (s["verdict"], s["stopped"], s["n"]) == ("cannot tell", "max repetitions", 16)
 
 
 def test_sequential_verdict_adds_repetitions_until_decided_or_capped():

@@ -414,9 +414,9 @@ def parse_args(argv=None):
             f"{DEFAULT_E2E_DATA} (scripts/prepare_data.sh, bpe.sh, binarize.sh gl-en; "
             "--targets builds it)"
         )
-    if a.e2e_data is not None and needs_data and not Path(a.e2e_data).is_dir():
-        p.error(f"--e2e-data {a.e2e_data}: no such directory")
     if a.e2e_data is not None and needs_data:
+        if not Path(a.e2e_data).is_dir():
+            p.error(f"--e2e-data {a.e2e_data}: no such directory")
         if not list(Path(a.e2e_data).glob("train.*-*.*.idx")):
             p.error(
                 f"--e2e-data {a.e2e_data}: no binarized training split "
@@ -1152,6 +1152,7 @@ def section_batches(a, out: dict) -> None:
     (that summary, its looks and how it stopped) is the QKNorm/stock target's figure. Size
     ``--e2e-size``; the e2e section's ``--max-tokens`` and data.
     """
+    seq = None
     size = a.e2e_size
     log(f"model step on fairseq's batches, size {size}, {a.batches}-{a.batches_max} batches")
     task = c.setup_task(a.e2e_data, a.e2e_src, a.e2e_tgt)
@@ -1214,6 +1215,10 @@ def section_batches(a, out: dict) -> None:
             "ratio_stats": paired_speed_stats(times),
         }
     )
+    if seq:  # the same values; the interval at the looks' confidence is the pair's figure
+        out["ratio_stats"]["qknorm_paper/stock"] = {
+            k: v for k, v in seq.items() if k not in ("verdict", "stopped")
+        }
 
 
 def section_e2e(a, work: Path, out: dict) -> dict[str, Path]:
@@ -1512,12 +1517,19 @@ def fmt_spread(summary: Optional[dict], nd: int = 3, pct: bool = False) -> str:
 
 
 def ratio_line(title: str, ratio_stats: dict[str, dict]) -> str:
-    """One report line: ``title`` and each ratio's ``median [min-max]``."""
-    return (
-        f"{title} (median [min-max] of {next(iter(ratio_stats.values()))['n']} paired "
-        "repetitions): " + ", ".join(f"{k} {fmt_spread(v)}" for k, v in ratio_stats.items())
-        if ratio_stats
-        else f"{title}: n/a"
+    """One report line: ``title`` and each ratio's ``median [min-max]``.
+
+    The number of paired repetitions once, or after each ratio where they differ.
+    """
+    if not ratio_stats:
+        return f"{title}: n/a"
+    ns = {v["n"] for v in ratio_stats.values()}
+    if len(ns) == 1:
+        return f"{title} (median [min-max] of {ns.pop()} paired repetitions): " + ", ".join(
+            f"{k} {fmt_spread(v)}" for k, v in ratio_stats.items()
+        )
+    return f"{title} (median [min-max] of the paired repetitions): " + ", ".join(
+        f"{k} {fmt_spread(v)} (n = {v['n']})" for k, v in ratio_stats.items()
     )
 
 
@@ -1543,18 +1555,18 @@ def targets(res: dict) -> list[dict]:
     fb = res.get("batches", {})
     if fb.get("systems"):
         seq = fb.get("sequential")
+        pair = fb["ratio_stats"].get("qknorm_paper/stock")
+        looks = (  # the interval's own level (95% in records made before the looks)
+            f"; group-sequential, looks at {seq['looks']}, "
+            f"{100 * pair.get('confidence', stats.CONFIDENCE):.2f}% intervals"
+            if seq and pair
+            else ""
+        )
         t.append(
             T(
                 f"QKNorm model-only training step >= 1.00x stock on fairseq's own batches "
-                f"(`{fb['size']}`, {(seq or fb)['n' if seq else 'batches']} batches, paired per "
-                "batch"
-                + (
-                    f"; group-sequential, looks at {seq['looks']}, "
-                    f"{100 * seq['confidence']:.2f}% intervals)"
-                    if seq
-                    else ")"
-                ),
-                seq or fb["ratio_stats"].get("qknorm_paper/stock"),
+                f"(`{fb['size']}`, {fb['batches']} batches, paired per batch{looks})",
+                pair,
                 1.0,
             )
         )
@@ -1707,7 +1719,7 @@ def e2e_from_batches(batches: dict, e2e: dict) -> Optional[dict]:
     and the same work for both systems of (nearly) equal parameter count.
     None unless both sections measured both systems at the same size.
     """
-    pair = batches.get("sequential") or (batches.get("ratio_stats") or {}).get("qknorm_paper/stock")
+    pair = (batches.get("ratio_stats") or {}).get("qknorm_paper/stock")
     if not pair or batches.get("size") != e2e.get("size"):
         return None
     share = {}
@@ -1814,13 +1826,7 @@ def markdown(res: dict) -> str:
                 f"| {s} | {r.get('batches', fb['batches'])} | {1e3 * r['median_s']:.1f} | "
                 f"{r['tgt_tokens_per_s']:.0f} |"
             )
-        L += [
-            "",
-            "Speed ratios (median [min-max] of the paired batches): "
-            + ", ".join(
-                f"{k} {fmt_spread(v)} (n = {v['n']})" for k, v in fb.get("ratio_stats", {}).items()
-            ),
-        ]
+        L += ["", ratio_line("Speed ratios (paired per batch)", fb.get("ratio_stats", {}))]
         seq = fb.get("sequential")
         if seq:
             L.append(
@@ -2085,7 +2091,7 @@ def main(argv=None) -> int:
                 guarded("generate", section_generate, a, work, checkpoints)
             guarded("fairseq_bf16", section_fairseq_bf16, a, work)
         else:
-            for name in ("batches", "e2e", "generate", "fairseq_bf16"):
+            for name in DATA_SECTIONS:
                 if name in a.sections:
                     res[name] = {"skipped": "no --e2e-data"}
     finally:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from .aggregate import mean_sd, seed_order
+from .power import contrast_inference
 from .records import RunRecord, as_record
 from .significance import format_p, paired_significance
 from .tables import format_mean_sd, format_optional, write_markdown_and_json
@@ -69,6 +70,7 @@ _POOLED_EFFECTS = {
         "paper's comparison: (LN,QK) - (SN,dot)",
     ),
 }
+_DESIGN_TEXT = {"welch": "Welch t over seeds", "paired": "paired t over the seeds all cells share"}
 _EFFECT_ORDER = (
     "qknorm_effect_at_layernorm",
     "qknorm_effect_at_scalenorm",
@@ -348,6 +350,9 @@ def ablation_report(
     tgt_lang: str = "en",
     n_ar: int = 10000,
     seed: int = 12345,
+    design: str = "welch",
+    targets: Sequence[float] = (0.5, 0.93),
+    tost_margin: float | None = None,
 ) -> dict[str, object]:
     """Full 2x2 ablation report from per-seed records of the four cells.
 
@@ -365,10 +370,18 @@ def ablation_report(
         tgt_lang: detokenizer language (``metric='bleu'``).
         n_ar: approximate-randomization trials.
         seed: RNG seed.
+        design: the seed-level design declared in the profile (``[design] test``): ``welch``
+            (independent seeds) or ``paired`` (seed s shared by the four systems).
+        targets: differences (BLEU) for which the seeds needed per cell are given.
+        tost_margin: equivalence margin (BLEU) of the TOST, or None.
 
     Returns:
         ``{"metric", "cells": {cell: {"system", "n_seeds", "seeds", "mean", "sd", "values"}},
-        "effects", "significance", "runs" (:func:`ablation_runs`), "notes"}``.
+        "effects", "significance", "seed_tests", "design", "runs" (:func:`ablation_runs`),
+        "notes"}``; ``seed_tests[effect]`` is :func:`ablation_seed_tests`' Welch test plus
+        the declared design's inference (:func:`.power.contrast_inference`: ``test``,
+        ``ci95``, ``mde``, ``n_needed``, ``tost``, ...; with ``design`` paired its estimate,
+        p and CI are the paired test's and ``welch_p`` keeps Welch's p).
 
     Raises:
         ResultsError: a cell without records, a record without the score or hypotheses.
@@ -405,12 +418,39 @@ def ablation_report(
         "training noise, which the AR test on fixed outputs does not (Clark et al. 2011); with "
         "few seeds per cell it has few degrees of freedom.",
     ]
+    seed_tests = ablation_seed_tests({c: cell_stats[c]["values"] for c in ABLATION_CELLS})
+    by_seed = {
+        c: dict(zip(cell_stats[c]["seeds"], cell_stats[c]["values"])) for c in ABLATION_CELLS
+    }
+    for name, w in _CONTRASTS.items():
+        inf = contrast_inference(
+            by_seed, dict(zip(ABLATION_CELLS, w)), design, targets, tost_margin
+        )
+        if seed_tests.get(name) is None or inf is None:
+            continue
+        welch_p = seed_tests[name]["p"]
+        seed_tests[name] = {**seed_tests[name], **inf}
+        if design == "paired":
+            seed_tests[name]["welch_p"] = welch_p
+    notes.append(
+        f"Seed-level inference ({_DESIGN_TEXT[design]}, "
+        "declared in the profile before the runs): 95% CI of each effect; MDE = the difference "
+        "that test detects with 80% power (two-sided 5%) with the seeds at hand, from the "
+        "observed sd; seeds needed = seeds per cell for 80% power at each target difference "
+        "(statsmodels.stats.power; qknorm_tools/power.py)"
+        + (
+            f"; TOST: equivalence within ±{tost_margin:g} BLEU (two one-sided tests, 5%)."
+            if tost_margin is not None
+            else "."
+        )
+    )
     return {
         "metric": metric,
         "cells": cell_stats,
         "effects": effects,
         "significance": sig,
-        "seed_tests": ablation_seed_tests({c: cell_stats[c]["values"] for c in ABLATION_CELLS}),
+        "seed_tests": seed_tests,
+        "design": {"test": design, "targets": list(targets), "tost_margin": tost_margin},
         "runs": ablation_runs(ordered, metric),
         "notes": notes,
     }
@@ -434,9 +474,11 @@ def _markdown(report: Mapping[str, object]) -> list[str]:
         ]
         md.append("| " + " | ".join(row) + " |")
     seed_tests = report.get("seed_tests") or {}
+    design = report.get("design") or {"test": "welch", "targets": [], "tost_margin": None}
+    test = "Welch" if design["test"] == "welch" else "paired"
     md += [
         "",
-        "| effect | definition | Δ mean | Δ concat | p (AR) | p (seeds, Welch) |",
+        f"| effect | definition | Δ mean | Δ concat | p (AR) | p (seeds, {test}) |",
         "|---|---|---:|---:|---:|---:|",
     ]
     defs = {k: v[2] for k, v in {**_SIMPLE_EFFECTS, **_POOLED_EFFECTS}.items()}
@@ -444,11 +486,13 @@ def _markdown(report: Mapping[str, object]) -> list[str]:
     for k in _EFFECT_ORDER:
         s = sig.get(k) or {}
         dc = f"{s['delta_concat']:+.2f}" if s.get("delta_concat") is not None else "-"
-        welch = (seed_tests.get(k) or {}).get("p")
+        p_seed = (seed_tests.get(k) or {}).get("p")
         md.append(
             f"| {k} | {defs[k]} | {eff[k]:+.2f} | {dc} | {format_p(s.get('p_ar'))} "
-            f"| {format_p(welch)} |"
+            f"| {format_p(p_seed)} |"
         )
+    if any("ci95" in (seed_tests.get(k) or {}) for k in _EFFECT_ORDER):
+        md += _power_markdown(seed_tests, design)
     dec, paper = eff["decomposition"], eff["paper_comparison"]
     md += [
         "",
@@ -466,6 +510,52 @@ def _markdown(report: Mapping[str, object]) -> list[str]:
     ]
     md += [f"- {n}" for n in report["notes"]]
     return md + _runs_markdown(report.get("runs") or [], metric)
+
+
+def _power_markdown(seed_tests: Mapping[str, object], design: Mapping[str, object]) -> list[str]:
+    """The seed-level table: estimate, 95% CI, MDE, seeds needed and TOST of every effect."""
+    targets = [f"{t:g}" for t in design.get("targets") or []]
+    margin = design.get("tost_margin")
+    head = "| effect | estimate | 95% CI | n | sd | MDE (80%) |"
+    rule = "|---|---:|---|---:|---:|---:|"
+    for t in targets:
+        head += f" seeds for {t} |"
+        rule += "---:|"
+    if margin is not None:
+        head += f" TOST ±{margin:g} (p) |"
+        rule += "---|"
+    md = [
+        "",
+        f"Seed-level inference ({_DESIGN_TEXT[design['test']]}; n = seeds per cell used, sd = "
+        + ("the sd of the per-seed effect" if design["test"] == "paired" else "the per-cell sd "
+           "pooled over the four cells")
+        + "; MDE = the effect the test detects with 80% power at two-sided 5%; seeds for X = "
+        "seeds per cell for 80% power at a difference of X BLEU):",
+        "",
+        head,
+        rule,
+    ]  # fmt: skip
+    for k in _EFFECT_ORDER:
+        st = seed_tests.get(k) or {}
+        if "ci95" not in st:
+            md.append(
+                f"| {k} | - | - | - | - | - |" + " - |" * (len(targets) + (margin is not None))
+            )
+            continue
+        lo, hi = st["ci95"]
+        row = (
+            f"| {k} | {st['estimate']:+.2f} | [{lo:+.2f}, {hi:+.2f}] | {st['n']} | {st['sd']:.2f} "
+            f"| {st['mde']:.2f} |"
+        )
+        for t in targets:
+            need = (st.get("n_needed") or {}).get(t)
+            row += f" {need if need is not None else '> 1000'} |"
+        if margin is not None:
+            tost = st.get("tost") or {}
+            verdict = "equivalent" if tost.get("equivalent") else "not shown"
+            row += f" {verdict} ({format_p(tost.get('p'))}) |"
+        md.append(row)
+    return md
 
 
 def _opt(value, spec: str) -> str:

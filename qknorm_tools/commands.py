@@ -112,6 +112,34 @@ def _with_lr(optim_flags: tuple, lr: str | None) -> list:
     return flags
 
 
+#: lr schedulers whose decay ends at a given update (fairseq's --total-num-update)
+BUDGET_SCHEDULERS = ("polynomial_decay",)
+
+
+def with_decay_budget(optim_flags: list, max_update: int) -> list:
+    """``optim_flags`` with ``--total-num-update MAX_UPDATE`` for a budget-bound lr schedule.
+
+    fairseq's ``polynomial_decay`` scheduler (linear warmup, then ``lr`` decays as
+    ``(1 - step / total)**power`` to ``--end-learning-rate``) needs the update at which the
+    decay ends. A profile states its budget once (``max_update``); this rule gives the
+    scheduler that budget, so that a run with another budget (``--max-update N``) decays over
+    its own. Flags that already name ``--total-num-update`` are kept as they are.
+
+    Raises:
+        ValueError: a budget-bound scheduler without an update budget (``max_update`` 0).
+    """
+    flags = list(optim_flags)
+    try:
+        scheduler = flags[flags.index("--lr-scheduler") + 1]
+    except (ValueError, IndexError):
+        return flags
+    if scheduler not in BUDGET_SCHEDULERS or "--total-num-update" in flags:
+        return flags
+    if max_update <= 0:
+        raise ValueError(f"--lr-scheduler {scheduler} decays over an update budget: set max_update")
+    return flags + ["--total-num-update", str(max_update)]
+
+
 def decode_flags(profile: Profile, label: str) -> list:
     """The profile's decoding flags for runs filed under ``label``.
 
@@ -211,7 +239,7 @@ def train_argv(
             "--arch", arch, *system.flags, *qknorm_flags,
             *profile.model_flags,
             *dropout,
-            *_with_lr(profile.optim_flags, lr),
+            *with_decay_budget(_with_lr(profile.optim_flags, lr), max_update),
             "--criterion", system.criterion or "label_smoothed_cross_entropy",
             "--label-smoothing", _token(profile.label_smoothing),
             *system.criterion_flags,

@@ -16,6 +16,9 @@ small directory per finished cell, meant to be committed::
                            g and the max logit, without model prints or warnings
         test.hyp test.score.json   the scored hypotheses (none for a cell that is trained only,
                            e.g. the LR sweep's size axis: ``"scored": false`` in record.json)
+        test.C.hyp test.C.score.json   the same for each other checkpoint C the profile also
+                           decodes (decode.also, e.g. test.last.*: the final checkpoint beside
+                           the averaged one)
 
 A record directory is thus a minimal run directory: :func:`read_record` reads it with the same
 :data:`.records.RUN_READERS` as a live run, so a table made from records equals one made from
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 import shutil
 import subprocess
@@ -164,6 +168,21 @@ def _stats_lines(text: str) -> str:
     return "\n".join(keep) + ("\n" if keep else "")
 
 
+def also_decoded(run: Path, split: str = "test") -> list:
+    """The other checkpoints C decoded on ``split`` in the run directory ``run``.
+
+    The names C of every ``SPLIT.C.score.json`` with its ``SPLIT.C.hyp`` (``scripts/evaluate.sh
+    --checkpoint C``: ``last``, ``best`` or ``avgN``), sorted; [] when there is none.
+    """
+    names = []
+    for score in sorted(Path(run).glob(f"{split}.*.score.json")):
+        c = score.name[len(split) + 1 : -len(".score.json")]
+        hyp = Path(run) / f"{split}.{c}.hyp"
+        if re.fullmatch(r"best|last|avg[1-9][0-9]*", c) and hyp.is_file():
+            names.append(c)
+    return names
+
+
 def write_record(
     run_dir, rec_dir, split: str = "test", repo=REPO, scored: bool = True
 ) -> RunRecord:
@@ -190,7 +209,12 @@ def write_record(
     with atomic_output(dest, directory=True) as tmp:
         # the dev set's hypotheses and score too, when the run's dev set was decoded (the
         # per-run table's dev BLEU; records.RunRecord.dev_bleu_tok)
-        for name in (*COPIED, f"{split}.hyp", f"{split}.score.json", "dev.hyp", "dev.score.json"):
+        # and the scores and hypotheses of the other checkpoints decoded on the split (a
+        # profile's decode.also: SPLIT.C.score.json, SPLIT.C.hyp, e.g. test.last.*)
+        exts = ("hyp", "score.json")
+        others = [f"{split}.{c}.{e}" for c in also_decoded(run, split) for e in exts]
+        scores = (f"{split}.hyp", f"{split}.score.json", "dev.hyp", "dev.score.json", *others)
+        for name in (*COPIED, *scores):
             if (run / name).is_file():
                 (tmp / name).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(run / name, tmp / name)

@@ -50,6 +50,9 @@ NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 LANG_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,15}$")
 UINT_RE = re.compile(r"^(0|[1-9][0-9]{0,8})$")
 POSINT_RE = re.compile(r"^[1-9][0-9]{0,5}$")
+#: a checkpoint a run is decoded with: checkpoint_best.pt, checkpoint_last.pt, or the parameter
+#: average of the last N checkpoints the profile keeps (scripts/evaluate.sh --checkpoint)
+CHECKPOINT_RE = re.compile(r"^(best|last|avg[1-9][0-9]{0,2})$")
 
 
 class ConfigError(Exception):
@@ -145,6 +148,12 @@ PROFILE_KEYS = [
     ("decode.max_tokens", "gen_max_tokens", "GEN_MAX_TOKENS", "posint"),
     ("decode.flags", "gen_flags", "GEN_FLAGS", "flags"),
     ("decode.dev_bleu", "dev_bleu", "DEV_BLEU", "bool"),
+    ("decode.checkpoint", "checkpoint", "DECODE_CHECKPOINT", "checkpoint"),
+    ("decode.also", "also_checkpoints", "DECODE_ALSO", "checkpoints"),
+    ("design.test", "design_test", "DESIGN_TEST", "enum:welch|paired"),
+    ("design.seeds", "design_seeds", "DESIGN_SEEDS", "posint"),
+    ("design.targets", "design_targets", "DESIGN_TARGETS", "nums"),
+    ("design.tost_margin", "design_tost_margin", "DESIGN_TOST_MARGIN", "num"),
     ("job.gpus", "job_gpus", "JOB_GPUS", "enum:0|1"),
     ("job.cpus", "job_cpus", "JOB_CPUS", "posint"),
     ("job.mem", "job_mem", "JOB_MEM", "mem"),
@@ -169,6 +178,9 @@ ALLOWED = {
     "bf16": '0 (fp32), 1 (bf16 autocast) or "auto" (bf16 where measured faster)',
     "mem": "like 4G or 4000M",
     "sha256": "64 hexadecimal digits",
+    "checkpoint": '"best", "last" or "avgN" (N >= 1: the average of the last N checkpoints kept)',
+    "checkpoints": 'a list of "best", "last" or "avgN"',
+    "nums": "a list of positive numbers",
 }
 
 Value = Union[str, int, float, bool, tuple]
@@ -221,6 +233,22 @@ def _check(file: str, key: str, value: Any, kind: str) -> Value:
         ok = isinstance(value, str) and bool(re.fullmatch(r"[1-9][0-9]*[KMGT]?", value))
     elif kind == "sha256":
         ok = isinstance(value, str) and bool(re.fullmatch(r"[0-9a-f]{64}", value))
+    elif kind == "checkpoint":
+        ok = isinstance(value, str) and bool(CHECKPOINT_RE.match(value))
+    elif kind == "checkpoints":
+        ok = isinstance(value, list) and all(
+            isinstance(v, str) and CHECKPOINT_RE.match(v) for v in value
+        )
+        value = tuple(value) if ok else value
+    elif kind == "nums":
+        ok = (
+            isinstance(value, list)
+            and bool(value)
+            and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in value
+            )
+        )
+        value = tuple(value) if ok else value
     elif kind.startswith("enum:"):
         ok = str(value) in kind[5:].split("|") and not isinstance(value, (bool, float))
         ok = ok and (isinstance(value, str) or kind == "enum:0|1")
@@ -411,6 +439,18 @@ class Profile:
     gen_flags: tuple = ()
     #: a grid cell also decodes the dev set with the chosen checkpoint (dev BLEU in its record)
     dev_bleu: bool = False
+    #: the checkpoint whose test score is a run's result (SPLIT.score.json): best, last or avgN
+    checkpoint: str = "best"
+    #: checkpoints a grid cell also decodes on the test set (SPLIT.C.score.json, kept in records)
+    also_checkpoints: tuple = ()
+    #: the statistical design declared before the runs (docs/decisive-2x2.md): the primary
+    #: seed-level test (welch: independent seeds per cell; paired: seed s shared by every system,
+    #: per-seed contrasts), the seeds per cell the grid is run with, the target differences
+    #: (BLEU) that seeds-needed is computed for, and the TOST equivalence margin (BLEU)
+    design_test: str = "welch"
+    design_seeds: int | None = None
+    design_targets: tuple = (0.5, 0.93)
+    design_tost_margin: float | None = None
     job_gpus: int | None = None
     job_cpus: int | None = None
     job_mem: str | None = None
@@ -843,7 +883,7 @@ def _shell_value(value: Value) -> str:
     if isinstance(value, tuple):
         if value and isinstance(value[0], tuple):  # iwslt15 files: "name bytes sha256" lines
             return shlex.quote("\n".join(" ".join(map(str, f)) for f in value))
-        return "(" + " ".join(shlex.quote(v) for v in value) + ")"
+        return "(" + " ".join(shlex.quote(str(v)) for v in value) + ")"
     return shlex.quote(str(value))
 
 

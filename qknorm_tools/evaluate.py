@@ -263,6 +263,19 @@ def _cmd_ablation(a) -> int:
             raise ResultsError("ablation significance needs --ref (or 'ref' in the spec)")
         refs = read_lines(ref_path, "reference")
     lang = a.tgt_lang or (pair.split("-")[-1] if pair and "-" in pair else "en")
+    design, targets, margin = "welch", (0.5, 0.93), None
+    if a.profile:
+        from . import config
+
+        try:
+            prof = config.load_profile(a.profile)
+        except config.ConfigError as exc:
+            raise EvaluationError(str(exc)) from None
+        design, targets, margin = prof.design_test, prof.design_targets, prof.design_tost_margin
+    if a.target:
+        targets = tuple(a.target)
+    if a.tost_margin is not None:
+        margin = a.tost_margin
     rep = ablation_report(
         cells,
         refs,
@@ -271,12 +284,26 @@ def _cmd_ablation(a) -> int:
         tgt_lang=lang,
         n_ar=a.n_ar,
         seed=a.seed,
+        design=design,
+        targets=targets,
+        tost_margin=margin,
     )
     rep["pair"], rep["ref"] = pair, ref_path
     paths = write_ablation_report(rep, a.out_dir)
     print(Path(paths["md"]).read_text(encoding="utf-8"))
     print("wrote " + ", ".join(paths.values()), file=sys.stderr)
     return 0
+
+
+def _positive_float(text: str) -> float:
+    """The argparse type of a positive finite number (BLEU points)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"a positive number of BLEU points, got '{text}'")
+    return value
 
 
 def _cmd_explain_generate(a) -> int:
@@ -474,6 +501,26 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--tgt-lang", default=None, help="detokenizer language (default: from the pair)")
     _add_test_args(b, bootstrap=False)
     b.add_argument("--no-significance", action="store_true", help="skip the paired tests")
+    b.add_argument(
+        "--profile",
+        default=None,
+        help="the grid's profile: its [design] (seed-level test, targets, TOST margin) "
+        "declared before the runs (default: Welch, targets 0.5 and 0.93, no TOST)",
+    )
+    b.add_argument(
+        "--target",
+        type=_positive_float,
+        action="append",
+        default=None,
+        help="a difference (BLEU) to give the seeds needed per cell for (repeatable; replaces "
+        "the profile's targets)",
+    )
+    b.add_argument(
+        "--tost-margin",
+        type=_positive_float,
+        default=None,
+        help="equivalence margin (BLEU) of the TOST",
+    )
     b.set_defaults(fn=_cmd_ablation)
 
     lr = sub.add_parser(

@@ -127,7 +127,7 @@ AGGREGATE=(bash "$SCRIPT_DIR/ablation.sh" "$PAIR" --seeds "$SEEDS_ARG" --profile
 
 # run from the work dir with the reference relative to it: ablation.json records it as given
 ABL=("$QK_PY" -m qknorm_tools.evaluate ablation --results "$OUT/runs.json" --pair "$PAIR"
-    --ref "${REF#"$QK_WORK_DIR"/}" --out-dir "$OUT")
+    --ref "${REF#"$QK_WORK_DIR"/}" --out-dir "$OUT" --profile "$PROFILE")
 for c in "${CELLS[@]}"; do
     ABL+=(--cell "$c=${CELL_SYSTEM[$c]}")
 done

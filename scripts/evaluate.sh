@@ -40,8 +40,9 @@ usage: scripts/evaluate.sh PAIR SYSTEM [--profile P] [--seed N] [--max-update N]
   --precision P  the run's precision as train.sh's --precision: bf16 (as --bf16-autocast),
                fp32 or auto (the cached verdict; never measured here)
   --split S    test (default) or dev
-  --checkpoint C  best (default: checkpoint_best.pt, the profile's best on dev), last, or
-               avgN: the average of the last N checkpoints the profile keeps (outputs SPLIT.avgN.*)
+  --checkpoint C  best (checkpoint_best.pt, the best on dev), last, or avgN: the average of the
+               last N checkpoints the profile keeps; default: the profile's decode.checkpoint
+               (best unless it says), whose outputs are SPLIT.*; another one's are SPLIT.C.*
   --threads N  intra-op CPU threads of fairseq-generate (default: the profile's THREADS)
   --force      decode and score again even if the outputs are up to date (never with other
                data than the run was trained on)
@@ -51,7 +52,7 @@ environment: QKNORM_WORK_DIR, QKNORM_MAX_UPDATE, QKNORM_THREADS, QKNORM_BF16 (as
 EOF
 }
 
-PROFILE_ARG=cpu-proxy SEED=1 MAX_UPDATE_ARG="" LR_ARG="" SPLIT=test CKPT=best THREADS_ARG="" FORCE=0
+PROFILE_ARG=cpu-proxy SEED=1 MAX_UPDATE_ARG="" LR_ARG="" SPLIT=test CKPT="" THREADS_ARG="" FORCE=0
 BF16=0 DRY_RUN=0
 qk_parse_args "@PAIR_ARG SYSTEM_ARG" "--profile PROFILE_ARG" "--seed SEED" \
     "--max-update MAX_UPDATE_ARG" "--lr LR_ARG" "--bf16-autocast BF16=1" "$QK_PRECISION_SPEC" "--split SPLIT" "--checkpoint CKPT" "--threads THREADS_ARG" \
@@ -60,14 +61,16 @@ qk_check_uint --seed "$SEED"
 [[ -z "$MAX_UPDATE_ARG" ]] || qk_check_uint --max-update "$MAX_UPDATE_ARG"
 [[ -z "$THREADS_ARG" ]] || qk_check_posint --threads "$THREADS_ARG"
 case "$SPLIT" in test) GEN_SUBSET=test ;; dev) GEN_SUBSET=valid ;; *) qk_usage_error "--split must be test or dev" ;; esac
+
+load_run_config "$PAIR_ARG" "$SYSTEM_ARG" "$PROFILE_ARG"
+# the profile's decode.checkpoint (default best) is the run's result: SPLIT.* outputs
+CKPT="${CKPT:-${DECODE_CHECKPOINT:-best}}"
 N_AVERAGE=""
 case "$CKPT" in
     best | last) ;;
     avg*) N_AVERAGE="${CKPT#avg}"; qk_is_posint "$N_AVERAGE" || qk_usage_error "--checkpoint avgN needs a positive N (e.g. avg5), got '$CKPT'" ;;
     *) qk_usage_error "--checkpoint must be best, last or avgN (e.g. avg5), got '$CKPT'" ;;
 esac
-
-load_run_config "$PAIR_ARG" "$SYSTEM_ARG" "$PROFILE_ARG"
 QK_LR_OVERRIDE=""
 [[ -z "$LR_ARG" ]] || qk_set_lr "$LR_ARG"
 [[ -z "$THREADS_ARG" ]] || THREADS="$THREADS_ARG"
@@ -87,9 +90,10 @@ fi
 CHECKPOINT="$RUN/checkpoints/checkpoint_$CKPT.pt"
 BIN="$QK_DATA/bin/$PAIR"
 REF="$QK_DATA/raw/$PAIR/$SPLIT.$TGT"
-# outputs of checkpoint_best are SPLIT.*, those of checkpoint_last SPLIT.last.* (never mixed)
+# outputs of the profile's checkpoint (decode.checkpoint: best unless the profile says) are
+# SPLIT.*, those of another one C SPLIT.C.* (e.g. test.last.*; never mixed)
 STEM="$SPLIT"
-[[ "$CKPT" == best ]] || STEM="$SPLIT.$CKPT"
+[[ "$CKPT" == "${DECODE_CHECKPOINT:-best}" ]] || STEM="$SPLIT.$CKPT"
 GEN="$RUN/$STEM.gen.out"
 HYP="$RUN/$STEM.hyp"
 SCORE="$RUN/$STEM.score.json"

@@ -49,8 +49,10 @@ _qk_cell_split() {
 # --max-update, --lr, --threads); --nproc N and --launch L go to train.sh only, TRAIN_ARGS to
 # fairseq-train only; --train-only: train.sh only (a model that is never decoded, e.g. the LR
 # sweep's initial model). Both scripts skip finished work. Exit status 3: the training diverged
-# (RUN/diverged, scripts/train.sh), nothing decoded. A profile with decode.dev_bleu (the
-# cpu-converge ones) also has the dev set decoded (evaluate.sh --split dev: the record's dev BLEU).
+# (RUN/diverged, scripts/train.sh), nothing decoded. A profile with decode.also (cpu-fixed-d128)
+# also has the test set decoded with each of those checkpoints (evaluate.sh --checkpoint C), and
+# one with decode.dev_bleu (the cpu-converge ones) the dev set (evaluate.sh --split dev: the
+# record's dev BLEU).
 qk_cell() {
     _qk_cell_split "$@"
     bash "$QK_REPO_ROOT/scripts/train.sh" "${QK_CELL_OPTS[@]}" \
@@ -58,28 +60,38 @@ qk_cell() {
         || return
     ((QK_CELL_TRAIN_ONLY == 0)) || return 0
     bash "$QK_REPO_ROOT/scripts/evaluate.sh" "${QK_CELL_OPTS[@]}" >/dev/null || return
-    if _qk_cell_dev_bleu; then
+    _qk_cell_decode_settings
+    local also
+    for also in ${_QK_ALSO_OF[$_QK_CELL_PROFILE]}; do
+        bash "$QK_REPO_ROOT/scripts/evaluate.sh" "${QK_CELL_OPTS[@]}" --checkpoint "$also" >/dev/null || return
+    done
+    if ((_QK_DEV_BLEU_OF[$_QK_CELL_PROFILE])); then
         bash "$QK_REPO_ROOT/scripts/evaluate.sh" "${QK_CELL_OPTS[@]}" --split dev >/dev/null
     fi
 }
 
-# _qk_cell_dev_bleu: whether the profile of the cell just split (_qk_cell_split: its --profile,
-# default cpu-proxy as train.sh's) has decode.dev_bleu (QKNORM_DEV_BLEU overrides): the cell then
-# also decodes the dev set (scripts/evaluate.sh --split dev; its record keeps the dev BLEU).
-# The answer is kept per profile (_QK_DEV_BLEU_OF): a grid's cells share a few profiles, and
-# each load is a Python start.
-declare -gA _QK_DEV_BLEU_OF=()
-_qk_cell_dev_bleu() {
+# _qk_cell_decode_settings: the decoding settings of the profile of the cell just split
+# (_qk_cell_split: its --profile, default cpu-proxy as train.sh's), in _QK_CELL_PROFILE:
+# _QK_DEV_BLEU_OF[profile] is 1 when it has decode.dev_bleu (QKNORM_DEV_BLEU overrides): the
+# cell then also decodes the dev set (scripts/evaluate.sh --split dev; its record keeps the dev
+# BLEU); _QK_ALSO_OF[profile] lists its decode.also checkpoints, each also decoded on the test
+# set (SPLIT.C.score.json, kept in the record). The answers are kept per profile: a grid's
+# cells share a few profiles, and each load is a Python start.
+declare -gA _QK_DEV_BLEU_OF=() _QK_ALSO_OF=()
+_QK_CELL_PROFILE=""
+_qk_cell_decode_settings() {
     local i profile=cpu-proxy
     for i in "${!QK_CELL_OPTS[@]}"; do
         [[ "${QK_CELL_OPTS[$i]}" != --profile ]] || profile="${QK_CELL_OPTS[$((i + 1))]-}"
     done
-    if [[ -z "${_QK_DEV_BLEU_OF[$profile]+x}" ]]; then
-        _QK_DEV_BLEU_OF[$profile]=0
-        ! (load_profile_config "$profile" >/dev/null 2>&1 && ((${DEV_BLEU:-0}))) \
-            || _QK_DEV_BLEU_OF[$profile]=1
+    _QK_CELL_PROFILE="$profile"
+    [[ -z "${_QK_DEV_BLEU_OF[$profile]+x}" ]] || return 0
+    _QK_DEV_BLEU_OF[$profile]=0 _QK_ALSO_OF[$profile]=""
+    if load_profile_config "$profile" >/dev/null 2>&1; then
+        ((${DEV_BLEU:-0})) && _QK_DEV_BLEU_OF[$profile]=1
+        _QK_ALSO_OF[$profile]="${DECODE_ALSO[*]-}"
     fi
-    ((_QK_DEV_BLEU_OF[$profile]))
+    return 0
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -97,12 +109,12 @@ _qk_cell_dev_bleu() {
 # Slurm job id and its log, tab-separated), .lock (the holder of the run, scripts/train.sh and
 # evaluate.sh).
 
-QK_LAUNCHER=local QK_JOBS="" QK_GPUS_ARG="" QK_NPROC=1 QK_NODES=1 QK_STATUS=0
+QK_LAUNCHER=local QK_JOBS="" QK_GPUS_ARG="" QK_NPROC=1 QK_NODES=1 QK_STATUS=0 QK_CELLS_PER_GPU=1
 QK_PARTITION="${QKNORM_SLURM_PARTITION:-}" QK_ACCOUNT="${QKNORM_SLURM_ACCOUNT:-}"
 QK_SBATCH_ARGS="${QKNORM_SBATCH_ARGS:-}"
 QK_LAUNCH_SPECS=("--launcher QK_LAUNCHER" "--jobs QK_JOBS" "--gpus QK_GPUS_ARG" "--nproc QK_NPROC"
     "--nodes QK_NODES" "--partition QK_PARTITION" "--account QK_ACCOUNT"
-    "--sbatch-args QK_SBATCH_ARGS" "--status QK_STATUS=1")
+    "--sbatch-args QK_SBATCH_ARGS" "--cells-per-gpu QK_CELLS_PER_GPU" "--status QK_STATUS=1")
 # seconds before the time limit at which Slurm warns a cell (USR1): it requeues itself
 QK_SLURM_SIGNAL_SECONDS=300
 
@@ -115,6 +127,8 @@ qk_launch_usage() {
                  array's limit of running tasks, default none)
   --gpus LIST    local: GPU ids shared out, one per running cell (--nproc N: N per cell); default
                  $CUDA_VISIBLE_DEVICES, else nvidia-smi's list, else none (CPU)
+  --cells-per-gpu K  local: K running cells share each GPU (small models leave a GPU mostly
+                 idle: --jobs up to K x the GPUs; default 1)
   --nproc N      training processes per cell (scripts/train.sh --nproc: torchrun; Slurm GPU
                  cells: srun), same tokens per update as the profile
   --nodes M      slurm: nodes per cell (--nproc N over M nodes; GPU profiles)
@@ -137,6 +151,9 @@ qk_launch_check() {
     [[ -z "$QK_JOBS" ]] || qk_check_posint --jobs "$QK_JOBS"
     qk_check_posint --nproc "$QK_NPROC"
     qk_check_posint --nodes "$QK_NODES"
+    qk_check_posint --cells-per-gpu "$QK_CELLS_PER_GPU"
+    [[ "$QK_CELLS_PER_GPU" == 1 || "$QK_LAUNCHER" == local ]] \
+        || qk_usage_error "--cells-per-gpu is for the local launcher (Slurm hands out the GPUs)"
     if ((QK_NODES > 1)); then
         [[ "$QK_LAUNCHER" == slurm ]] || qk_usage_error "--nodes needs --launcher slurm"
         ((QK_NPROC % QK_NODES == 0)) \
@@ -174,8 +191,9 @@ qk_gpu_list() {
 }
 
 # _qk_device_groups OUT_ARRAY JOBS: for each of JOBS pool slots, a comma-separated group of
-# QK_NPROC GPU ids (from --gpus, else qk_gpu_list); none on a machine without GPUs. Dies when
-# there are fewer GPUs than JOBS x QK_NPROC.
+# QK_NPROC GPU ids (from --gpus, else qk_gpu_list; each id offered QK_CELLS_PER_GPU times, to
+# that many cells at once); none on a machine without GPUs. Dies when there are fewer GPU slots
+# than JOBS x QK_NPROC.
 _qk_device_groups() {
     local -n __groups="$1"
     local jobs="$2" ids=() i
@@ -186,6 +204,11 @@ _qk_device_groups() {
     fi
     __groups=()
     ((${#ids[@]})) || return 0
+    if ((QK_CELLS_PER_GPU > 1)); then
+        local shared=() k
+        for ((k = 0; k < QK_CELLS_PER_GPU; k++)); do shared+=("${ids[@]}"); done
+        ids=("${shared[@]}")
+    fi
     ((jobs * QK_NPROC <= ${#ids[@]})) \
         || die "--jobs $jobs x --nproc $QK_NPROC needs $((jobs * QK_NPROC)) GPUs, found ${#ids[@]} (${ids[*]}; --gpus LIST or CUDA_VISIBLE_DEVICES)"
     for ((i = 0; i < jobs; i++)); do
@@ -480,8 +503,14 @@ _qk_print_cells() {
             "${QK_CELL_TRAIN_OPTS[@]+"${QK_CELL_TRAIN_OPTS[@]}"}" --dry-run \
             "${QK_CELL_EXTRA[@]+"${QK_CELL_EXTRA[@]}"}" \
             || die "scripts/train.sh --dry-run failed for cell ${QK_CELL_NAME[$i]}"
-        ((QK_CELL_TRAIN_ONLY)) || qk_print_cmd bash "$QK_REPO_ROOT/scripts/evaluate.sh" "${QK_CELL_OPTS[@]}"
-        ((QK_CELL_TRAIN_ONLY)) || ! _qk_cell_dev_bleu \
+        ((QK_CELL_TRAIN_ONLY == 0)) || continue
+        qk_print_cmd bash "$QK_REPO_ROOT/scripts/evaluate.sh" "${QK_CELL_OPTS[@]}"
+        _qk_cell_decode_settings
+        local also
+        for also in ${_QK_ALSO_OF[$_QK_CELL_PROFILE]}; do
+            qk_print_cmd bash "$QK_REPO_ROOT/scripts/evaluate.sh" "${QK_CELL_OPTS[@]}" --checkpoint "$also"
+        done
+        ((_QK_DEV_BLEU_OF[$_QK_CELL_PROFILE] == 0)) \
             || qk_print_cmd bash "$QK_REPO_ROOT/scripts/evaluate.sh" "${QK_CELL_OPTS[@]}" --split dev
     done
 }

@@ -48,11 +48,11 @@ run() {  # print, and run unless --dry-run
 # 1. packages: only those missing, from the wheels brought along
 if [[ -n "$WHEELS" ]]; then
     missing=()
-    for mod in fairseq:fairseq sacrebleu:sacrebleu subword_nmt:subword-nmt; do
+    for mod in fairseq:ve-fairseq sacrebleu:sacrebleu subword_nmt:subword-nmt; do
         "$PY" -c "import ${mod%%:*}" 2>/dev/null || missing+=("${mod#*:}")
     done
     if ((${#missing[@]})) || ((DRY)); then
-        run "$PY" -m pip install --no-index --find-links "$WHEELS" "${missing[@]:-fairseq}"
+        run "$PY" -m pip install --no-index --find-links "$WHEELS" "${missing[@]:-ve-fairseq}"
     fi
 fi
 

@@ -35,6 +35,20 @@ def pair_dirs(tmp_path, limit_tokens=7, long_at=None):
     return raw, seg
 
 
+def check_argv(raw, seg, *extra, positions=None, cmd=None):
+    """``seglen check`` arguments for gl-en in ``raw`` / ``seg``; with ``positions`` a run's
+    ``cmd`` (command.txt) passing them as --max-source/target-positions is written and given."""
+    argv = ["check", "--raw", raw, "--seg", seg, "--src", "gl", "--tgt", "en", *extra]
+    argv = [str(x) for x in argv]
+    if positions is not None:
+        cmd.write_text(
+            f"fairseq-train d --max-source-positions {positions} "
+            f"--max-target-positions {positions}\n"
+        )
+        argv += ["--run-command", str(cmd)]
+    return argv
+
+
 def snapshot(d):
     return {p.name: p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
 
@@ -92,11 +106,7 @@ def test_dev_and_test_lines_over_the_limit_are_refused_and_nothing_changes(tmp_p
     ]
     assert snapshot(tmp_path) == before
     # the command line, as bpe.sh calls it (its temporary dir shown as data/bpe/PAIR)
-    argv = ["check", "--raw", str(raw), "--seg", str(seg), "--src", "gl", "--tgt", "en",
-            "--seg-name", "data/bpe/gl-en", "--run-command", str(tmp_path / "cmd.txt")]  # fmt: skip
-    (tmp_path / "cmd.txt").write_text(
-        "fairseq-train d --max-source-positions 8 --max-target-positions 8\n"
-    )
+    argv = check_argv(raw, seg, "--seg-name", "data/bpe/gl-en", positions=8, cmd=tmp_path / "c")
     assert seglen.main(argv) == 1
     err = capsys.readouterr().err.splitlines()
     assert err[0] == (
@@ -105,7 +115,7 @@ def test_dev_and_test_lines_over_the_limit_are_refused_and_nothing_changes(tmp_p
     )
     assert err[1].startswith(f"error: {raw}/test.gl:2: 8 tokens after segmentation")
     assert err[2].startswith("error: 2 dev/test line(s) longer than the model takes: dev and test")
-    before["cmd.txt"] = (tmp_path / "cmd.txt").read_bytes()
+    before["c"] = (tmp_path / "c").read_bytes()
     assert len(err) == 3 and snapshot(tmp_path) == before
     # fairseq's 1024 positions: everything fits, nothing is said
     assert seglen.main(argv[:-2]) == 0 and capsys.readouterr().err == ""
@@ -120,12 +130,11 @@ def test_training_pairs_over_the_limit_are_dropped_counted_and_listed(tmp_path, 
     write(sample / "train.gl", ["a", "b", "c", "d@@ " * 7 + "d"])  # line 4 long in a sample only
     write(sample / "train.en", ["a", "b", "c", "d"])
     dev_test = {k: v for k, v in snapshot(seg).items() if not k.startswith("train")}
-    argv = ["check", "--raw", str(raw), "--seg", str(seg), "--src", "gl", "--tgt", "en",
-            "--train-copy", str(sample), "--seg-name", "data/bpe/gl-en"]  # fmt: skip
-    (tmp_path / "cmd.txt").write_text(
-        "fairseq-train d --max-source-positions 8 --max-target-positions 8\n"
-    )
-    assert seglen.main([*argv, "--run-command", str(tmp_path / "cmd.txt")]) == 0
+    argv = check_argv(
+        raw, seg, "--train-copy", sample, "--seg-name", "data/bpe/gl-en", positions=8,
+        cmd=tmp_path / "c",
+    )  # fmt: skip
+    assert seglen.main(argv) == 0
     err = capsys.readouterr().err.splitlines()
     assert err == [
         f"warning: dropped: {raw}/train.en:2: 8 tokens after segmentation "
@@ -153,18 +162,14 @@ def test_training_pairs_over_the_limit_are_dropped_counted_and_listed(tmp_path, 
     ]
     # nothing over the limit: no record, nothing said
     raw2, seg2 = pair_dirs(tmp_path / "ok")
-    assert (
-        seglen.main(["check", "--raw", str(raw2), "--seg", str(seg2), "--src", "gl", "--tgt", "en"])
-        == 0
-    )
+    assert seglen.main(check_argv(raw2, seg2)) == 0
     assert not (seg2 / "too_long.json").exists() and capsys.readouterr().err == ""
 
 
 def test_a_segmentation_that_is_not_line_for_line_is_an_error(tmp_path, capsys):
     raw, seg = pair_dirs(tmp_path)
     write(seg / "test.en", ["one line"])
-    argv = ["check", "--raw", str(raw), "--seg", str(seg), "--src", "gl", "--tgt", "en"]
-    assert seglen.main([*argv, "--splits", "test"]) == 1
+    assert seglen.main(check_argv(raw, seg, "--splits", "test")) == 1
     assert capsys.readouterr().err == (
         f"error: {seg}/test.en: 1 lines, but {raw}/test.en has 4: not its segmentation\n"
     )
@@ -194,12 +199,9 @@ def test_many_long_lines_are_counted_not_all_named(tmp_path, n_long, capsys):
     for d, word in ((raw, "x"), (seg, "x@@ x@@ x")):
         for lang in ("gl", "en"):
             write(d / f"test.{lang}", [word] * n_long)
-    argv = ["check", "--raw", str(raw), "--seg", str(seg), "--src", "gl", "--tgt", "en",
-            "--splits", "test", "--run-command", str(tmp_path / "c.txt")]  # fmt: skip
-    (tmp_path / "c.txt").write_text(
-        "fairseq-train d --max-source-positions 3 --max-target-positions 3\n"
+    assert (
+        seglen.main(check_argv(raw, seg, "--splits", "test", positions=3, cmd=tmp_path / "c")) == 1
     )
-    assert seglen.main(argv) == 1
     err = capsys.readouterr().err.splitlines()
     assert len(err) == seglen.MAX_NAMED + 2
     assert err[-2] == "error: ... and 30 more such lines"

@@ -67,7 +67,11 @@ def test_a_line_too_long_is_left_out_and_the_others_translated(translator):
     hyps, too_long = translator.translate_fitting(LINES)
     assert too_long == [TooLongLine(2, n, 1023)]
     assert hyps[1] == "" and hyps[0] and hyps[2]
-    assert [hyps[0], hyps[2]] == translator.translate([LINES[0], LINES[2]])
+    fitting = [LINES[0], LINES[2]]
+    assert [hyps[0], hyps[2]] == translator.translate(fitting)
+    assert translator.translate(fitting) == translator.hub.translate(
+        fitting, **translator.generation
+    )
     with pytest.raises(InputTooLongError) as e:
         translator.translate(LINES)
     assert str(e.value) == (

@@ -364,6 +364,81 @@ def missing_checkpoint(
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class TooLongLine:
+    """An input line longer than the model takes after segmentation.
+
+    Attributes:
+        line: 1-based line number in the input.
+        tokens: its tokens after segmentation (without the end-of-sentence token).
+        limit: the most tokens the model takes (:attr:`Translator.max_source_tokens`).
+    """
+
+    line: int
+    tokens: int
+    limit: int
+
+    def message(self, name: str) -> str:
+        """``NAME:LINE: N tokens after segmentation, over LIMIT, the most the model takes``."""
+        return (
+            f"{name}:{self.line}: {self.tokens} tokens after segmentation, over {self.limit}, "
+            "the most the model takes"
+        )
+
+
+class InputTooLongError(ValueError):
+    """Input lines longer than the model takes (:meth:`Translator.translate`).
+
+    ``lines`` lists them (:class:`TooLongLine`), the message names each (``line:N: ...``).
+    """
+
+    def __init__(self, lines: Sequence[TooLongLine]):
+        self.lines = list(lines)
+        named = "; ".join(x.message("line") for x in self.lines)
+        super().__init__(f"{named} (Translator.translate_fitting translates the others)")
+
+
+def unseen_character_warning(
+    lines: Sequence[str], known: set, name: str, where: str, examples: int = 5
+) -> Optional[str]:
+    """A warning for characters of ``lines`` that no entry of the model's dictionary holds.
+
+    A character never seen in training is in no dictionary entry (``known``: the characters
+    of the entries, subword markers removed), so the pieces holding it reach the model as
+    ``<unk>``. Whitespace is not counted. The warning (one for the whole input) gives how many
+    distinct such characters there are, their occurrences and lines, and the first
+    ``examples`` of them (code point, name, first line, count); ``where`` names the
+    dictionary. ``None`` when there are none.
+    """
+    import unicodedata
+
+    count: dict[str, int] = {}
+    first: dict[str, int] = {}
+    in_lines = set()
+    for i, line in enumerate(lines, 1):
+        for c in line:
+            if c in known or c.isspace():
+                continue
+            count[c] = count.get(c, 0) + 1
+            first.setdefault(c, i)
+            in_lines.add(i)
+    if not count:
+        return None
+    shown = [
+        f"{c!r} (U+{ord(c):04X} {unicodedata.name(c, 'unnamed').lower()}, line {first[c]}, "
+        f"{count[c]} time{'s' if count[c] > 1 else ''})"
+        for c in sorted(count, key=lambda c: first[c])[:examples]
+    ]
+    more = f", and {len(count) - examples} more" if len(count) > examples else ""
+    n, total = len(count), sum(count.values())
+    return (
+        f"{name}: {n} character{'s' if n > 1 else ''} never seen in training (in no entry of "
+        f"{where}), {total} occurrence{'s' if total > 1 else ''} in {len(in_lines)} "
+        f"line{'s' if len(in_lines) > 1 else ''}: {', '.join(shown)}{more}; the pieces holding "
+        "them reach the model as <unk>"
+    )
+
+
 class CheckpointError(RuntimeError):
     """A checkpoint file that cannot be loaded.
 
@@ -446,6 +521,8 @@ class Translator:
             first = str(e).strip().split("\n")[0] or type(e).__name__
             raise CheckpointError(f"cannot load the checkpoint {checkpoint}: {first}") from e
         self.hub.eval()
+        #: the binarized data directory whose dictionary the model reads (absolute)
+        self.data_bin = Path(os.path.abspath(data_bin))
 
     @classmethod
     def from_pipeline(
@@ -488,6 +565,86 @@ class Translator:
             **generation_options(s.generate_flags),
         )
 
+    @property
+    def max_source_tokens(self) -> int:
+        """The most tokens a segmented source line may have.
+
+        The model's source max positions (fairseq's ``max_source_positions``, 1024 for every
+        arch of the plugin), or ``--max-tokens`` where lower, less the end-of-sentence token
+        that binarization appends: a longer line stops fairseq's batching ("Size of sample #N
+        is invalid").
+        """
+        positions = self.hub.max_positions
+        src = positions[0] if isinstance(positions, (tuple, list)) else positions
+        max_tokens = self.hub.cfg.dataset.max_tokens
+        if src is None or (max_tokens and max_tokens < src):
+            src = max_tokens
+        return int(src) - 1 if src else sys.maxsize
+
+    def known_characters(self) -> set:
+        """The characters of the source dictionary's entries: what training saw.
+
+        Subword markers (``@@``, ``\u2581``) removed, fairseq's special and padding entries
+        left out.
+        """
+        d = self.hub.src_dict
+        known = set()
+        for sym in d.symbols[d.nspecial :]:
+            if sym.startswith("madeupword"):  # fairseq's padding entries
+                continue
+            known.update(sym.removesuffix("@@").replace("\u2581", ""))
+        return known
+
+    def unseen_character_warning(self, sentences: Sequence[str], name: str) -> Optional[str]:
+        """:func:`unseen_character_warning` of ``sentences`` against :meth:`known_characters`.
+
+        The sentences as the model reads them (Moses-tokenized with ``moses=True``).
+        """
+        tokenized = [self.hub.tokenize(x) for x in sentences]
+        return unseen_character_warning(
+            tokenized, self.known_characters(), name, f"the dictionary of {self.data_bin}"
+        )
+
+    def translate_fitting(self, sentences: Iterable[str]) -> tuple[list[str], list[TooLongLine]]:
+        """Translate every sentence the model takes; an empty string for each other one.
+
+        Args:
+            sentences: as for :meth:`translate`.
+
+        Returns:
+            ``(hypotheses, too_long)``: one hypothesis per sentence, in input order (``""`` for
+            a sentence longer than :attr:`max_source_tokens` after segmentation), and those
+            sentences (:class:`TooLongLine`, 1-based). The others are batched and decoded as
+            :meth:`translate` does.
+        """
+        encoded, too_long = self._encode(sentences)
+        return self._decode_fitting(encoded, too_long), too_long
+
+    def _encode(self, sentences: Iterable[str]) -> tuple[list, list[TooLongLine]]:
+        """Each sentence encoded, and those longer than :attr:`max_source_tokens`.
+
+        Encoded: tokenized, segmented and looked up in the dictionary (``hub.encode``).
+        """
+        limit = self.max_source_tokens
+        encoded = [self.hub.encode(x) for x in sentences]
+        too_long = [
+            TooLongLine(i, t.numel() - 1, limit)
+            for i, t in enumerate(encoded, 1)
+            if t.numel() - 1 > limit
+        ]
+        return encoded, too_long
+
+    def _decode_fitting(self, encoded: list, too_long: Sequence[TooLongLine]) -> list[str]:
+        """Beam search on the encoded sentences not in ``too_long``; ``""`` for the others.
+
+        Batched and decoded as ``hub.translate`` does.
+        """
+        skip = {x.line for x in too_long}
+        kept = [t for i, t in enumerate(encoded, 1) if i not in skip]
+        found = self.hub.generate(kept, **self.generation) if kept else []
+        hyps = iter(self.hub.decode(h[0]["tokens"]) for h in found)
+        return ["" if i in skip else next(hyps) for i in range(1, len(encoded) + 1)]
+
     def translate(self, sentences: Iterable[str]) -> list[str]:
         """Translate raw (not yet segmented) sentences.
 
@@ -497,11 +654,19 @@ class Translator:
 
         Returns:
             The best hypothesis of each sentence, in input order, segmentation removed.
+
+        Raises:
+            InputTooLongError: a sentence is longer than the model takes after segmentation
+                (:attr:`max_source_tokens`); nothing is translated (:meth:`translate_fitting`
+                translates the others).
         """
         sentences = list(sentences)
         if not sentences:
             return []
-        return self.hub.translate(sentences, **self.generation)
+        encoded, too_long = self._encode(sentences)
+        if too_long:
+            raise InputTooLongError(too_long)
+        return self._decode_fitting(encoded, too_long)
 
 
 def _uint(flag: str):
@@ -562,6 +727,30 @@ def _load_translator(a) -> "Translator":
         raise _Refused(1) from None
     print(f"[translate] {translator.checkpoint}", file=sys.stderr)
     return translator
+
+
+def _translate_lines(translator: "Translator", lines: Sequence[str], name: str):
+    """Every line the model takes translated, each other one said on stderr.
+
+    Warns once about characters never seen in training
+    (:meth:`Translator.unseen_character_warning`); a line longer than the model takes gets an
+    empty output line (line alignment kept) and an ``error: NAME:LINE: ...`` with its length
+    and the limit. Returns ``(hypotheses, exit status)``: 1 when a line was left out, else 0.
+    """
+    warning = translator.unseen_character_warning(lines, name)
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
+    hyps, too_long = translator.translate_fitting(lines)
+    for x in too_long:
+        print(f"error: {x.message(name)}: not translated", file=sys.stderr)
+    if too_long:
+        print(
+            f"error: {len(too_long)} of {len(lines)} lines not translated (too long; each has an "
+            "empty line in the output, the other lines are translated): split them into shorter "
+            "sentences",
+            file=sys.stderr,
+        )
+    return hyps, 1 if too_long else 0
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -670,19 +859,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         try:
             with atomic_output(a.output) as tmp, open(tmp, "w", encoding="utf-8") as f:
-                translator = _load_translator(a)
-                f.write("".join(h + "\n" for h in translator.translate(lines)))
+                hyps, status = _translate_lines(_load_translator(a), lines, a.input or "stdin")
+                f.write("".join(h + "\n" for h in hyps))
         except OutputError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
         except _Refused as e:
             return e.status
-        return 0
+        return status
     try:
         translator = _load_translator(a)
     except _Refused as e:
         return e.status
-    hyps = translator.translate(lines)
+    hyps, status = _translate_lines(translator, lines, a.input or "stdin")
     try:
         sys.stdout.write("".join(h + "\n" for h in hyps))
         sys.stdout.flush()
@@ -690,7 +879,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
         print(f"error: cannot write the translations to stdout: {e.strerror or e}", file=sys.stderr)
         return 1
-    return 0
+    return status
 
 
 if __name__ == "__main__":

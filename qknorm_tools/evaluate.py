@@ -308,7 +308,7 @@ def _positive_float(text: str) -> float:
 
 def _cmd_explain_generate(a) -> int:
     log = Path(a.log).read_text(encoding="utf-8", errors="replace") if Path(a.log).is_file() else ""
-    print(explain_generate_failure(log, a.checkpoint, a.data))
+    print(explain_generate_failure(log, a.checkpoint, a.data, a.split_files or ()))
     return 0
 
 
@@ -543,6 +543,12 @@ def build_parser() -> argparse.ArgumentParser:
     eg.add_argument("--log", required=True, help="its stderr")
     eg.add_argument("--checkpoint", required=True)
     eg.add_argument("--data", required=True, help="the binarized data it decoded")
+    eg.add_argument(
+        "--split-files",
+        nargs=2,
+        metavar=("SRC_FILE", "TGT_FILE"),
+        help="the segmented source and target files of the decoded split (names a line too long)",
+    )
     eg.set_defaults(fn=_cmd_explain_generate)
 
     cr = sub.add_parser("check-run", help="is RUN (its train.json) the run asked for?")

@@ -240,15 +240,44 @@ _TRUNCATED = (
 )
 
 
-def explain_generate_failure(log: str, checkpoint: str, data: str) -> str:
+#: fairseq's refusal of a sentence longer than the model takes (``filter_indices_by_size``):
+#: its 0-based index, its (source, target) sizes with the end-of-sentence token, the limits
+_INVALID_SIZE = re.compile(
+    r"Size of sample #(\d+) is invalid \(=\((\d+), (\d+)\)\) since max_positions=\((\d+), (\d+)\)"
+)
+
+
+def _too_long_message(m: re.Match, split_files: Sequence[str]) -> str:
+    """The line fairseq-generate stopped at (``_INVALID_SIZE``), named by file and 1-based line."""
+    line = int(m.group(1)) + 1
+    sizes = int(m.group(2)), int(m.group(3))
+    limits = int(m.group(4)), int(m.group(5))
+    names = list(split_files) or ["source", "target"]
+    over = [
+        f"{name}:{line}: {size - 1} tokens after segmentation, over {limit - 1}, the most the "
+        f"model takes (max positions {limit}, one for the end-of-sentence token)"
+        for name, size, limit in zip(names, sizes, limits)
+        if size > limit
+    ]
+    return "; ".join(over) or f"line {line} is longer than the model takes ({m.group(0)})"
+
+
+def explain_generate_failure(
+    log: str, checkpoint: str, data: str, split_files: Sequence[str] = ()
+) -> str:
     """The error message for a failed ``fairseq-generate`` whose stderr is ``log``.
 
     Names the cause where the log shows one: a truncated or corrupt ``checkpoint`` (torch's
-    load errors), or a checkpoint made for another dictionary or model size than ``data``
+    load errors), a checkpoint made for another dictionary or model size than ``data``
     (``load_state_dict``'s ``size mismatch for ...``, e.g. an embedding of another vocabulary
-    size); else the last error line of the log. Never raises.
+    size), or a line longer than the model takes (fairseq's ``Size of sample #N is invalid``,
+    named as ``FILE:LINE`` of ``split_files``, the segmented source and target of the split,
+    with its length and the limit); else the last error line of the log. Never raises.
     """
     lines = [x.strip() for x in log.splitlines() if x.strip()]
+    m = next((m for x in lines if (m := _INVALID_SIZE.search(x))), None)
+    if m:
+        return _too_long_message(m, split_files)
     hit = next((x for x in lines if any(t in x for t in _TRUNCATED)), None)
     if hit:
         return (

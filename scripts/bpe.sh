@@ -20,6 +20,11 @@
 # scripts/binarize.sh makes them fairseq epoch shards, so that epoch e trains on sample
 # ((e-1) % K) + 1, resampled per epoch as in Provilkov et al. 2020 (docs/methods.md).
 #
+# Every segmented line must fit the model (python -m qknorm_tools.seglen: at most max positions
+# - 1 = 1023 tokens, fairseq's 1024 positions less the end-of-sentence token): a dev or test line
+# over it is an error naming the raw file and line (exit 1, data/bpe/PAIR unchanged); a training
+# pair over it is dropped from every segmentation of the training split, the count and the first
+# lines logged here and all listed in data/bpe/PAIR/too_long.json.
 # Then L = ceil(97.5th percentile of BPE tokens per training line, both sides), QKNorm's L (the
 # model computes its g0 = log2(L^2 - L) from it), is printed and stored in
 # data/bpe/PAIR/length_stats.json; always from the deterministic segmentation of the training
@@ -203,6 +208,17 @@ for split in "${SPLIT_NAMES[@]}"; do
         [[ "$n_raw" == "$n_bpe" ]] || die "$TOOL changed the line count of $split.$lang: $n_raw -> $n_bpe"
     done
 done
+
+# segmented lengths against what the model takes (python -m qknorm_tools.seglen owns the limit
+# and the rule): a dev or test line over it stops here (nothing in $OUT is changed); a training
+# pair over it (in any of its segmentations) is dropped, counted and listed in too_long.json
+COPIES=()
+[[ "$DETERMINISTIC" == "$TMP" ]] || COPIES+=(--train-copy "$DETERMINISTIC")
+for ((k = 2; k <= SAMPLES; k++)); do COPIES+=(--train-copy "$TMP/epochs/$k"); done
+"$QK_PY" -m qknorm_tools.seglen check --raw "$RAW" --seg "$TMP" --src "$SRC" --tgt "$TGT" \
+    --seg-name "$OUT" "${COPIES[@]+"${COPIES[@]}"}" \
+    || die "the segmented lengths of $PAIR are refused (above); nothing in $OUT was changed"
+[[ ! -f "$TMP/too_long.json" ]] || outputs+=(too_long.json)
 
 (
     cd "$DETERMINISTIC"

@@ -126,6 +126,12 @@ DATA_ID="$("$QK_PY" -m qknorm_tools.provenance check --pair "$PAIR" --data "$QK_
     || die "the data of $PAIR are not consistent (above): nothing was evaluated"
 "$QK_PY" -m qknorm_tools.provenance run "$RUN" --identity "$BIN/identity.json" >/dev/null \
     || die "$RUN was trained on other data than the current $BIN (above): it is never decoded with another dictionary or scored against another reference; retrain it with $TRAIN_CMD --force, or restore the data it was trained on"
+# every line of the split must fit the model, or fairseq-generate stops at it (data/bpe made
+# before scripts/bpe.sh checked segmented lengths): python -m qknorm_tools.seglen names each one
+# (the model's max positions: those of the run's command.txt, else fairseq's 1024)
+"$QK_PY" -m qknorm_tools.seglen check --raw "$QK_DATA/raw/$PAIR" --seg "$QK_DATA/bpe/$PAIR" \
+    --src "$SRC" --tgt "$TGT" --splits "$SPLIT" --run-command "$RUN/command.txt" \
+    || die "cannot decode the $SPLIT split of $PAIR (above): nothing was decoded"
 
 if [[ -n "$N_AVERAGE" ]]; then
     # CHECKPOINT is checkpoint_avgN.pt, the average of the last N checkpoints the profile keeps
@@ -176,7 +182,8 @@ OMP_NUM_THREADS="$THREADS" qk_run "${GEN_CMD[@]}" >"$GEN.tmp" 2>"$RUN/$STEM.gen.
     || {
         rm -f -- "$GEN.tmp"
         die "$("$QK_PY" -m qknorm_tools.evaluate explain-generate --log "$RUN/$STEM.gen.log" \
-            --checkpoint "$CHECKPOINT" --data "$BIN" || echo fairseq-generate failed); see $RUN/$STEM.gen.log"
+            --checkpoint "$CHECKPOINT" --data "$BIN" --split-files "$QK_DATA/bpe/$PAIR/$SPLIT".{"$SRC","$TGT"} \
+            || echo fairseq-generate failed); see $RUN/$STEM.gen.log"
     }
 # from here the earlier outputs are being replaced: no record until all are written (a decode
 # that fails or is interrupted before this line keeps the earlier outputs and their record)

@@ -34,6 +34,9 @@ setup(
         "subword-nmt>=0.3.8",
         "numpy",
         "matplotlib>=3.5",
+        # seed-level CIs, power, MDE and TOST of the ablation (qknorm_tools/power.py)
+        "scipy",
+        "statsmodels>=0.14",
     ],
     extras_require={
         # prebuilt wheels (cp311/cp312) of upstream fairseq main + Python 3.11 fix

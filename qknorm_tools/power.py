@@ -46,8 +46,12 @@ def _power(effect_size: float, nobs: float, df: float, alpha: float) -> float:
     from statsmodels.stats.power import TTestPower
 
     value = float(TTestPower().power(effect_size, nobs, alpha, df=df, alternative="two-sided"))
-    # scipy's noncentral t gives nan far in its tail, where the power is 1 to double precision
-    return 1.0 if math.isnan(value) and effect_size * math.sqrt(nobs) > 5.0 else value
+    if math.isnan(value):
+        # scipy's noncentral t cdf gives nan now and then far in its lower tail, whose term in
+        # the two-sided power is then negligible (< 1e-8 where seen): the upper tail alone,
+        # statsmodels' one-sided power at alpha / 2
+        value = float(TTestPower().power(effect_size, nobs, alpha / 2, df=df, alternative="larger"))
+    return value
 
 
 def _scale(design: str, weights: Sequence[float], n: int) -> tuple[float, float]:
@@ -89,7 +93,7 @@ def mde(sd: float, n: int, weights: Sequence[float], design: str = "welch",
     if sd == 0.0:
         return 0.0
     nobs, df = _scale(design, weights, n)
-    d = brentq(lambda x: _power(x, nobs, df, alpha) - power, 1e-6, 20.0, xtol=1e-10)
+    d = brentq(lambda x: _power(x, nobs, df, alpha) - power, 1e-6, 100.0, xtol=1e-12)
     return float(d * sd)
 
 

@@ -135,3 +135,23 @@ def test_cli_prints_the_argv_shell_quoted(capsys):
     rc = commands.main(["generate", "--pair", "xx-yy", "--profile", "cpu-proxy", "--data", "/d",
                         "--checkpoint", "/c", "--gen-subset", "test", "--seed", "1"])  # fmt: skip
     assert rc == 2 and "xx-yy" in capsys.readouterr().out
+
+
+def test_a_budget_bound_schedule_decays_over_the_runs_budget():
+    """polynomial_decay gets --total-num-update from the budget, stated once (max_update); a
+    run with another budget decays over its own; other schedulers are left alone."""
+    pair, _, _ = _configs()
+    profile = config.load_profile("cpu-fixed-d128", pair)
+    assert profile.max_update == 7920 and profile.checkpoint == "avg5"
+    assert profile.also_checkpoints == ("last",) and profile.design_test == "paired"
+    argv = _train(profile="cpu-fixed-d128", max_update=profile.max_update)
+    after = {a: b for a, b in zip(argv, argv[1:]) if a.startswith("--")}
+    assert after["--total-num-update"] == "7920" == after["--max-update"]
+    assert after["--lr-scheduler"] == "polynomial_decay"
+    short = commands.with_decay_budget(["--lr-scheduler", "polynomial_decay"], 16)
+    assert short == ["--lr-scheduler", "polynomial_decay", "--total-num-update", "16"]
+    fixed = ["--lr-scheduler", "polynomial_decay", "--total-num-update", "5"]
+    assert commands.with_decay_budget(fixed, 16) == fixed
+    assert commands.with_decay_budget(["--lr-scheduler", "inverse_sqrt"], 16)[-1] == "inverse_sqrt"
+    with pytest.raises(ValueError, match="set max_update"):
+        commands.with_decay_budget(["--lr-scheduler", "polynomial_decay"], 0)

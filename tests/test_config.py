@@ -372,3 +372,37 @@ def test_bash_and_python_name_runs_alike(tmp_path):
         label = config.run_label(prof, int(budget) if budget else None)
         run = config.run_dir(tmp_path, "gl-en", label, "twt", 3, lr, precision)
         assert line == f"{label} {run}", (profile, budget, lr, precision)
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ('checkpoint = "avg0"', r"key 'decode.checkpoint' = \"avg0\": allowed \"best\", \"last\""),
+        (
+            'also = ["last", "final"]',
+            r"key 'decode.also' = \[\"last\", \"final\"\]: allowed a list",
+        ),
+    ],
+)
+def test_decode_checkpoints_are_best_last_or_avgn(line, message, tmp_path, monkeypatch):
+    cfg = _configs(tmp_path, monkeypatch)
+    path = cfg / "profiles/cpu-fixed-d128.toml"
+    text = path.read_text()
+    key = line.split(" = ")[0]
+    text = "\n".join(line if ln.startswith(key + " = ") else ln for ln in text.splitlines())
+    path.write_text(text + "\n")
+    with pytest.raises(config.ConfigError, match="cpu-fixed-d128.toml: " + message):
+        config.load_profile("cpu-fixed-d128")
+
+
+def test_design_keys_default_to_welch_and_the_two_targets():
+    p = config.load_profile("cpu-converge-d128")
+    assert (p.design_test, p.design_targets, p.design_tost_margin) == ("welch", (0.5, 0.93), None)
+    assert (p.checkpoint, p.also_checkpoints) == ("best", ())
+    f = config.load_profile("gpu-fixed-d128")
+    assert (f.design_test, f.design_tost_margin, f.checkpoint, f.job_gpus) == (
+        "paired",
+        0.5,
+        "avg5",
+        1,
+    )

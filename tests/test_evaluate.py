@@ -627,3 +627,27 @@ def test_ablation_seed_tests_are_welchs_t():
     assert res1["paper_comparison"]["p"] == pytest.approx(res["paper_comparison"]["p"])
     with pytest.raises(textio.ResultsError):
         ablation.ablation_seed_tests({"layernorm_dot": [1.0, 2.0]})
+
+
+def test_the_profiles_checkpoint_is_the_runs_result(tmp_path):
+    """evaluate.sh without --checkpoint decodes the profile's decode.checkpoint (cpu-fixed-d128:
+    the average of the last 5 epoch checkpoints) into test.*; another checkpoint into test.C.*."""
+    from conftest import make_env, run_script
+
+    env = make_env(tmp_path)
+    p = run_script(
+        "evaluate.sh", "gl-en", "twt", "--profile", "cpu-fixed-d128", "--dry-run", env=env
+    )
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert "--num-epoch-checkpoints 5" in lines[0] and lines[0].endswith("checkpoint_avg5.pt")
+    assert "checkpoints/checkpoint_avg5.pt --gen-subset test" in lines[1]
+    assert lines[2].endswith("/twt/seed1/test.score.json")
+    last = run_script("evaluate.sh", "gl-en", "twt", "--profile", "cpu-fixed-d128",
+                      "--checkpoint", "last", "--dry-run", env=env)  # fmt: skip
+    assert "checkpoint_last.pt" in last.stdout and last.stdout.rstrip().endswith(
+        "test.last.score.json"
+    )
+    best = run_script("evaluate.sh", "gl-en", "twt", "--profile", "cpu-converge-d128", "--dry-run",
+                      env=env)  # fmt: skip
+    assert "checkpoint_best.pt" in best.stdout and best.stdout.rstrip().endswith("/test.score.json")

@@ -498,3 +498,16 @@ def test_train_nproc_2_equals_one_process_with_update_freq_2(tiny_work, tmp_path
     e = run_script("evaluate.sh", "gl-en", "twt", "--max-update", 6, env=make_env(tiny_work))
     assert e.returncode == 0, out(e)
     assert json.loads((runs[0] / "test.score.json").read_text())["n_lines"] == 37
+
+
+def test_cells_share_a_gpu_with_cells_per_gpu(tmp_path):
+    """--cells-per-gpu K: each GPU id is offered to K running cells (small models leave a GPU
+    idle); without it, more jobs than GPUs is an error (above)."""
+    env = make_env(tmp_path, CUDA_VISIBLE_DEVICES="0,1")
+    p = bash('QK_CELLS_PER_GPU=2; _qk_device_groups g 4; echo "${g[*]}"', env)
+    assert p.returncode == 0 and p.stdout.split() == ["0", "1", "0", "1"], out(p)
+    p = bash('QK_CELLS_PER_GPU=2; _qk_device_groups g 5; echo "${g[*]}"', env)
+    assert p.returncode == 1 and "needs 5 GPUs, found 4" in p.stderr
+    e = run_script("ablation.sh", "gl-en", "--cells-per-gpu", "2", "--launcher", "slurm",
+                   "--dry-run", env=make_env(tmp_path / "w"))  # fmt: skip
+    assert e.returncode == 2 and "--cells-per-gpu is for the local launcher" in e.stderr

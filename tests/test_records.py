@@ -345,3 +345,18 @@ def test_dry_run_before_the_data_skips_a_recorded_cell_and_says_when_it_is_check
     assert s.stdout.splitlines()[-1] == (
         "4 cells: 0 done, 0 running, 0 pending, 0 failed, 3 todo, 1 committed records"
     )
+
+
+def test_the_other_checkpoints_scores_travel_with_the_record(tmp_path):
+    """A profile's decode.also (cpu-fixed-d128: the final checkpoint beside the averaged one):
+    test.last.{hyp,score.json} are copied into the record; stray files are not."""
+    run = _run(tmp_path, profile="cpu-fixed-d128")
+    (run / "test.last.hyp").write_text("a\n", encoding="utf-8")
+    (run / "test.last.score.json").write_text('{"bleu_tok": 1.5}', encoding="utf-8")
+    (run / "test.avg5.score.json").write_text("{}", encoding="utf-8")  # no hypotheses: not one
+    assert committed.also_decoded(run) == ["last"]
+    rec_dir = committed.record_dir(tmp_path / "results" / "cpu-fixed-d128", "gl-en", run)
+    committed.write_record(run, rec_dir)
+    assert json.loads((rec_dir / "test.last.score.json").read_text()) == {"bleu_tok": 1.5}
+    assert (rec_dir / "test.last.hyp").read_text() == "a\n"
+    assert not (rec_dir / "test.avg5.score.json").exists()

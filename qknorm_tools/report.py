@@ -624,6 +624,12 @@ def _effect_hover(row: Mapping) -> str:
         )
     if row["mde"] is not None:
         bits.append(f"minimum detectable effect (80% power): {row['mde']:.3f} BLEU")
+    needed = (row["test"] or {}).get("n_needed")
+    if isinstance(needed, Mapping) and needed:
+        bits.append(
+            "seeds per cell for 80% power: "
+            + ", ".join(f"{k} BLEU: {'–' if v is None else v}" for k, v in needed.items())
+        )
     tost = row["tost"]
     if tost:
         bits.append(

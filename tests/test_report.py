@@ -367,6 +367,7 @@ def test_effects_use_the_seed_tests_of_the_json_and_their_new_keys(tmp_path):
     assert sorted(set(mde["x"])) == [-1.25, 1.25] and len(mde["x"]) == 2 * len(eff["y"])
     assert "paired t over shared seeds" in fig["layout"]["annotations"][0]["text"]
     assert "TOST, margin ±0.50): p=0.300, not shown equivalent" in eff["hovertext"][0]
+    assert "seeds per cell for 80% power: 0.5 BLEU: 40, 0.93 BLEU: 12" in eff["hovertext"][0]
     text = page.read_text()
     assert (
         "<th>MDE (80% power)</th>" in text and "p, seed-level (paired t over shared seeds)" in text

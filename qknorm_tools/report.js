@@ -3,14 +3,18 @@
 // and the attention viewer; records script errors in body[data-errors] for the browser test.
 window.__reportErrors = [];
 window.addEventListener('error', function (e) { window.__reportErrors.push(String(e.message)); });
+// resolves once plotly.js has drawn every figure and the attention heatmaps (a test waits on it)
+window.__reportRendered = null;
 function reportMain() {
   var data = JSON.parse(document.getElementById('qknorm-report-data').textContent);
-  data.figures.forEach(function (f) {
-    Plotly.newPlot(document.getElementById('fig-' + f.id), f.spec.data, f.spec.layout,
-                   {responsive: true, displaylogo: false});
+  var drawn = data.figures.map(function (f) {
+    return Plotly.newPlot(document.getElementById('fig-' + f.id), f.spec.data, f.spec.layout,
+                          {responsive: true, displaylogo: false});
   });
-  if (data.attention) { attentionViewer(data.attention); }
-  document.body.setAttribute('data-rendered', String(data.figures.length));
+  if (data.attention) { drawn.push(attentionViewer(data.attention)); }
+  return Promise.all(drawn).then(function () {
+    document.body.setAttribute('data-rendered', String(data.figures.length));
+  });
 }
 function esc(t) {  // plotly reads pseudo-HTML in labels: a token such as </s> must be escaped
   return String(t).replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
@@ -24,7 +28,7 @@ function opt(sel, values, labels) {
 }
 function attentionViewer(att) {
   var models = att.models || [];
-  if (!models.length) { return; }
+  if (!models.length) { return Promise.resolve(); }
   var sSel = document.getElementById('att-sentence'), mSel = document.getElementById('att-module'),
       hSel = document.getElementById('att-head'), vSel = document.getElementById('att-value'),
       aSel = document.getElementById('att-model-a'), bSel = document.getElementById('att-model-b');
@@ -48,9 +52,9 @@ function attentionViewer(att) {
   }
   function draw(div, mi) {
     var el = document.getElementById(div);
-    if (mi < 0 || !models[mi]) { Plotly.purge(el); el.innerHTML = ''; return; }
+    if (mi < 0 || !models[mi]) { Plotly.purge(el); el.innerHTML = ''; return Promise.resolve(); }
     var model = models[mi], s = model.sentences[+sSel.value], m = s.modules[mSel.value];
-    if (!m) { el.textContent = model.name + ': no module ' + mSel.value; return; }
+    if (!m) { el.textContent = model.name + ': no module ' + mSel.value; return Promise.resolve(); }
     var h = +hSel.value, z = m[vSel.value][h], ent = m.entropy[h];
     var isEnc = mSel.value.indexOf('enc') === 0, isCross = mSel.value.indexOf('cross') >= 0;
     var qTok = (isEnc ? s.src_tokens : s.tgt_tokens).map(esc);
@@ -61,7 +65,7 @@ function attentionViewer(att) {
              (v === null ? 'masked' : v.toFixed(4)) + '<br>row entropy ' + ent[i].toFixed(3) + ' nats'; }); });
     var meanEnt = ent.reduce(function (a, b) { return a + b; }, 0) / ent.length;
     var g = m.g === null ? '' : ', g ' + (Array.isArray(m.g) ? m.g[h].toFixed(2) : m.g.toFixed(2));
-    Plotly.react(el, [{type: 'heatmap', z: z, text: text, hoverinfo: 'text', colorscale: 'Blues', reversescale: true,
+    return Plotly.react(el, [{type: 'heatmap', z: z, text: text, hoverinfo: 'text', colorscale: 'Blues', reversescale: true,
                        zmin: vSel.value === 'probs' ? 0 : null, zmax: vSel.value === 'probs' ? 1 : null}],
       {title: {text: model.name + ': ' + mSel.value + ' head ' + h + ' (' + m.qk_norm_type + g +
                ', mean entropy ' + meanEnt.toFixed(2) + ')', font: {size: 13}},
@@ -71,12 +75,17 @@ function attentionViewer(att) {
                autorange: 'reversed', title: {text: 'query'}},
        margin: {t: 60, l: 90, b: 90}}, {responsive: true, displaylogo: false});
   }
-  function all() { draw('att-a', +aSel.value); draw('att-b', +bSel.value); }
+  function all() { return Promise.all([draw('att-a', +aSel.value), draw('att-b', +bSel.value)]); }
   [sSel, mSel].forEach(function (e) { e.addEventListener('change', function () { heads(); all(); }); });
   [hSel, vSel, aSel, bSel].forEach(function (e) { e.addEventListener('change', all); });
-  heads(); all();
+  heads(); return all();
 }
 document.addEventListener('DOMContentLoaded', function () {
-  try { reportMain(); } catch (e) { window.__reportErrors.push(String(e && e.stack || e)); }
-  document.body.setAttribute('data-errors', JSON.stringify(window.__reportErrors));
+  function record(e) { window.__reportErrors.push(String(e && e.stack || e)); }
+  try { window.__reportRendered = reportMain().catch(record); } catch (e) {
+    record(e); window.__reportRendered = Promise.resolve();
+  }
+  window.__reportRendered = window.__reportRendered.then(function () {
+    document.body.setAttribute('data-errors', JSON.stringify(window.__reportErrors));
+  });
 });

@@ -21,12 +21,19 @@ levels below it, e.g. ``lr-sweep/``):
   approximate randomization, Riezler & Maxwell 2005);
 * ``demo_compare.json``: BLEU with 95% CI and p-values of ``evaluate compare``;
 * ``ablation.json``: the 2x2 cells {LayerNorm, ScaleNorm} x {dot product, QKNorm} and their
-  effects with p-values (:mod:`qknorm_tools.ablation`);
+  effects (:mod:`qknorm_tools.ablation`) as a forest plot: each estimate with its 95% CI over
+  seeds (:func:`seed_interval`), the minimum detectable effect where the file has it, and two
+  p-values named by what they test (seeds; approximate randomization over sentences);
 * ``lr_sweep.json``: final dev loss and max attention logit against the peak learning rate
   per system and seed, the max attention logit over training per run, LR sensitivity
   (Wortsman et al. 2023, arXiv:2309.14322, Sec. 2.2 and Fig. 1);
-* ``attention.json`` (``python -m fairseq_qknorm.attention_dump``): a heatmap viewer of the
-  logits / probabilities of every layer and head, models side by side, entropy in the hover.
+* ``attention.json`` (``python -m fairseq_qknorm.attention_dump``, checked against its schema
+  by :func:`validate_attention`): a heatmap viewer of the logits / probabilities of every layer
+  and head, models side by side, entropy in the hover.
+
+A system has one colour in every figure of every page (:data:`SYSTEM_COLORS`); a series of one
+point is a marker; BLEU axes span the data, not 0 to the data; a directory with several records
+files (an LR sweep per model size) gets its run charts once per file.
 
 Systems and seeds are toggled in each figure's legend (double-click: only that one); hovering a
 point shows its run. Every number the figures and tables show is also embedded in the page as
@@ -60,11 +67,16 @@ from .trainlog import (
 )
 
 __all__ = [
+    "ATTENTION_FORMAT",
+    "SYSTEM_COLORS",
     "ReportInputError",
     "build_report",
     "collect_sources",
     "main",
     "render_html",
+    "seed_interval",
+    "seed_tests",
+    "validate_attention",
     "write_report",
 ]
 
@@ -80,24 +92,65 @@ KNOWN = (
 )
 DATA_ID = "qknorm-report-data"
 #: table cells right-aligned as numbers ("6.31 ± 0.32", "+0.16", "[5.86, 6.52]", "–")
-_NUM = re.compile(r"^[-+\[]?[0-9.–][0-9.,eE+\-± \[\]–]*$")
+_NUM = re.compile(r"^[-+\[]{0,2}[0-9.–][0-9.,eE+\-± \[\]–]*$")
 #: the 2x2 cells in the ablation's order: a=(LN,dot), b=(LN,QK), c=(SN,dot), d=(SN,QK)
 CELLS = ("layernorm_dot", "layernorm_qknorm", "scalenorm_dot", "scalenorm_qknorm")
 
 
-#: one colour per system in every figure of a page (plotly's default qualitative palette)
-_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-            "#7f7f7f", "#bcbd22", "#17becf")  # fmt: skip
-_SYSTEM_ORDER = ("twt", "qknorm_paper", "prenorm_fixnorm_layernorm", "scalenorm_qknorm",
-                 "qk_layernorm", "prenorm_layernorm", "postnorm_layernorm")  # fmt: skip
+#: one colour per system in every figure of every page: a fixed entry for every system of
+#: configs/systems/*.toml (plotly's qualitative palette first, then darker tones), all distinct
+SYSTEM_COLORS = {
+    "twt": "#1f77b4",
+    "qknorm_paper": "#ff7f0e",
+    "prenorm_fixnorm_layernorm": "#2ca02c",
+    "scalenorm_qknorm": "#d62728",
+    "qk_layernorm": "#9467bd",
+    "prenorm_layernorm": "#8c564b",
+    "postnorm_layernorm": "#e377c2",
+    "twt_zloss": "#bcbd22",
+    "twt_softcap": "#17becf",
+    "prenorm_fixnorm_rmsnorm": "#7f7f7f",
+    "qk_rmsnorm_full": "#393b79",
+    "qk_rmsnorm_zc": "#8c6d31",
+}
+#: a system outside :data:`SYSTEM_COLORS` (none of configs/systems): one neutral colour
+OTHER_COLOR = "#444444"
+#: reference lines (g0, zero effect): black, dashed
+REFERENCE_COLOR = "#000000"
+#: a series longer than this is drawn as a line without markers (markers below it, and always
+#: for a single point, which a line cannot show)
+MARKERS_UP_TO = 40
 
 
 def _color(system) -> str:
-    """The colour of ``system`` (stable across figures and pages)."""
-    name = str(system)
-    if name in _SYSTEM_ORDER:
-        return _PALETTE[_SYSTEM_ORDER.index(name)]
-    return _PALETTE[(len(_SYSTEM_ORDER) + sum(map(ord, name))) % len(_PALETTE)]
+    """The colour of ``system`` (:data:`SYSTEM_COLORS`; the same in every figure and page)."""
+    return SYSTEM_COLORS.get(str(system), OTHER_COLOR)
+
+
+def _mode(n_points: int) -> str:
+    """Scatter mode of a series of ``n_points``: markers wherever a line could not be seen."""
+    if n_points < 2:
+        return "markers"
+    return "lines+markers" if n_points <= MARKERS_UP_TO else "lines"
+
+
+def _style(system, **marker) -> dict:
+    """``line`` and ``marker`` of a trace of ``system`` (its colour; ``marker`` adds to it)."""
+    c = _color(system)
+    return {"line": {"color": c}, "marker": {"color": c, "size": 6, **marker}}
+
+
+def _padded_range(values, ci_low=(), ci_high=(), pad=0.15, min_span=0.5) -> list | None:
+    """An axis range around ``values`` and their intervals (not from 0): differences show.
+
+    ``pad`` of the span on each side, at least ``min_span`` wide in all; None without data.
+    """
+    pts = [v for v in (*values, *ci_low, *ci_high) if _finite(v) is not None]
+    if not pts:
+        return None
+    lo, hi = min(pts), max(pts)
+    extra = max((hi - lo) * pad, (min_span - (hi - lo)) / 2, 0.0)
+    return [lo - extra, hi + extra]
 
 
 class ReportInputError(ValueError):
@@ -197,6 +250,103 @@ def _train_log(results_dir: Path, rel: str, d: Mapping, r: Mapping) -> Path | No
     return log
 
 
+#: the format tag of ``fairseq_qknorm.attention_dump`` (its ``FORMAT``; that module imports
+#: torch, so the tag is repeated here and a test keeps the two equal)
+ATTENTION_FORMAT = "qknorm-attention/1"
+
+
+def _shape(x, depth: int) -> list[int] | None:
+    """The sizes of a ``depth``-deep rectangular nested list, None when it is not one."""
+    if depth == 0:
+        return [] if x is None or _finite(x) is not None else None
+    if not isinstance(x, list) or not x:
+        return None
+    inner = [_shape(v, depth - 1) for v in x]
+    if any(i is None or i != inner[0] for i in inner):
+        return None
+    return [len(x), *inner[0]]
+
+
+def validate_attention(att, path) -> None:
+    """Check an attention dump against the schema ``fairseq_qknorm.attention_dump`` writes.
+
+    ``{"format": "qknorm-attention/1", "models": [{"name", "sentences": [{"index",
+    "src_tokens", "tgt_tokens", "modules": {name: {"kind", "qk_norm_type", "g", "logits",
+    "probs", "entropy"}}}]}]}``: every model with the same sentences, ``logits`` and ``probs``
+    ``[head][query][key]`` and ``entropy`` ``[head][query]`` sized by the tokens (queries and
+    keys: source tokens in the encoder, target tokens in decoder self-attention, target x
+    source in encoder-decoder attention); masked logits may be null.
+
+    Raises:
+        ReportInputError: naming ``path`` and the first thing missing or malformed.
+    """
+
+    def bad(where: str, what: str):
+        raise ReportInputError(
+            f"attention file {str(path)!r} is not an attention dump of "
+            f"fairseq_qknorm.attention_dump ({ATTENTION_FORMAT}): {where}: {what}"
+        )
+
+    if not isinstance(att, Mapping):
+        bad("top level", f"expected an object, got {type(att).__name__}")
+    if att.get("format") != ATTENTION_FORMAT:
+        bad("format", f"expected {ATTENTION_FORMAT!r}, got {att.get('format')!r}")
+    models = att.get("models")
+    if not isinstance(models, list) or not models:
+        bad("models", "missing or empty (a list of models)")
+    first_index = None
+    for i, m in enumerate(models):
+        where = f"models[{i}]"
+        if not isinstance(m, Mapping) or not isinstance(m.get("name"), str):
+            bad(where, "missing name")
+        sents = m.get("sentences")
+        if not isinstance(sents, list) or not sents:
+            bad(f"{where}.sentences", "missing or empty")
+        index = [s.get("index") if isinstance(s, Mapping) else None for s in sents]
+        first_index = index if first_index is None else first_index
+        if index != first_index:
+            bad(f"{where}.sentences", f"indices {index} differ from models[0]'s {first_index}")
+        for j, s in enumerate(sents):
+            sw = f"{where}.sentences[{j}]"
+            if not isinstance(s.get("index"), int):
+                bad(sw, "missing index")
+            toks = {}
+            for key in ("src_tokens", "tgt_tokens"):
+                t = s.get(key)
+                if not isinstance(t, list) or not t or not all(isinstance(x, str) for x in t):
+                    bad(f"{sw}.{key}", "missing or not a list of tokens")
+                toks[key] = len(t)
+            mods = s.get("modules")
+            if not isinstance(mods, Mapping) or not mods:
+                bad(f"{sw}.modules", "missing or empty")
+            for name, mod in mods.items():
+                mw = f"{sw}.modules.{name}"
+                if not isinstance(mod, Mapping):
+                    bad(mw, "not an object")
+                for key in ("kind", "qk_norm_type"):
+                    if not isinstance(mod.get(key), str):
+                        bad(f"{mw}.{key}", "missing")
+                g = mod.get("g")
+                if not (g is None or _finite(g) is not None or _shape(g, 1) is not None):
+                    bad(f"{mw}.g", "not null, a number or a list of numbers")
+                q = toks["src_tokens"] if name.startswith("enc") else toks["tgt_tokens"]
+                k = toks["src_tokens"] if name.startswith("enc") or "cross" in name else q
+                heads = None
+                for key, depth in (("probs", 3), ("logits", 3), ("entropy", 2)):
+                    shape = _shape(mod.get(key), depth)
+                    if shape is None:
+                        dims = "[head][query][key]" if depth == 3 else "[head][query]"
+                        bad(f"{mw}.{key}", f"missing or not a rectangular {dims} list of numbers")
+                    heads = shape[0] if heads is None else heads
+                    want = [heads, q, k][:depth]
+                    if shape != want:
+                        bad(
+                            f"{mw}.{key}",
+                            f"shape {shape}, expected {want} (heads, queries"
+                            f"{', keys' if depth == 3 else ''})",
+                        )
+
+
 # ----------------------------------------------------------------------------- figures
 def _fig(fid: str, title: str, data: list, layout: Mapping, caption: str = "") -> dict:
     lay = {
@@ -209,36 +359,57 @@ def _fig(fid: str, title: str, data: list, layout: Mapping, caption: str = "") -
     return {"id": fid, "title": title, "caption": caption, "spec": {"data": data, "layout": lay}}
 
 
+def _score_trace(name, rel, s: Mapping, what: str, hover: str, **meta) -> dict:
+    """One system's score as a wide tick with its 95% CI as error bars (in its colour)."""
+    c = _color(name)
+    return {
+        "type": "scatter",
+        "mode": "markers",
+        "name": f"{name} ({what.split(',')[0]})",
+        "legendgroup": str(name),
+        "x": [name],
+        "y": [s.get("score")],
+        "error_y": {
+            "type": "data",
+            "symmetric": False,
+            "array": [_sub(s.get("ci_high"), s.get("score"))],
+            "arrayminus": [_sub(s.get("score"), s.get("ci_low"))],
+            "color": c,
+            "thickness": 2,
+            "width": 10,
+        },
+        "marker": {"symbol": "line-ew", "size": 30, "color": c, "line": {"width": 3, "color": c}},
+        "hovertext": [hover],
+        "hoverinfo": "text",
+        "meta": {"source": rel, "system": name, "what": what, **meta},
+    }
+
+
 def _bleu_ci_figures(sources) -> list[dict]:
     figs = []
     for rel, d in sources.items():
         if rel.endswith("demo_compare.json"):
             systems = d.get("systems") or []
-            names = [s["name"] for s in systems]
-            score = [s.get("score") for s in systems]
-            trace = {
-                "type": "bar",
-                "name": d.get("metric", "bleu_tok"),
-                "x": names,
-                "y": score,
-                "error_y": {
-                    "type": "data",
-                    "symmetric": False,
-                    "array": [_sub(s.get("ci_high"), s.get("score")) for s in systems],
-                    "arrayminus": [_sub(s.get("score"), s.get("ci_low")) for s in systems],
-                },
-                "hovertext": [_compare_hover(s) for s in systems],
-                "hoverinfo": "text",
-                "meta": {"source": rel, "what": "score, 95% CI"},
-            }
+            metric = d.get("metric", "bleu_tok")
+            traces = [
+                _score_trace(s["name"], rel, s, "score, 95% CI", _compare_hover(s)) for s in systems
+            ]
+            rng = _padded_range(
+                [s.get("score") for s in systems],
+                [s.get("ci_low") for s in systems],
+                [s.get("ci_high") for s in systems],
+            )
             figs.append(
                 _fig(
                     f"bleu-{_slug(rel)}",
                     f"BLEU with 95% CI ({rel})",
-                    [trace],
-                    {"yaxis": {"title": {"text": d.get("metric", "bleu_tok")}}},
+                    traces,
+                    {"yaxis": {"title": {"text": metric}, "range": rng}},
                     _pnote(
-                        d.get("baseline"), d.get("n_bootstrap"), d.get("n_ar"), "one run per system"
+                        d.get("baseline"),
+                        d.get("n_bootstrap"),
+                        d.get("n_ar"),
+                        "One run per system; the axis does not start at 0",
                     ),
                 )
             )
@@ -246,44 +417,40 @@ def _bleu_ci_figures(sources) -> list[dict]:
             metric = d.get("metric", "bleu_tok")
             for pair, p in (d.get("pairs") or {}).items():
                 systems = p.get("systems") or {}
-                names = list(systems)
-                conc = [systems[n].get("concat") or {} for n in names]
-                bars = {
-                    "type": "bar",
-                    "name": "concatenated over seeds",
-                    "x": names,
-                    "y": [c.get("score") for c in conc],
-                    "error_y": {
-                        "type": "data",
-                        "symmetric": False,
-                        "array": [_sub(c.get("ci_high"), c.get("score")) for c in conc],
-                        "arrayminus": [_sub(c.get("score"), c.get("ci_low")) for c in conc],
-                    },
-                    "hovertext": [_compare_hover({"name": n, **c}) for n, c in zip(names, conc)],
-                    "hoverinfo": "text",
-                    "meta": {"source": rel, "pair": pair, "what": "concat score, 95% CI"},
-                }
-                traces = [bars]
-                for n in names:
-                    m = systems[n].get(metric) or {}
-                    seeds = systems[n].get("seeds") or []
+                traces, values, lows, highs = [], [], [], []
+                for n, sy in systems.items():
+                    c = sy.get("concat") or {}
+                    m = sy.get(metric) or {}
+                    seeds, vals = sy.get("seeds") or [], m.get("values") or []
+                    values += [c.get("score"), *vals]
+                    lows.append(c.get("ci_low"))
+                    highs.append(c.get("ci_high"))
+                    traces.append(
+                        _score_trace(
+                            n,
+                            rel,
+                            c,
+                            "concat score, 95% CI",
+                            _compare_hover({"name": n, **c}),
+                            pair=pair,
+                        )
+                    )
                     traces.append(
                         {
                             "type": "scatter",
                             "mode": "markers",
-                            "name": f"{n} per seed",
-                            "x": [n] * len(m.get("values") or []),
-                            "y": m.get("values") or [],
+                            "name": f"{n} (each seed)",
+                            "legendgroup": str(n),
+                            "x": [n] * len(vals),
+                            "y": vals,
                             "marker": {
                                 "size": 9,
                                 "symbol": "diamond",
-                                "line": {"width": 1},
+                                "opacity": 0.8,
+                                "line": {"width": 1, "color": "#ffffff"},
                                 "color": _color(n),
                             },
-                            "hovertext": [
-                                f"{n} seed {s}: {v:.2f}"
-                                for s, v in zip(seeds, m.get("values") or [])
-                            ],
+                            "hovertext": [f"{n} seed {s}: {v:.2f}" for s, v in zip(seeds, vals)],
                             "hoverinfo": "text",
                             "meta": {
                                 "source": rel,
@@ -298,12 +465,18 @@ def _bleu_ci_figures(sources) -> list[dict]:
                         f"bleu-{_slug(rel)}-{pair}",
                         f"{pair}: {metric} per system ({rel})",
                         traces,
-                        {"yaxis": {"title": {"text": metric}}, "barmode": "overlay"},
+                        {
+                            "yaxis": {
+                                "title": {"text": metric},
+                                "range": _padded_range(values, lows, highs),
+                            }
+                        },
                         _pnote(
                             d.get("baseline"),
                             (d.get("significance") or {}).get("n_bootstrap"),
                             (d.get("significance") or {}).get("n_ar"),
-                            "bars: the outputs concatenated over seeds; diamonds: each seed",
+                            "Ticks: the outputs concatenated over seeds; diamonds: each seed; "
+                            "the axis does not start at 0",
                         ),
                     )
                 )
@@ -342,6 +515,264 @@ def _pnote(baseline, n_bs, n_ar, what) -> str:
     )
 
 
+def seed_tests(ablation: Mapping) -> tuple[dict, str]:
+    """The seed-level tests of an ``ablation.json`` and where they come from.
+
+    ``seed_tests`` of the file when it has them; else (a file written before they existed)
+    :func:`qknorm_tools.ablation.ablation_seed_tests` of the cells' per-seed values.
+
+    Returns:
+        ``({effect: test or None}, source)``: ``source`` names the file's key or says the page
+        computed them; ``({}, "")`` when neither is possible.
+    """
+    tests = ablation.get("seed_tests")
+    if isinstance(tests, Mapping) and tests:
+        return dict(tests), "seed_tests of ablation.json"
+    cells = ablation.get("cells") or {}
+    values = {c: (cells.get(c) or {}).get("values") or [] for c in CELLS}
+    if not all(values.values()):
+        return {}, ""
+    from .ablation import ablation_seed_tests
+
+    return (
+        ablation_seed_tests(values),
+        "computed by this page from the cells' per-seed values (this ablation.json predates "
+        "seed_tests; qknorm_tools.ablation.ablation_seed_tests)",
+    )
+
+
+def seed_interval(test: Mapping | None) -> tuple[float, float] | None:
+    """The 95% CI of a seed-level test: its ``ci95`` when present, else from estimate, se, df.
+
+    ``estimate ± t_{0.975, df} * se`` (Student's t quantile with the test's degrees of
+    freedom); None when the test or one of these is missing.
+    """
+    if not isinstance(test, Mapping):
+        return None
+    ci = test.get("ci95")
+    if isinstance(ci, Sequence) and len(ci) == 2 and all(_finite(v) is not None for v in ci):
+        return float(ci[0]), float(ci[1])
+    est, se, df = (_finite(test.get(k)) for k in ("estimate", "se", "df"))
+    if est is None or se is None or df is None or df <= 0:
+        return None
+    from scipy import stats
+
+    q = float(stats.t.ppf(0.975, df))
+    return est - q * se, est + q * se
+
+
+def _seed_label(test: Mapping | None) -> str:
+    """What a seed-level test is (its ``test`` key; the ablation's Welch t before it existed)."""
+    return str((test or {}).get("test") or "Welch t over seeds")
+
+
+def _effect_rows(d: Mapping) -> list[dict]:
+    """Per effect of an ablation.json: estimate, seed test, its CI, MDE, TOST and AR."""
+    tests, _ = seed_tests(d)
+    sig = d.get("significance") or {}
+    rows = []
+    for k, v in (d.get("effects") or {}).items():
+        if _finite(v) is None:
+            continue
+        test = tests.get(k) if isinstance(tests.get(k), Mapping) else None
+        ar = sig.get(k) or {}
+        rows.append(
+            {
+                "effect": k,
+                "estimate": v,
+                "description": ar.get("description", ""),
+                "test": test,
+                "ci": seed_interval(test),
+                "p_seeds": _finite((test or {}).get("p")),
+                "mde": _finite((test or {}).get("mde")),
+                "tost": (test or {}).get("tost")
+                if isinstance((test or {}).get("tost"), Mapping)
+                else None,
+                "p_ar": _finite(ar.get("p_ar")),
+                "n_ar": ar.get("n_ar"),
+                "delta_concat": _finite(ar.get("delta_concat")),
+            }
+        )
+    return rows
+
+
+def _p_labels(row: Mapping) -> str:
+    """Both p-values of an effect, each named by what it tests."""
+    seeds = (
+        f"seed-level ({_seed_label(row['test'])}): p={_fmt(row['p_seeds'], '.3f')}"
+        if row["test"]
+        else "seed-level: not tested"
+    )
+    ar = (
+        f"sentences (approximate randomization): p={_fmt(row['p_ar'], '.4f')}"
+        if row["p_ar"] is not None
+        else "sentences (approximate randomization): not tested"
+    )
+    return f"{seeds}; {ar}"
+
+
+def _effect_hover(row: Mapping) -> str:
+    bits = [f"<b>{html.escape(row['effect'])}</b>"]
+    if row["description"]:
+        bits.append(html.escape(str(row["description"])))
+    bits.append(f"estimate {row['estimate']:+.3f} BLEU (difference of cell means over seeds)")
+    if row["ci"]:
+        t = row["test"]
+        bits.append(
+            f"95% CI over seeds [{row['ci'][0]:+.3f}, {row['ci'][1]:+.3f}] "
+            f"(se {_fmt(t.get('se'), '.3f')}, df {_fmt(t.get('df'), '.1f')})"
+        )
+    if row["mde"] is not None:
+        bits.append(f"minimum detectable effect (80% power): {row['mde']:.3f} BLEU")
+    needed = (row["test"] or {}).get("n_needed")
+    if isinstance(needed, Mapping) and needed:
+        bits.append(
+            "seeds per cell for 80% power: "
+            + ", ".join(f"{k} BLEU: {'–' if v is None else v}" for k, v in needed.items())
+        )
+    tost = row["tost"]
+    if tost:
+        bits.append(
+            f"equivalence (TOST, margin ±{_fmt(tost.get('margin'), '.2f')}): "
+            f"p={_fmt(tost.get('p'), '.3f')}, "
+            f"{'equivalent' if tost.get('equivalent') else 'not shown equivalent'}"
+        )
+    if row["delta_concat"] is not None:
+        bits.append(f"Δ of the outputs concatenated over seeds {row['delta_concat']:+.3f}")
+    bits.append(_p_labels(row).replace("; ", "<br>"))
+    return "<br>".join(bits)
+
+
+def _effect_marks(rel: str, name: str, what: str, symbol: str, points: list) -> dict:
+    """A grey marker trace of the forest plot at ``points`` (``[(x, effect row)]``)."""
+    grey = "#888888"
+    return {
+        "type": "scatter",
+        "mode": "markers",
+        "name": name,
+        "x": [x for x, _ in points],
+        "y": [r["effect"] for _, r in points],
+        "marker": {
+            "symbol": symbol,
+            "size": 11,
+            "color": grey,
+            "line": {"width": 2, "color": grey},
+        },
+        "hovertext": [_effect_hover(r) for _, r in points],
+        "hoverinfo": "text",
+        "meta": {"source": rel, "what": what},
+    }
+
+
+def _effects_figure(rel: str, d: Mapping) -> dict:
+    """The forest plot of the ablation's effects: estimate, seed-level CI, MDE, both p-values."""
+    rows = _effect_rows(d)
+    names = [r["effect"] for r in rows]
+    _, source = seed_tests(d)
+    ink = REFERENCE_COLOR
+    traces = [
+        {
+            "type": "scatter",
+            "mode": "markers",
+            "name": "estimate, 95% CI over seeds",
+            "x": [r["estimate"] for r in rows],
+            "y": names,
+            "error_x": {
+                "type": "data",
+                "symmetric": False,
+                "array": [r["ci"][1] - r["estimate"] if r["ci"] else None for r in rows],
+                "arrayminus": [r["estimate"] - r["ci"][0] if r["ci"] else None for r in rows],
+                "color": ink,
+                "thickness": 2,
+                "width": 6,
+            },
+            "marker": {"symbol": "diamond", "size": 11, "color": ink},
+            "hovertext": [_effect_hover(r) for r in rows],
+            "hoverinfo": "text",
+            "meta": {
+                "source": rel,
+                "what": "effects",
+                "ci95": [list(r["ci"]) if r["ci"] else None for r in rows],
+                "seed_tests": source,
+            },
+        }
+    ]
+    concat = [(r["delta_concat"], r) for r in rows if r["delta_concat"] is not None]
+    if concat:
+        traces.append(
+            _effect_marks(
+                rel,
+                "Δ concatenated outputs (what the sentence-level test tests)",
+                "delta_concat",
+                "circle-open",
+                concat,
+            )
+        )
+    mde = [(s * r["mde"], r) for r in rows if r["mde"] is not None for s in (-1, 1)]
+    if mde:
+        traces.append(
+            _effect_marks(
+                rel, "± minimum detectable effect (80% power, seeds)", "mde", "line-ns", mde
+            )
+        )
+    notes = [
+        {
+            "xref": "paper",
+            "x": 1.01,
+            "xanchor": "left",
+            "yref": "y",
+            "y": r["effect"],
+            "text": html.escape(_p_labels(r)).replace("; ", "<br>"),
+            "showarrow": False,
+            "align": "left",
+            "font": {"size": 11},
+        }
+        for r in rows
+    ]
+    layout = {
+        "height": 140 + 52 * len(rows),
+        "margin": {"t": 50, "r": 330, "l": 190},
+        "xaxis": {
+            "title": {"text": f"effect ({d.get('metric', 'BLEU')} points)"},
+            "zeroline": False,
+        },
+        "yaxis": {"autorange": "reversed", "type": "category"},
+        "shapes": [
+            {
+                "type": "line",
+                "xref": "x",
+                "x0": 0,
+                "x1": 0,
+                "yref": "paper",
+                "y0": 0,
+                "y1": 1,
+                "line": {"color": ink, "width": 1, "dash": "dash"},
+            }
+        ],
+        "annotations": notes,
+        "legend": {"orientation": "h", "y": -0.25 if len(rows) > 4 else -0.4},
+    }
+    caption = (
+        "Diamond: the effect (difference of cell means over seeds); bar: its 95% CI over seeds "
+        "(t quantile with the test's df: the noise of training another seed included). Right: "
+        "two p-values, each named by what it tests: 'seed-level' asks whether the effect "
+        "exceeds the spread between training runs (seeds); 'sentences' (paired approximate "
+        "randomization on the outputs concatenated over seeds, Riezler & Maxwell 2005) asks "
+        "only whether these fixed outputs differ beyond the sampling of test sentences, and "
+        "leaves training noise out: it can be tiny where the seed-level p is not. Open "
+        "circles: the concatenated outputs' difference, the statistic of that test."
+        + (" Grey ticks: ± the minimum detectable effect at 80% power over seeds." if mde else "")
+        + f" Seed-level tests: {source or 'none (fewer than 2 seeds per cell)'}."
+    )
+    return _fig(
+        f"ablation-effects-{_slug(rel)}",
+        f"2x2 effects with 95% CIs over seeds ({rel})",
+        traces,
+        layout,
+        caption,
+    )
+
+
 def _ablation_figures(sources) -> list[dict]:
     figs = []
     for rel, d in sources.items():
@@ -349,42 +780,63 @@ def _ablation_figures(sources) -> list[dict]:
             continue
         cells = d.get("cells") or {}
         names = [c for c in CELLS if c in cells] + [c for c in cells if c not in CELLS]
-        traces = [
-            {
-                "type": "bar",
-                "name": "mean ± sd",
-                "x": names,
-                "y": [cells[c].get("mean") for c in names],
-                "error_y": {"type": "data", "array": [cells[c].get("sd") for c in names]},
-                "hovertext": [
-                    f"<b>{c}</b> ({cells[c].get('system')})<br>mean {_fmt(cells[c].get('mean'))}"
-                    f" ± {_fmt(cells[c].get('sd'))} over seeds {cells[c].get('seeds')}"
-                    for c in names
-                ],
-                "hoverinfo": "text",
-                "meta": {"source": rel, "what": "cell means"},
-            }
-        ]
-        seeds = sorted({s for c in names for s in cells[c].get("seeds") or []})
-        for seed in seeds:
-            xs, ys, text = [], [], []
-            for c in names:
-                for s, v in zip(cells[c].get("seeds") or [], cells[c].get("values") or []):
-                    if s == seed:
-                        xs.append(c)
-                        ys.append(v)
-                        text.append(f"{cells[c].get('system')} seed {s}: {_fmt(v)}")
+        traces, values = [], []
+        for c in names:
+            cell = cells[c]
+            system = cell.get("system")
+            seeds, vals = cell.get("seeds") or [], cell.get("values") or []
+            mean, sd = cell.get("mean"), cell.get("sd")
+            values += [*vals, mean]
+            if _finite(mean) is not None and _finite(sd) is not None:
+                values += [mean - sd, mean + sd]
+            col = _color(system)
             traces.append(
                 {
                     "type": "scatter",
                     "mode": "markers",
-                    "name": f"seed {seed}",
-                    "x": xs,
-                    "y": ys,
-                    "hovertext": text,
+                    "name": f"{c} mean ± sd",
+                    "legendgroup": c,
+                    "x": [c],
+                    "y": [mean],
+                    "error_y": {"type": "data", "array": [sd], "color": col, "thickness": 2},
+                    "marker": {
+                        "symbol": "line-ew",
+                        "size": 30,
+                        "color": col,
+                        "line": {"width": 3, "color": col},
+                    },
+                    "hovertext": [
+                        f"<b>{c}</b> ({system})<br>mean {_fmt(mean)} ± {_fmt(sd)} over seeds "
+                        f"{seeds}"
+                    ],
                     "hoverinfo": "text",
-                    "marker": {"size": 9, "symbol": "diamond"},
-                    "meta": {"source": rel, "what": "seed values", "seed": seed},
+                    "meta": {"source": rel, "what": "cell mean", "cell": c, "system": system},
+                }
+            )
+            traces.append(
+                {
+                    "type": "scatter",
+                    "mode": "markers",
+                    "name": f"{c} each seed",
+                    "legendgroup": c,
+                    "x": [c] * len(vals),
+                    "y": vals,
+                    "hovertext": [f"{system} seed {s}: {_fmt(v)}" for s, v in zip(seeds, vals)],
+                    "hoverinfo": "text",
+                    "marker": {
+                        "size": 9,
+                        "symbol": "diamond",
+                        "color": col,
+                        "opacity": 0.8,
+                        "line": {"width": 1, "color": "#ffffff"},
+                    },
+                    "meta": {
+                        "source": rel,
+                        "what": "seed values",
+                        "cell": c,
+                        "system": system,
+                        "seeds": seeds,
+                    },
                 }
             )
         figs.append(
@@ -392,39 +844,17 @@ def _ablation_figures(sources) -> list[dict]:
                 f"ablation-cells-{_slug(rel)}",
                 f"2x2 cells ({d.get('metric')}, {rel})",
                 traces,
-                {"yaxis": {"title": {"text": str(d.get("metric"))}}},
-                "All cells PreNorm + FixNorm; a=(LN,dot), b=(LN,QK), c=(SN,dot), d=(SN,QK).",
+                {
+                    "yaxis": {
+                        "title": {"text": str(d.get("metric"))},
+                        "range": _padded_range(values),
+                    }
+                },
+                "All cells PreNorm + FixNorm; a=(LN,dot), b=(LN,QK), c=(SN,dot), d=(SN,QK). "
+                "Ticks: mean ± sd over seeds; diamonds: each seed; the axis does not start at 0.",
             )
         )
-        effects = {k: v for k, v in (d.get("effects") or {}).items() if _finite(v) is not None}
-        sig = d.get("significance") or {}
-        names = list(effects)
-        trace = {
-            "type": "bar",
-            "name": "effect",
-            "x": names,
-            "y": [effects[k] for k in names],
-            "hovertext": [
-                f"<b>{k}</b><br>{html.escape(str((sig.get(k) or {}).get('description', '')))}"
-                f"<br>effect {effects[k]:+.3f}<br>p(ar) "
-                f"{_fmt((sig.get(k) or {}).get('p_ar'), '.4f', 'not tested')}"
-                for k in names
-            ],
-            "text": [f"p={_fmt((sig.get(k) or {}).get('p_ar'), '.3f', 'n/a')}" for k in names],
-            "textposition": "outside",
-            "hoverinfo": "text",
-            "meta": {"source": rel, "what": "effects"},
-        }
-        figs.append(
-            _fig(
-                f"ablation-effects-{_slug(rel)}",
-                f"2x2 effects (BLEU points, {rel})",
-                [trace],
-                {"yaxis": {"title": {"text": "effect"}}},
-                "Differences of mean scores over seeds; p: paired approximate randomization on the "
-                "outputs concatenated over seeds (the interaction is not tested).",
-            )
-        )
+        figs.append(_effects_figure(rel, d))
     return figs
 
 
@@ -441,11 +871,10 @@ def _lr_figures(sources) -> list[dict]:
             loss.append(
                 {
                     "type": "scatter",
-                    "mode": "lines+markers",
+                    "mode": _mode(len(pts)),
                     "name": name,
                     "legendgroup": name,
-                    "line": {"color": _color(name)},
-                    "marker": {"color": _color(name)},
+                    **_style(name),
                     "x": [p.get("lr") for p in pts],
                     "y": [p.get("capped_loss_mean") for p in pts],
                     "hovertext": [
@@ -495,10 +924,11 @@ def _lr_figures(sources) -> list[dict]:
                     series_traces.append(
                         {
                             "type": "scatter",
-                            "mode": "lines+markers",
+                            "mode": _mode(len(pts2)),
                             "name": f"{name} lr {r.get('lr')} seed {r.get('seed')}",
                             "legendgroup": f"{name}",
                             "legendgrouptitle": {"text": name},
+                            **_style(name, size=5),
                             "x": [p[0] for p in pts2],
                             "y": [_finite(p[1]) for p in pts2],
                             "hovertext": [
@@ -561,12 +991,46 @@ def _lr_figures(sources) -> list[dict]:
     return figs
 
 
-def _run_figures(results_dir: Path, sources) -> tuple[list[dict], list[str]]:
-    """Curves from train logs where present, final g per module from the records; notes."""
-    figs, notes = [], []
+def _series_trace(r: Mapping, name: str, xs, ys, source, what: str, **extra) -> dict:
+    """One run's series in its system's colour; markers where a line could not be seen."""
+    return {
+        "type": "scatter",
+        "mode": _mode(len(xs)),
+        "name": name,
+        "legendgroup": _run_label(r),
+        "x": list(xs),
+        "y": [_finite(y) for y in ys],
+        "hovertext": [_hover(r)] * len(xs),
+        "hoverinfo": "text+x+y",
+        **_style(r.get("system"), size=5),
+        "meta": {"source": str(source), "system": r.get("system"), "what": what},
+        **extra,
+    }
+
+
+def _layers(records: Sequence[Mapping]) -> str:
+    """``"2+2 layers"`` from the attention modules a group's runs name (``qk_norm_g_final``)."""
+    sizes = set()
+    for r in records:
+        mods = list(r.get("qk_norm_g_final") or {})
+        enc = {m.split("_")[0] for m in mods if m.startswith("enc")}
+        dec = {m.split("_")[0] for m in mods if m.startswith("dec")}
+        if enc or dec:
+            sizes.add(f"{len(enc)}+{len(dec)}")
+    return f", {'/'.join(sorted(sizes))} layers" if sizes else ""
+
+
+def _run_group_figures(
+    results_dir: Path, rel: str, group: list, suffix: str, title: str
+) -> tuple[list[dict], list[str], list[str]]:
+    """The curves, g and max-logit figures of the runs of one records file (one model size).
+
+    Returns:
+        ``(figures, notes, train.log paths not found)``.
+    """
+    figs, notes, missing = [], [], []
     loss, g_traces, logit, g_final = [], [], [], []
-    by_source: dict[str, list[str]] = {}
-    for rel, d, r in _records(sources):
+    for d, r in group:
         label = _run_label(r)
         log = _train_log(results_dir, rel, d, r)
         records = None
@@ -576,69 +1040,51 @@ def _run_figures(results_dir: Path, sources) -> tuple[list[dict], list[str]]:
             except LogInputError as exc:
                 notes.append(f"{label}: {exc}")
         if records is None:
-            by_source.setdefault(rel, []).append(str(r.get("train_log") or "(no train_log)"))
+            missing.append(str(r.get("train_log") or "(no train_log)"))
         else:
             for kind, dash in (("train_inner", "solid"), ("valid", "dot")):
                 xs, ys = series(records, kind, "loss")
                 if xs:
-                    loss.append(
-                        {
-                            "type": "scatter",
-                            "mode": "lines",
-                            "name": f"{label} {kind}",
-                            "legendgroup": label,
-                            "x": xs,
-                            "y": ys,
-                            "line": {"dash": dash},
-                            "hovertext": [_hover(r)] * len(xs),
-                            "hoverinfo": "text+x+y",
-                            "meta": {"source": str(log), "what": f"{kind} loss"},
-                        }
-                    )
-            for key in metric_keys(records, G_PREFIX, "valid") or metric_keys(records, G_PREFIX):
-                kind = "valid" if metric_keys(records, G_PREFIX, "valid") else "train_inner"
-                xs, ys = series(records, kind, key)
+                    t = _series_trace(r, f"{label} {kind}", xs, ys, log, f"{kind} loss")
+                    t["line"]["dash"] = dash
+                    loss.append(t)
+            g_kind = "valid" if metric_keys(records, G_PREFIX, "valid") else "train_inner"
+            for key in metric_keys(records, G_PREFIX, g_kind):
+                xs, ys = series(records, g_kind, key)
                 g_traces.append(
-                    {
-                        "type": "scatter",
-                        "mode": "lines",
-                        "name": f"{label} {key[len(G_PREFIX) :]}",
-                        "legendgroup": label,
-                        "legendgrouptitle": {"text": label},
-                        "x": xs,
-                        "y": ys,
-                        "hovertext": [_hover(r)] * len(xs),
-                        "hoverinfo": "text+x+y",
-                        "meta": {"source": str(log), "what": key},
-                    }
+                    _series_trace(
+                        r,
+                        f"{label} {key[len(G_PREFIX) :]}",
+                        xs,
+                        ys,
+                        log,
+                        key,
+                        legendgrouptitle={"text": label},
+                    )
                 )
             xs, ys = max_attention_logit_series(records)
             if xs:
-                logit.append(
-                    {
-                        "type": "scatter",
-                        "mode": "lines",
-                        "name": label,
-                        "x": xs,
-                        "y": [_finite(y) for y in ys],
-                        "hovertext": [_hover(r)] * len(xs),
-                        "hoverinfo": "text+x+y",
-                        "meta": {"source": str(log), "what": "max attention logit"},
-                    }
-                )
+                logit.append(_series_trace(r, label, xs, ys, log, "max attention logit"))
         gf = r.get("qk_norm_g_final") or {}
         if gf:
             mods = list(gf)
             g_final.append(
                 {
                     "type": "scatter",
-                    "mode": "markers+lines",
+                    "mode": _mode(len(mods)),
                     "name": label,
+                    "legendgroup": str(r.get("system")),
                     "x": mods,
                     "y": [gf[m] for m in mods],
                     "hovertext": [_hover(r) + f"<br>{m}: g {gf[m]}" for m in mods],
                     "hoverinfo": "text",
-                    "meta": {"source": rel, "what": "qk_norm_g_final", "run": label},
+                    **_style(r.get("system"), size=7),
+                    "meta": {
+                        "source": rel,
+                        "what": "qk_norm_g_final",
+                        "run": label,
+                        "system": r.get("system"),
+                    },
                 }
             )
             if _finite(r.get("qk_norm_g0")) is not None and not any(
@@ -647,57 +1093,51 @@ def _run_figures(results_dir: Path, sources) -> tuple[list[dict], list[str]]:
                 g_final.append(
                     {
                         "type": "scatter",
-                        "mode": "lines",
+                        "mode": _mode(len(mods)),
                         "name": "g0",
                         "x": mods,
                         "y": [r["qk_norm_g0"]] * len(mods),
-                        "line": {"dash": "dash"},
+                        "line": {"dash": "dash", "color": REFERENCE_COLOR},
+                        "marker": {"color": REFERENCE_COLOR, "size": 4},
                         "hoverinfo": "y+name",
                         "meta": {"what": "g0"},
                     }
                 )
-    for rel, logs in by_source.items():
-        notes.append(
-            f"{len(logs)} run(s) of {rel}: train.log not found (e.g. {logs[0]}): the run "
-            "directories are not in this checkout, so their training / dev curves, g over "
-            "training and max attention logit over training are not shown; the final values "
-            "of the records are."
-        )
+    update = {"xaxis": {"title": {"text": "update"}}}
     if loss:
         figs.append(
             _fig(
-                "curves",
-                "training (solid) and dev (dotted) loss",
+                f"curves{suffix}",
+                f"training (solid) and dev (dotted) loss{title}",
                 loss,
-                {"xaxis": {"title": {"text": "update"}}, "yaxis": {"title": {"text": "loss"}}},
+                {**update, "yaxis": {"title": {"text": "loss"}}},
+                "Markers where a run has few points (a single dev loss cannot be a line).",
             )
         )
     if g_traces:
         figs.append(
             _fig(
-                "g-curves",
-                "QKNorm g per module over training",
+                f"g-curves{suffix}",
+                f"QKNorm g per module over training{title}",
                 g_traces,
-                {"xaxis": {"title": {"text": "update"}}, "yaxis": {"title": {"text": "g"}}},
+                {**update, "yaxis": {"title": {"text": "g"}}},
+                "One trace per run and attention module, in its system's colour.",
             )
         )
     if logit:
         figs.append(
             _fig(
-                "maxlogit-curves",
-                "max attention logit over training",
+                f"maxlogit-curves{suffix}",
+                f"max attention logit over training{title}",
                 logit,
-                {
-                    "xaxis": {"title": {"text": "update"}},
-                    "yaxis": {"type": "log", "title": {"text": "max |logit|"}},
-                },
+                {**update, "yaxis": {"type": "log", "title": {"text": "max |logit|"}}},
             )
         )
     if g_final:
         figs.append(
             _fig(
-                "g-final",
-                "QKNorm g per module at checkpoint_best (records)",
+                f"g-final{suffix}",
+                f"QKNorm g per module at checkpoint_best (records){title}",
                 g_final,
                 {
                     "xaxis": {"title": {"text": "attention module"}},
@@ -707,6 +1147,36 @@ def _run_figures(results_dir: Path, sources) -> tuple[list[dict], list[str]]:
                 "Henry et al. 2020 Eq. 4.",
             )
         )
+    return figs, notes, missing
+
+
+def _run_figures(results_dir: Path, sources) -> tuple[list[dict], list[str]]:
+    """Curves from train logs where present, final g per module from the records; notes.
+
+    One set of figures per records file (``runs.json``, else ``demo.json``): a directory with
+    several (an LR sweep per model size) gets one chart per size, never models of different
+    sizes on one axis.
+    """
+    groups: dict[str, list] = {}
+    for rel, d, r in _records(sources):
+        groups.setdefault(rel, []).append((d, r))
+    figs, notes = [], []
+    for rel, group in groups.items():
+        if len(groups) == 1:
+            suffix, title = "", ""
+        else:
+            suffix = "-" + _slug(rel)
+            title = f" ({rel}{_layers([r for _, r in group])})"
+        f, n, missing = _run_group_figures(results_dir, rel, group, suffix, title)
+        figs += f
+        notes += n
+        if missing:
+            notes.append(
+                f"{len(missing)} run(s) of {rel}: train.log not found (e.g. {missing[0]}): the "
+                "run directories are not in this checkout, so their training / dev curves, g "
+                "over training and max attention logit over training are not shown; the final "
+                "values of the records are."
+            )
     return figs, notes
 
 
@@ -850,22 +1320,34 @@ def _tables(sources) -> list[tuple[str, str]]:
                     ),
                 )
             )
-            sig = d.get("significance") or {}
+            effects = _effect_rows(d)
+            with_mde = any(r["mde"] is not None for r in effects)
             rows = [
                 [
-                    k,
-                    _fmt(v, "+.3f"),
-                    (sig.get(k) or {}).get("description", ""),
-                    _fmt((sig.get(k) or {}).get("p_ar"), ".4f", "not tested"),
+                    r["effect"],
+                    _fmt(r["estimate"], "+.3f"),
+                    r["description"],
+                    f"[{r['ci'][0]:+.2f}, {r['ci'][1]:+.2f}]" if r["ci"] else "–",
+                    _fmt(r["p_seeds"], ".3f", "not tested"),
+                    _fmt(r["p_ar"], ".4f", "not tested"),
+                    *([_fmt(r["mde"], ".2f")] if with_mde else []),
                 ]
-                for k, v in (d.get("effects") or {}).items()
-                if not isinstance(v, Mapping)
+                for r in effects
             ]
+            label = _seed_label(next((r["test"] for r in effects if r["test"]), None))
             out.append(
                 (
                     f"2x2 effects ({rel})",
                     _table(
-                        ["effect", "BLEU", "comparison", "p(ar)"],
+                        [
+                            "effect",
+                            "BLEU",
+                            "comparison",
+                            "95% CI over seeds",
+                            f"p, seed-level ({label})",
+                            "p, sentences (approximate randomization)",
+                            *(["MDE (80% power)"] if with_mde else []),
+                        ],
                         rows,
                         f"table-{_slug(rel)}-effects",
                     ),
@@ -923,8 +1405,12 @@ def build_report(results_dir, attention=None) -> dict:
             raise ReportInputError(
                 f"cannot read attention file {str(attention)!r}: {exc}"
             ) from None
+        validate_attention(att, attention)
     else:
-        att = next((v for k, v in sources.items() if k.endswith("attention.json")), None)
+        found = [(k, v) for k, v in sources.items() if k.endswith("attention.json")]
+        for k, v in found:
+            validate_attention(v, root / k)
+        att = found[0][1] if found else None
     sources = {k: v for k, v in sources.items() if not k.endswith("attention.json")}
     run_figs, notes = _run_figures(root, sources)
     figures = (
@@ -1005,6 +1491,12 @@ def render_html(report: Mapping, plotlyjs: str | None = None) -> str:
         cap = f'<p class="caption">{esc(f["caption"])}</p>' if f.get("caption") else ""
         return f'<div class="fig" id="fig-{esc(f["id"])}"></div>{cap}'
 
+    if report.get("figures_only"):  # write_report(figure=...): the figures, nothing else
+        return _document(
+            report,
+            plotlyjs,
+            [f"<h1>{esc(report['title'])}</h1>"] + [figure_block(f) for f in figs.values()],
+        )
     groups = [
         ("results", "Results tables", None),
         ("bleu", "BLEU with confidence intervals and p-values", ("bleu-",)),
@@ -1063,6 +1555,12 @@ def render_html(report: Mapping, plotlyjs: str | None = None) -> str:
         )
     for t, h in runs:
         sections.append(f'<h2 id="runs">{esc(t)}</h2>{h}')
+    return _document(report, plotlyjs, sections)
+
+
+def _document(report: Mapping, plotlyjs: str, sections: Sequence[str]) -> str:
+    """The HTML document: style, scripts, ``sections`` and the page's data as JSON."""
+    esc = html.escape
     page_data = {
         k: report[k] for k in ("title", "results_dir", "sources", "figures", "notes", "attention")
     }
@@ -1077,15 +1575,33 @@ def render_html(report: Mapping, plotlyjs: str | None = None) -> str:
     )
 
 
-def write_report(results_dir, out=None, attention=None) -> Path:
+def write_report(results_dir, out=None, attention=None, figure=None) -> Path:
     """Build and write the page of ``results_dir`` (default ``results_dir/report.html``).
 
     Written to a temporary name first, then renamed: a failure leaves the previous page.
+    ``figure``: a figure id prefix (e.g. ``ablation-effects``): the page then holds only those
+    figures under its title (no tables, notes or attention viewer), for a screenshot.
 
     Raises:
-        ReportInputError: see :func:`build_report` and :func:`render_html`.
+        ReportInputError: see :func:`build_report` and :func:`render_html`; no figure id starts
+            with ``figure``.
     """
     report = build_report(results_dir, attention)
+    if figure is not None:
+        picked = [f for f in report["figures"] if f["id"].startswith(figure)]
+        if not picked:
+            raise ReportInputError(
+                f"no figure of the page of {str(results_dir)!r} has an id starting with "
+                f"{figure!r}; its figures: {', '.join(f['id'] for f in report['figures'])}"
+            )
+        report = {
+            **report,
+            "figures": picked,
+            "tables": [],
+            "notes": [],
+            "attention": None,
+            "figures_only": True,
+        }
     try:
         import plotly.graph_objects as go
     except ImportError:
@@ -1115,6 +1631,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--attention", help="an attention_dump JSON to show (default DIR/attention.json)"
     )
+    p.add_argument(
+        "--figure",
+        metavar="ID_PREFIX",
+        help="only the figures whose id starts with ID_PREFIX (e.g. ablation-effects), without "
+        "tables, notes or attention viewer: a page for a screenshot",
+    )
     return p
 
 
@@ -1129,7 +1651,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     status = 0
     for d in args.results_dirs:
         try:
-            out = write_report(d, args.output, args.attention)
+            out = write_report(d, args.output, args.attention, args.figure)
         except ReportInputError as exc:
             print(f"error: {exc}", file=sys.stderr)
             status = 1

@@ -3,14 +3,18 @@
 independent float64 reference, the page's embedded numbers against the results JSON, and the
 page in a real headless Chromium (skipped, saying why, where there is none)."""
 
+import html
 import json
 import math
+import re
 import shutil
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from scipy import stats
 
 from conftest import (
     PLUGIN_DIR,
@@ -223,6 +227,14 @@ def build_page(src: Path, dst: Path, *extra) -> tuple[Path, dict]:
     return page, page_data(page)
 
 
+def build_in_place(src: Path, page: Path, *extra) -> dict:
+    """Build the page of a results directory where it is (its train.log paths resolve) to
+    ``page``, torch and fairseq blocked; the page's data."""
+    proc = run_without_torch("qknorm_tools.report", src, "-o", page, *extra)
+    assert proc.returncode == 0, proc.stderr
+    return page_data(page)
+
+
 def figure(data: dict, prefix: str) -> dict:
     found = [f for f in data["figures"] if f["id"].startswith(prefix)]
     assert len(found) == 1, [f["id"] for f in data["figures"]]
@@ -233,6 +245,14 @@ def trace(spec: dict, **meta) -> dict:
     found = [t for t in spec["data"] if all(t.get("meta", {}).get(k) == v for k, v in meta.items())]
     assert len(found) == 1, meta
     return found[0]
+
+
+def welch(a, b) -> tuple[float, float, float]:
+    """(estimate, se, df) of mean(a) - mean(b), Welch-Satterthwaite, by hand."""
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    se = math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    return statistics.mean(a) - statistics.mean(b), se, df
 
 
 def test_ablation_page_shows_the_numbers_of_its_json(tmp_path):
@@ -250,29 +270,59 @@ def test_ablation_page_shows_the_numbers_of_its_json(tmp_path):
         assert data["sources"][name] == json.loads((src / name).read_text()), name
     ab = json.loads((src / "ablation.json").read_text())
     cells = ["layernorm_dot", "layernorm_qknorm", "scalenorm_dot", "scalenorm_qknorm"]
-    means = trace(figure(data, "ablation-cells"), what="cell means")
-    assert means["x"] == cells
-    assert means["y"] == [ab["cells"][c]["mean"] for c in cells]
-    assert means["error_y"]["array"] == [ab["cells"][c]["sd"] for c in cells]
-    for seed in (1, 2, 3):
-        t = trace(figure(data, "ablation-cells"), what="seed values", seed=seed)
-        assert t["y"] == [ab["cells"][c]["values"][seed - 1] for c in cells]
-    eff = trace(figure(data, "ablation-effects"), what="effects")
-    assert dict(zip(eff["x"], eff["y"])) == {
+    cell_fig = figure(data, "ablation-cells")
+    for c in cells:
+        mean = trace(cell_fig, what="cell mean", cell=c)
+        assert mean["x"] == [c] and mean["y"] == [ab["cells"][c]["mean"]]
+        assert mean["error_y"]["array"] == [ab["cells"][c]["sd"]]
+        assert trace(cell_fig, what="seed values", cell=c)["y"] == ab["cells"][c]["values"]
+    # the axis shows the differences: not from 0, every seed inside
+    lo, hi = cell_fig["layout"]["yaxis"]["range"]
+    values = [v for c in cells for v in ab["cells"][c]["values"]]
+    assert 0 < lo < min(values) and max(values) < hi < max(values) + 1
+    # the effects as a forest plot: estimates, seed-level CIs (this ablation.json predates
+    # seed_tests: the page computes Welch's test from the cells), both p-values named
+    effects = figure(data, "ablation-effects")
+    eff = trace(effects, what="effects")
+    assert dict(zip(eff["y"], eff["x"])) == {
         k: v for k, v in ab["effects"].items() if not isinstance(v, dict)
     }
-    i = eff["x"].index("paper_comparison")
-    assert eff["text"][i] == f"p={ab['significance']['paper_comparison']['p_ar']:.3f}" == "p=0.365"
-    agg = json.loads((src / "aggregate.json").read_text())["pairs"]["gl-en"]["systems"]
-    bars = trace(figure(data, "bleu-aggregate"), what="concat score, 95% CI")
-    assert bars["y"] == [agg[s]["concat"]["score"] for s in bars["x"]]
-    assert bars["error_y"]["array"] == pytest.approx(
-        [agg[s]["concat"]["ci_high"] - agg[s]["concat"]["score"] for s in bars["x"]], abs=1e-12
+    assert "computed by this page" in eff["meta"]["seed_tests"]
+    b_, c_ = ab["cells"]["layernorm_qknorm"]["values"], ab["cells"]["scalenorm_dot"]["values"]
+    est, se, df = welch(b_, c_)
+    q = stats.t.ppf(0.975, df)
+    i = eff["y"].index("paper_comparison")
+    assert eff["x"][i] == pytest.approx(est, abs=1e-12)
+    assert eff["meta"]["ci95"][i] == pytest.approx([est - q * se, est + q * se], abs=1e-9)
+    assert eff["error_x"]["array"][i] == pytest.approx(q * se, abs=1e-9)
+    p_seeds = stats.ttest_ind(b_, c_, equal_var=False).pvalue
+    note = next(a for a in effects["layout"]["annotations"] if a["y"] == "paper_comparison")
+    p_ar = ab["significance"]["paper_comparison"]["p_ar"]
+    assert note["text"] == (
+        f"seed-level (Welch t over seeds): p={p_seeds:.3f}<br>"
+        f"sentences (approximate randomization): p={p_ar:.4f}"
     )
-    per_seed = trace(figure(data, "bleu-aggregate"), what="per-seed values", system="qknorm_paper")
-    assert per_seed["y"] == agg["qknorm_paper"]["bleu_tok"]["values"]
+    assert note["text"].endswith("p=0.514<br>sentences (approximate randomization): p=0.3654")
+    concat = trace(effects, what="delta_concat")
+    assert (
+        concat["x"][concat["y"].index("paper_comparison")]
+        == (ab["significance"]["paper_comparison"]["delta_concat"])
+    )
+    agg = json.loads((src / "aggregate.json").read_text())["pairs"]["gl-en"]["systems"]
+    bleu = figure(data, "bleu-aggregate")
+    for s in agg:
+        tick = trace(bleu, what="concat score, 95% CI", system=s)
+        assert tick["x"] == [s] and tick["y"] == [agg[s]["concat"]["score"]]
+        assert tick["error_y"]["array"] == pytest.approx(
+            [agg[s]["concat"]["ci_high"] - agg[s]["concat"]["score"]], abs=1e-12
+        )
+        assert trace(bleu, what="per-seed values", system=s)["y"] == agg[s]["bleu_tok"]["values"]
+    lo, hi = bleu["layout"]["yaxis"]["range"]
+    assert 0 < lo <= min(min(agg[s]["bleu_tok"]["values"] + [agg[s]["concat"]["ci_low"]])
+                         for s in agg)  # fmt: skip
     # the tables (HTML) show the same numbers, rounded
     assert '<td>paper_comparison</td><td class="num">-0.196</td>' in html_text
+    assert f'<td class="num">[{est - q * se:+.2f}, {est + q * se:+.2f}]</td>' in html_text
     assert "6.19 [5.86, 6.52]" in html_text and '<td class="num">0.3654</td>' in html_text
     # and the page says what it lacks on a fresh clone: the run directories (train.log)
     assert any("12 run(s) of runs.json: train.log not found" in n for n in data["notes"])
@@ -283,9 +333,50 @@ def test_ablation_page_shows_the_numbers_of_its_json(tmp_path):
     assert dict(zip(g["x"], g["y"])) == rec["qk_norm_g_final"]
 
 
+def test_effects_use_the_seed_tests_of_the_json_and_their_new_keys(tmp_path):
+    """Converged 2x2: seed_tests from ablation.json (CI from estimate, se, df); ci95, mde,
+    tost and test, where an ablation.json has them, are shown as they are."""
+    src = RESULTS / "cpu-converge-d128" / "gl-en"
+    ab = json.loads((src / "ablation.json").read_text())
+    _, data = build_page(src, tmp_path / "plain")
+    eff = trace(figure(data, "ablation-effects"), what="effects")
+    assert eff["meta"]["seed_tests"] == "seed_tests of ablation.json"
+    for i, k in enumerate(eff["y"]):
+        t = ab["seed_tests"][k]
+        q = stats.t.ppf(0.975, t["df"])
+        assert eff["x"][i] == ab["effects"][k] == t["estimate"]
+        assert eff["meta"]["ci95"][i] == pytest.approx(
+            [t["estimate"] - q * t["se"], t["estimate"] + q * t["se"]], abs=1e-9
+        )
+    assert [t["meta"]["what"] for t in figure(data, "ablation-effects")["data"]] == [
+        "effects", "delta_concat"]  # no MDE without mde  # fmt: skip
+    d = tmp_path / "extended"
+    shutil.copytree(src, d, ignore=shutil.ignore_patterns("records"))
+    ext = json.loads(json.dumps(ab))
+    for t in ext["seed_tests"].values():
+        t.update(ci95=[-1.5, 2.5], mde=1.25, n_needed={"0.5": 40, "0.93": 12},
+                 tost={"margin": 0.5, "p": 0.3, "equivalent": False},
+                 test="paired t over shared seeds")  # fmt: skip
+    (d / "ablation.json").write_text(json.dumps(ext))
+    page, data = build_page(d, tmp_path / "extended-page")
+    fig = figure(data, "ablation-effects")
+    eff = trace(fig, what="effects")
+    assert eff["meta"]["ci95"] == [[-1.5, 2.5]] * len(eff["y"])
+    assert eff["error_x"]["array"][0] == pytest.approx(2.5 - eff["x"][0], abs=1e-12)
+    mde = trace(fig, what="mde")
+    assert sorted(set(mde["x"])) == [-1.25, 1.25] and len(mde["x"]) == 2 * len(eff["y"])
+    assert "paired t over shared seeds" in fig["layout"]["annotations"][0]["text"]
+    assert "TOST, margin ±0.50): p=0.300, not shown equivalent" in eff["hovertext"][0]
+    assert "seeds per cell for 80% power: 0.5 BLEU: 40, 0.93 BLEU: 12" in eff["hovertext"][0]
+    text = page.read_text()
+    assert (
+        "<th>MDE (80% power)</th>" in text and "p, seed-level (paired t over shared seeds)" in text
+    )
+
+
 def test_lr_sweep_page_shows_loss_vs_lr_and_max_logit_over_training(tmp_path):
     src = RESULTS / "cpu-proxy-fast-max-update-250" / "gl-en"
-    _, data = build_page(src, tmp_path / "gl-en")
+    data = build_in_place(src, tmp_path / "report.html")  # the sizes' train.log are committed
     sweep = json.loads((src / "lr-sweep" / "lr_sweep.json").read_text())
     assert data["sources"]["lr-sweep/lr_sweep.json"] == sweep
     # the one-size sweep (lr-sweep/) beside the size axis' per-size sweeps (lr-sweep/dD/)
@@ -306,19 +397,40 @@ def test_lr_sweep_page_shows_loss_vs_lr_and_max_logit_over_training(tmp_path):
     assert [t["x"], t["y"]] == [[p[0] for p in r["max_attn_logit_series"]],
                                 [p[1] for p in r["max_attn_logit_series"]]]  # fmt: skip
     assert t["visible"] == "legendonly" and r["run_dir"] in t["hovertext"][0]
+    # the runs' charts: one per records file (model size), never sizes mixed on one axis
+    for d, layers in (("d128", "2+2"), ("d256", "3+3"), ("d384", "4+4")):
+        recs = json.loads((src / "lr-sweep" / d / "runs.json").read_text())["runs"]
+        g = figure(data, f"g-final-lr-sweep-{d}-runs")
+        assert f"(lr-sweep/{d}/runs.json, {layers} layers)" in g["layout"]["title"]["text"]
+        runs = [t for t in g["data"] if t["meta"]["what"] == "qk_norm_g_final"]
+        assert sorted(t["name"] for t in runs) == sorted(
+            f"{r['system']} seed{r['seed']}" + "".join(f" {k}={v}" for k, v in r["variant"].items())
+            for r in recs if r.get("qk_norm_g_final")
+        )  # fmt: skip
+        assert {len(t["x"]) for t in runs} == {3 * int(layers[0])}
+        g = figure(data, f"g-curves-lr-sweep-{d}-runs")  # g logged once (250 updates): markers
+        assert {t["mode"] for t in g["data"]} == {"markers"} and len(g["data"]) > 0
+        names = [t["name"] for t in g["data"]]
+        assert len(names) == len(set(names))
 
 
 def test_demo_page_shows_bleu_with_ci_and_p_values(tmp_path):
     src = RESULTS / "cpu-proxy" / "gl-en"
     page, data = build_page(src, tmp_path / "gl-en")
     cmp_ = json.loads((src / "demo_compare.json").read_text())
-    t = trace(figure(data, "bleu-demo-compare"), what="score, 95% CI")
-    assert t["x"] == ["twt", "qknorm_paper"]
-    assert t["y"] == [s["score"] for s in cmp_["systems"]]
-    assert t["error_y"]["arrayminus"] == pytest.approx(
-        [s["score"] - s["ci_low"] for s in cmp_["systems"]], abs=1e-12
-    )
-    assert "p(bs) 0.0050, p(ar) 0.0128" in t["hovertext"][1]
+    fig = figure(data, "bleu-demo-compare")
+    for s in cmp_["systems"]:
+        t = trace(fig, what="score, 95% CI", system=s["name"])
+        assert t["x"] == [s["name"]] and t["y"] == [s["score"]]
+        assert t["error_y"]["arrayminus"] == pytest.approx([s["score"] - s["ci_low"]], abs=1e-12)
+    assert [t["meta"]["system"] for t in fig["data"]] == ["twt", "qknorm_paper"]
+    assert "p(bs) 0.0050, p(ar) 0.0128" in trace(fig, system="qknorm_paper")["hovertext"][0]
+    lo, hi = fig["layout"]["yaxis"]["range"]  # around the scores and CIs, not from 0
+    ends = [s[k] for s in cmp_["systems"] for k in ("ci_low", "ci_high")]
+    assert 0 < lo < min(ends) and max(ends) < hi and hi - lo < 2 * (max(ends) - min(ends))
+    # the one dev loss of each run in the records: a marker, not an invisible line
+    g = figure(data, "g-final")
+    assert all(t["mode"] in ("markers", "lines+markers") for t in g["data"])
     # runs.json and demo.json hold the same records: each run is listed once
     assert page.read_text().count("<td>runs.json</td>") == 2
     assert "<td>demo.json</td>" not in page.read_text()
@@ -364,6 +476,102 @@ def test_report_errors_name_the_input(tmp_path):
     assert proc.returncode == 2 and "-o/--output takes one RESULTS_DIR" in proc.stderr
 
 
+def report_dirs() -> list[Path]:
+    """The results directories `make report` builds a page for (as its REPORT_DIRS): those
+    with JSON in them or one level below (lr-sweep/)."""
+    found = {p.parent for p in RESULTS.glob("*/*/*.json")}
+    found |= {p.parent.parent for p in RESULTS.glob("*/*/*/*.json")}
+    return sorted(found)
+
+
+def test_one_colour_per_system_in_every_figure_and_markers_where_lines_cannot_show():
+    from qknorm_tools.report import SYSTEM_COLORS, build_report
+
+    systems = sorted(p.stem for p in (REPO / "configs" / "systems").glob("*.toml"))
+    assert len(systems) == 12 and set(systems) <= set(SYSTEM_COLORS)
+    colours = [SYSTEM_COLORS[s].lower() for s in systems]
+    assert len(set(colours)) == len(colours)  # no two systems share a colour
+    seen = {}
+    for d in report_dirs():
+        for f in build_report(d)["figures"]:
+            names = [t["name"] for t in f["spec"]["data"]]
+            assert len(names) == len(set(names)), (d, f["id"])  # legend entries are unique
+            for t in f["spec"]["data"]:
+                n = sum(y is not None for y in t["y"])
+                assert n >= 1, (d, f["id"], t["name"])
+                if n < 2:  # a line needs two points: one point is a marker
+                    assert "markers" in t["mode"], (d, f["id"], t["name"])
+                system = t.get("meta", {}).get("system")
+                if system is None:
+                    continue
+                seen.setdefault(system, set()).add(f["id"])
+                assert t["marker"]["color"] == SYSTEM_COLORS[system], (d, f["id"], t["name"])
+                if "lines" in t["mode"]:
+                    assert t["line"]["color"] == SYSTEM_COLORS[system], (d, f["id"], t["name"])
+    # the LR sweep's systems: qk_layernorm and twt_zloss used to share a colour
+    assert {"qk_layernorm", "twt_zloss", "twt_softcap", "twt", "qknorm_paper"} <= set(seen)
+    assert SYSTEM_COLORS["qk_layernorm"] != SYSTEM_COLORS["twt_zloss"]
+
+
+def test_attention_is_checked_against_the_dumps_schema(tmp_path):
+    from fairseq_qknorm.attention_dump import FORMAT
+    from qknorm_tools.report import ATTENTION_FORMAT
+
+    assert ATTENTION_FORMAT == FORMAT
+    src = RESULTS / "calibration" / "gl-en" / "attention.json"
+    good = json.loads(src.read_text())
+    results = RESULTS / "cpu-proxy" / "gl-en"
+
+    def report(att, name="att.json"):
+        path = tmp_path / name
+        path.write_text(json.dumps(att))
+        return run_without_torch("qknorm_tools.report", results, "-o", tmp_path / "p.html",
+                                 "--attention", path)  # fmt: skip
+
+    proc = report({"foo": 1})
+    assert proc.returncode == 1 and not (tmp_path / "p.html").exists()
+    assert f"attention file '{tmp_path / 'att.json'}' is not an attention dump" in proc.stderr
+    assert "format: expected 'qknorm-attention/1', got None" in proc.stderr
+    bad = json.loads(json.dumps(good))
+    del bad["models"][0]["sentences"][1]["modules"]["dec0_cross"]["probs"]
+    proc = report(bad)
+    assert proc.returncode == 1
+    assert "models[0].sentences[1].modules.dec0_cross.probs: missing" in proc.stderr
+    bad = json.loads(json.dumps(good))
+    bad["models"][0]["sentences"][0]["modules"]["enc0_self"]["logits"][0].pop()
+    proc = report(bad)
+    assert (
+        proc.returncode == 1
+        and ("modules.enc0_self.logits: missing or not a rectangular [head][query][key] list")
+        in proc.stderr
+    )
+    bad = json.loads(json.dumps(good))
+    bad["models"][0]["sentences"][0]["tgt_tokens"].append("x")  # decoder rows no longer match
+    assert "modules.dec0_self.probs: shape" in report(bad).stderr
+    proc = report(good)
+    assert proc.returncode == 0, proc.stderr
+    assert page_data(tmp_path / "p.html")["attention"] == good
+    # an attention.json in the directory is checked too
+    d = tmp_path / "dir"
+    shutil.copytree(results, d)
+    (d / "attention.json").write_text(json.dumps({"format": FORMAT, "models": []}))
+    proc = run_without_torch("qknorm_tools.report", d)
+    assert proc.returncode == 1 and "attention.json" in proc.stderr
+    assert "models: missing or empty" in proc.stderr
+
+
+def test_a_page_of_one_figure_for_a_screenshot(tmp_path):
+    src = RESULTS / "cpu-converge-d128" / "gl-en"
+    data = build_in_place(src, tmp_path / "e.html", "--figure", "ablation-effects")
+    assert [f["id"] for f in data["figures"]] == ["ablation-effects-ablation"]
+    body = (tmp_path / "e.html").read_text().split("</head><body>")[1]
+    assert "<table" not in body and 'class="att-controls"' not in body and "<h2" not in body
+    proc = run_without_torch("qknorm_tools.report", src, "-o", tmp_path / "x.html",
+                             "--figure", "nope")  # fmt: skip
+    assert proc.returncode == 1 and "no figure of the page" in proc.stderr
+    assert "ablation-effects-ablation" in proc.stderr
+
+
 # ----------------------------------------------------------------------------- the browser
 def chromium() -> str | None:
     for name in ("chromium", "chromium-browser", "google-chrome"):
@@ -382,9 +590,56 @@ def run_chromium(page: Path, *flags) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
-@pytest.mark.skipif(
+#: the check run in the page: tests/report_visible.js, after the page's own script drew all
+VISIBLE_JS = Path(__file__).with_name("report_visible.js")
+needs_chromium = pytest.mark.skipif(
     chromium() is None, reason="no chromium (Debian package: apt-get install chromium)"
 )
+
+
+def load_and_check(page: Path, tmp_path: Path) -> tuple[dict, list]:
+    """Load a copy of ``page`` with the visibility check in headless Chromium.
+
+    Returns ``(page data, [{"id", "traces": [{"name", "visible", "n", "inside", "marker",
+    "line"}], "points", "lines", "heatmaps"}] per plotly chart)``; asserts that the browser
+    logged no console message and the page's script recorded no error. Chromium's virtual
+    time runs until the page is idle; the check waits for the page's render promise.
+    """
+    text = page.read_text(encoding="utf-8")
+    end = text.rindex("</body>")
+    checked = tmp_path / f"checked-{page.name}"
+    checked.write_text(text[:end] + f"<script>{VISIBLE_JS.read_text()}</script>" + text[end:])
+    proc = run_chromium(checked, "--dump-dom")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [line for line in proc.stderr.splitlines() if ":CONSOLE" in line] == []
+    dom = proc.stdout
+    data = page_data(page)
+    assert 'data-errors="[]"' in dom
+    assert f'data-rendered="{len(data["figures"])}"' in dom
+    found = re.search(r'data-visible="([^"]*)"', dom)
+    assert found, "the visibility check did not run"
+    return data, json.loads(html.unescape(found.group(1)))
+
+
+def assert_every_chart_shows_data(charts: list, data: dict, heatmaps: int = 0) -> None:
+    """Every figure drawn, with points or lines on screen; every trace with at least one point
+    and a marker or a line that can show it; the points of shown traces inside the axes."""
+    assert sorted(c["id"] for c in charts) == sorted(
+        [f"fig-{f['id']}" for f in data["figures"]] + ["att-a", "att-b"][:heatmaps]
+    )
+    for c in charts:
+        if c["id"].startswith("att-"):
+            assert c["heatmaps"] >= 1 and c["traces"][0]["n"] > 0, c["id"]
+            continue
+        assert c["points"] + c["lines"] > 0, c["id"]
+        for t in c["traces"]:
+            assert t["n"] >= 1, (c["id"], t["name"])
+            assert t["marker"] or t["line"], (c["id"], t["name"])
+            if t["visible"] is True:
+                assert t["inside"] == t["n"], (c["id"], t["name"])
+
+
+@needs_chromium
 def test_page_renders_in_headless_chromium_without_console_errors(dump, tmp_path):
     """The demo page with an attention viewer (the tiny models' dump) in a real browser."""
     d = tmp_path / "gl-en"
@@ -392,16 +647,10 @@ def test_page_renders_in_headless_chromium_without_console_errors(dump, tmp_path
     (d / "attention.json").write_text(json.dumps(dump))
     page, data = build_page(d, tmp_path / "page")
     assert data["attention"] == dump
-    proc = run_chromium(page, "--dump-dom")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    console = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
-    assert console == []
-    dom = proc.stdout
-    assert 'data-errors="[]"' in dom
-    assert f'data-rendered="{len(data["figures"])}"' in dom and len(data["figures"]) >= 2
-    # every figure and both attention heatmaps drawn by plotly.js
-    assert dom.count('class="plot-container plotly"') == len(data["figures"]) + 2
-    assert dom.count('class="hm"') >= 2 or dom.count("heatmaplayer") >= 2
+    data, charts = load_and_check(page, tmp_path)
+    assert len(data["figures"]) >= 2
+    # every figure and both attention heatmaps drawn by plotly.js, each showing data
+    assert_every_chart_shows_data(charts, data, heatmaps=2)
     shot = tmp_path / "shot.png"
     proc = run_chromium(page, f"--screenshot={shot}")
     assert proc.returncode == 0 and shot.is_file(), proc.stderr[-3000:]
@@ -413,3 +662,17 @@ def test_page_renders_in_headless_chromium_without_console_errors(dump, tmp_path
     stat = ImageStat.Stat(img)
     assert stat.stddev[0] > 20  # not blank: text, tables and plots on white
     assert len(img.getcolors(maxcolors=1 << 16) or range(1 << 16)) > 50
+
+
+@needs_chromium
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "results_dir", report_dirs(), ids=lambda p: p.relative_to(RESULTS).as_posix()
+)
+def test_every_committed_results_page_shows_data_in_chromium(results_dir, tmp_path):
+    """`make report`'s page of each committed results directory, built where it is (the
+    committed train.log of its runs resolve): no console error, every chart shows data."""
+    build_in_place(results_dir, tmp_path / "report.html")
+    data, charts = load_and_check(tmp_path / "report.html", tmp_path)
+    models = (data["attention"] or {}).get("models") or []
+    assert_every_chart_shows_data(charts, data, heatmaps=min(2, len(models)))  # left, right

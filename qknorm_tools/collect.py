@@ -21,7 +21,8 @@ those records:
 training's ``train.json`` (what ``scripts/train.sh`` calls; see
 :func:`~.records.write_train_json`).
 
-Input errors print ``error: ...`` and exit with status 2.
+Errors print ``error: ...``; exit statuses as every command's (:mod:`~.exits`): 1 for
+data that cannot be collected, 2 for usage errors.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from .committed import (
     write_record,
 )
 from .evaluate import parse_kv
+from .exits import die_usage, fail, status_of
 from .provenance import check_one_data_version
 from .records import read_run, relative_path, run_status, save_records, write_train_json
 from .tables import write_aggregate_tables, write_runs_table
@@ -261,25 +263,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point; returns the exit status (2 on input errors, 1 on an output error)."""
-    a = build_parser().parse_args(argv)
+    """CLI entry point; returns the exit status (:mod:`~.exits`: 1 data, 2 usage)."""
+    parser = build_parser()
+    a = parser.parse_args(argv)
     if a.cmd == "runs" and a.aggregate and not a.baseline:
-        build_parser().error("--aggregate needs --baseline")
+        die_usage(parser, "--aggregate needs --baseline")
     if a.cmd == "runs" and a.records_root and a.records_base:
-        build_parser().error("--records-root and --records-base exclude each other")
+        die_usage(parser, "--records-root and --records-base exclude each other")
     if a.cmd == "runs" and a.write_records and not (a.records_root or a.records_base):
-        build_parser().error("--write-records needs --records-root or --records-base")
+        die_usage(parser, "--write-records needs --records-root or --records-base")
     if a.cmd == "runs" and a.keep_unscored and (a.aggregate or a.runs_table):
-        build_parser().error("--keep-unscored keeps runs without scores: not with the score tables")
+        die_usage(parser, "--keep-unscored keeps runs without scores: not with the score tables")
     logging.getLogger("sacrebleu").setLevel(logging.WARNING)
     try:
         return a.fn(a)
-    except (EvaluationError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except (EvaluationError, ValueError) as exc:  # ArgumentError (--ref without =): usage
+        return fail(exc, status_of(exc))
     except OSError as exc:  # inputs are read as InputFileError (above): mostly an output here
-        print(f"error: {output_error_message(exc)}", file=sys.stderr)
-        return 1
+        return fail(output_error_message(exc))
 
 
 if __name__ == "__main__":

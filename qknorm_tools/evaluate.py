@@ -44,7 +44,7 @@ from .aggregate import aggregate_results
 from .exits import fail, status_of
 from .lr_sweep import lr_sweep, write_lr_sweep_report
 from .provenance import check_one_data_version
-from .records import RunRecord, load_records
+from .records import RunRecord, load_records, relative_path, work_dir_of
 from .scoring import SCORE_FIELDS, format_scores, score_files
 from .significance import (
     MIN_SIG_LINES,
@@ -344,7 +344,16 @@ def _cmd_check_run(a) -> int:
 
 def _cmd_lr_sensitivity(a) -> int:
     systems = a.systems.split(",") if a.systems else None
-    res = lr_sweep(_load_all(a.results), pair=a.pair, systems=systems)
+    records = _load_all(a.results)
+    for src in a.results:  # run_dir as runs.json stores it: relative to the work dir
+        try:
+            base = work_dir_of(json.loads(Path(src).read_text(encoding="utf-8")), Path(src))
+        except (OSError, ValueError):  # read above: a directory of record files
+            base = None
+        for rec in records:
+            if base and rec.run_dir:
+                rec.run_dir = relative_path(rec.run_dir, base)
+    res = lr_sweep(records, pair=a.pair, systems=systems)
     paths = write_lr_sweep_report(res, a.out_dir, a.stem)
     print(Path(paths["md"]).read_text(encoding="utf-8"))
     print("wrote " + ", ".join(paths.values()), file=sys.stderr)

@@ -39,6 +39,8 @@ import sys
 import time
 from pathlib import Path
 
+from qknorm_tools.exits import die_data
+
 #: the files of the authors' code this module relies on (its ``main.py`` and the three of QKNorm)
 REQUIRED_FILES = ("main.py", "preprocessing.py", "configurations.py", "controller.py", "layers.py")
 
@@ -271,6 +273,9 @@ def main(argv=None) -> int:
         t.add_argument(f"--{name}", type=type_, required=True)
     t.add_argument("--dropout", type=float, required=True)
     a = p.parse_args(argv)
+    for opt, path in (("--authors-dir", a.authors_dir), ("--data-dir", a.data_dir)):
+        if not path.is_dir():
+            die_data(f"{opt} {path}: no such directory")
     a.authors_dir, a.data_dir, a.dump_dir = (
         a.authors_dir.resolve(), a.data_dir.resolve(), a.dump_dir.resolve())  # fmt: skip
     a.qk_length = int(a.qk_length) if a.qk_length == int(a.qk_length) else a.qk_length

@@ -28,6 +28,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from qknorm_tools.exits import fail
+
 #: dense (no sparsity) bf16 tensor-core peak, TFLOP/s, by a substring of nvidia-smi's name;
 #: from NVIDIA's data sheets (H100/H200: "H100 Tensor Core GPU" and "H200" data sheets, SXM
 #: 989.4, PCIe 756; A100 data sheet 312; L40S 362.05; L4 121; A10 125). First match wins.
@@ -191,7 +193,7 @@ def report(log_dir: Path, gpu: str, vocab: int, updates: int) -> dict:
 
 
 def main(argv=None) -> int:
-    """``plan`` or ``report`` (see the module docstring); exit 0, 2 on usage errors."""
+    """``plan`` or ``report`` (module docstring); exit status as :mod:`qknorm_tools.exits`."""
     p = argparse.ArgumentParser(description="plan and report of benchmarks/gpu_check.sh")
     sub = p.add_subparsers(dest="cmd", required=True)
     pl = sub.add_parser("plan")
@@ -208,7 +210,10 @@ def main(argv=None) -> int:
         for name, args in plan(a.data, a.plugin, a.updates):
             print(f"{name}\t{shlex.join(args)}")
     else:
-        report(a.log_dir, a.gpu, a.vocab, a.updates)
+        try:
+            report(a.log_dir, a.gpu, a.vocab, a.updates)
+        except (OSError, ValueError) as exc:  # a missing or unreadable log directory
+            return fail(exc)
         print(a.log_dir / "gpu-check.md")
     return 0
 

@@ -31,6 +31,8 @@ import sys
 import time
 from typing import Any, Callable, Optional
 
+from qknorm_tools.exits import die_data
+
 #: role -> (file suffix, function name) entry points whose cumulative CPU time is the role's
 ROLES = {
     "whole run (fairseq_cli.train.main)": [("fairseq_cli/train.py", "main")],
@@ -355,7 +357,7 @@ def main(argv=None) -> int:
     if not args:
         p.error("fairseq-train arguments missing (after --)")
     if a.per_update_json and not os.path.isdir(os.path.dirname(os.path.abspath(a.per_update_json))):
-        p.error(f"--per-update-json {a.per_update_json}: its directory does not exist")
+        die_data(f"--per-update-json {a.per_update_json}: its directory does not exist")
     from fairseq_cli import train
 
     sys.argv = ["fairseq-train", *args]

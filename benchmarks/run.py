@@ -55,6 +55,7 @@ import torch
 logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
 
 from qknorm_tools import config  # noqa: E402  (after the logger above: imports fairseq)
+from qknorm_tools.exits import die_data  # noqa: E402
 
 from . import authors_code, profile_e2e, stats  # noqa: E402
 from . import common as c  # noqa: E402
@@ -395,8 +396,8 @@ def parse_args(argv=None):
     if a.authors_dir is not None:
         try:
             authors_code.check_authors_dir(a.authors_dir)
-        except FileNotFoundError as e:
-            p.error(f"--authors-dir: {e}")
+        except FileNotFoundError as e:  # a path the user named that is not there: data
+            die_data(f"--authors-dir: {e}")
         if "e2e" not in a.sections:
             p.error("--authors-dir: the authors' code is timed in the e2e section (--sections)")
         a.e2e_systems = [*a.e2e_systems, AUTHORS_SYSTEM]
@@ -406,19 +407,19 @@ def parse_args(argv=None):
         if a.authors_bpe is not None and a.e2e_data is not None and Path(a.e2e_data).is_dir():
             missing = authors_code.missing_bpe_files(a.authors_bpe, a.e2e_src, a.e2e_tgt)
             if missing:
-                p.error(f"--authors-bpe {a.authors_bpe}: missing {', '.join(missing)}")
+                die_data(f"--authors-bpe {a.authors_bpe}: missing {', '.join(missing)}")
     needs_data = sorted(set(a.sections) & set(DATA_SECTIONS), key=a.sections.index)
-    if a.e2e_data is None and sections_given and needs_data:
-        p.error(
+    if a.e2e_data is None and sections_given and needs_data:  # data not prepared: environment
+        die_data(
             f"--sections {','.join(needs_data)} need binarized data: --e2e-data DIR, or "
             f"{DEFAULT_E2E_DATA} (scripts/prepare_data.sh, bpe.sh, binarize.sh gl-en; "
             "--targets builds it)"
         )
     if a.e2e_data is not None and needs_data:
         if not Path(a.e2e_data).is_dir():
-            p.error(f"--e2e-data {a.e2e_data}: no such directory")
+            die_data(f"--e2e-data {a.e2e_data}: no such directory")
         if not list(Path(a.e2e_data).glob("train.*-*.*.idx")):
-            p.error(
+            die_data(
                 f"--e2e-data {a.e2e_data}: no binarized training split "
                 "(train.SRC-TGT.SRC.idx; fairseq-preprocess writes it)"
             )

@@ -14,7 +14,16 @@ import sys
 
 
 def main() -> int:
-    """Run ``argv[2:]``, write its peak RSS to ``argv[1]``; the command's exit status."""
+    """Run ``argv[2:]``, write its peak RSS to ``argv[1]``; the command's exit status.
+
+    Stdlib only (``python -S``), so the usage error's status 2 is written here, not taken from
+    :mod:`qknorm_tools.exits`; any other status is the command's own.
+    """
+    if len(sys.argv) < 3:
+        print(
+            "usage: python -S benchmarks/rusage_launcher.py OUT.json CMD [ARGS...]", file=sys.stderr
+        )
+        return 2
     out, cmd = sys.argv[1], sys.argv[2:]
     pid = os.fork()
     if pid == 0:  # pragma: no cover - replaced by exec

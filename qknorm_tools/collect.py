@@ -21,12 +21,14 @@ those records:
 training's ``train.json`` (what ``scripts/train.sh`` calls; see
 :func:`~.records.write_train_json`).
 
-Input errors print ``error: ...`` and exit with status 2.
+Errors print ``error: ...``; exit statuses as every command's (:mod:`~.exits`): 1 for
+data that cannot be collected, 2 for usage errors.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from collections.abc import Sequence
@@ -42,8 +44,16 @@ from .committed import (
     write_record,
 )
 from .evaluate import parse_kv
+from .exits import die_usage, fail, status_of
 from .provenance import check_one_data_version
-from .records import read_run, relative_path, run_status, save_records, write_train_json
+from .records import (
+    load_records,
+    read_run,
+    relative_path,
+    run_status,
+    save_records,
+    write_train_json,
+)
 from .tables import write_aggregate_tables, write_runs_table
 from .textio import EvaluationError, output_error_message, warn
 
@@ -64,6 +74,61 @@ def _check_one_precision(records) -> None:
         raise EvaluationError(
             f"runs trained in different precisions ({detail}): a table never mixes fp32 and "
             f"bf16 runs; collect each precision separately"
+        )
+
+
+def _lost_runs(out: Path, records) -> list[str]:
+    """The runs of ``out/runs.json`` (an earlier or committed collection) not among ``records``."""
+    try:
+        old = load_records(out / "runs.json") if (out / "runs.json").is_file() else []
+    except EvaluationError as exc:  # unreadable: nothing to compare with, said
+        warn(f"{out / 'runs.json'}: not compared with this collection ({exc})")
+        return []
+    have = {r.key for r in records}
+    return [f"{r.pair}/{r.system}/seed{r.seed}" for r in old if r.key not in have]
+
+
+def _lost_tests(out: Path, pairs, refs, significance: bool) -> list[str]:
+    """Why the paired tests of ``out/aggregate.json`` are impossible here: missing references."""
+    old = out / "aggregate.json"
+    if not significance or not old.is_file():
+        return []
+    try:
+        had = json.loads(old.read_text(encoding="utf-8")).get("significance") or {}
+    except (OSError, ValueError, AttributeError):
+        return []
+    if not had.get("enabled"):
+        return []
+    return [
+        f"{pair}: its reference {refs.get(pair) or '(no --ref)'} is missing: make it with "
+        f"scripts/prepare_data.sh {pair}"
+        for pair in sorted(pairs)
+        if not refs.get(pair) or not Path(refs[pair]).is_file()
+    ]
+
+
+def refuse_degrading(out: Path, records, refs, significance: bool) -> None:
+    """Refuse a collection that would replace ``out``'s results with less, before any write.
+
+    Less: runs of its ``runs.json`` missing here, or the paired tests (bootstrap CIs, p-values,
+    daggers) of its ``aggregate.json`` with a reference that is missing here.
+
+    Raises:
+        EvaluationError: naming what is missing and the command that makes it.
+    """
+    lost = _lost_runs(out, records)
+    if lost:
+        raise EvaluationError(
+            f"{out / 'runs.json'} holds runs this collection does not have: {', '.join(lost)}; "
+            "nothing was written (train them, restore their runs or committed records, or "
+            f"remove {out / 'runs.json'} to report on fewer runs)"
+        )
+    tests = _lost_tests(out, {str(r.pair) for r in records}, refs, significance)
+    if tests:
+        raise EvaluationError(
+            f"{out / 'aggregate.json'} holds paired tests that cannot be recomputed here: "
+            + "; ".join(tests)
+            + "; nothing was written"
         )
 
 
@@ -107,6 +172,9 @@ def _cmd_runs(a) -> int:
         warn(
             f"--ref {pair}=...: no run of pair {pair!r} is given (pairs: {' '.join(sorted(pairs))})"
         )
+    out = Path(a.out_dir)
+    if records:  # a committed report is never replaced by less (none: refused below)
+        refuse_degrading(out, records, refs, a.aggregate and not a.no_significance)
     if a.write_records:
         for live, rec, rec_dir in cells:
             if live is None or rec is not None or rec_dir is None:
@@ -117,7 +185,6 @@ def _cmd_runs(a) -> int:
     _check_one_precision(records)
     for u in unfinished:
         _log(f"not finished, left out: {u}")
-    out = Path(a.out_dir)
     if not records:  # an earlier runs.json (and its tables) is never replaced by an empty one
         kept = f"; {out / 'runs.json'} left as it was" if (out / "runs.json").exists() else ""
         raise EvaluationError(
@@ -261,25 +328,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point; returns the exit status (2 on input errors, 1 on an output error)."""
-    a = build_parser().parse_args(argv)
+    """CLI entry point; returns the exit status (:mod:`~.exits`: 1 data, 2 usage)."""
+    parser = build_parser()
+    a = parser.parse_args(argv)
     if a.cmd == "runs" and a.aggregate and not a.baseline:
-        build_parser().error("--aggregate needs --baseline")
+        die_usage(parser, "--aggregate needs --baseline")
     if a.cmd == "runs" and a.records_root and a.records_base:
-        build_parser().error("--records-root and --records-base exclude each other")
+        die_usage(parser, "--records-root and --records-base exclude each other")
     if a.cmd == "runs" and a.write_records and not (a.records_root or a.records_base):
-        build_parser().error("--write-records needs --records-root or --records-base")
+        die_usage(parser, "--write-records needs --records-root or --records-base")
     if a.cmd == "runs" and a.keep_unscored and (a.aggregate or a.runs_table):
-        build_parser().error("--keep-unscored keeps runs without scores: not with the score tables")
+        die_usage(parser, "--keep-unscored keeps runs without scores: not with the score tables")
     logging.getLogger("sacrebleu").setLevel(logging.WARNING)
     try:
         return a.fn(a)
-    except (EvaluationError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except (EvaluationError, ValueError) as exc:  # ArgumentError (--ref without =): usage
+        return fail(exc, status_of(exc))
     except OSError as exc:  # inputs are read as InputFileError (above): mostly an output here
-        print(f"error: {output_error_message(exc)}", file=sys.stderr)
-        return 1
+        return fail(output_error_message(exc))
 
 
 if __name__ == "__main__":

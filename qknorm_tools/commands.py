@@ -35,6 +35,7 @@ from pathlib import Path
 
 from qknorm_tools import config
 from qknorm_tools.config import Pair, Profile, System
+from qknorm_tools.exits import OK, USAGE, die_usage, fail
 
 #: A short try (a budget other than the profile's, filed as PROFILE-max-update-N) of a profile
 #: without an output length cap decodes with the CPU profiles' cap, output <= 1.5 * source + 10
@@ -331,19 +332,18 @@ def main(argv: list | None = None) -> int:
     args = parser.parse_args(argv)
     args.extra = extra
     if args.cmd != "train" and extra:
-        parser.error(f"{args.cmd} takes no arguments after --")
+        die_usage(parser, f"{args.cmd} takes no arguments after --")
     # scripts/lib.sh passes its own root (a copy of the scripts and configs)
     if args.repo is not None:
         config.REPO = args.repo.resolve()
     try:
         print(" ".join(shlex.quote(a) for a in _argv(args)))
-    except config.UsageError as e:
+    except config.UsageError as e:  # on stdout: scripts/lib/config.sh shows it with the usage
         print(e)
-        return 2
+        return USAGE
     except (config.ConfigError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    return 0
+        return fail(e)
+    return OK
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from . import trainlog
+from .exits import fail
 from .provenance import IDENTITY_FILE, RUN_IDENTITY_FILE, short_id
 from .records import PATH_FIELDS, QKNORM_RECORD, RunRecord, read_run, run_status
 from .textio import OutputError, ResultsError, atomic_output, output_error_message
@@ -430,16 +431,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point; returns the exit status (2 on input errors, 1 on an output error)."""
+    """CLI entry point; returns the exit status (:mod:`~.exits`: 1 data, 2 usage)."""
     a = build_parser().parse_args(argv)
     try:
         return a.fn(a)
     except OutputError as exc:
-        print(f"error: {output_error_message(exc)}", file=sys.stderr)
-        return 1
+        return fail(output_error_message(exc))
     except (ResultsError, OSError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return fail(exc)
 
 
 if __name__ == "__main__":

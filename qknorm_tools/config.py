@@ -44,6 +44,8 @@ from typing import Any, Union
 
 import tomllib
 
+from qknorm_tools import exits
+
 REPO = Path(__file__).resolve().parents[1]
 KINDS = ("pairs", "systems", "profiles")
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
@@ -59,7 +61,7 @@ class ConfigError(Exception):
     """A configuration file that cannot be used: the message names the file and the key."""
 
 
-class UsageError(ConfigError):
+class UsageError(ConfigError, exits.UsageError):
     """A name that is not configured, or a bad QKNORM_* value: the user's input, not a file."""
 
 
@@ -1134,7 +1136,7 @@ def main(argv: list | None = None) -> int:
             ok, more = known(args.kind, args.name, args.work_dir)
             if not ok:
                 print(more)
-                return 3
+                return exits.NO
         elif args.cmd == "shell":
             print("\n".join(_shell(args)))
         elif args.cmd == "convert":
@@ -1145,15 +1147,14 @@ def main(argv: list | None = None) -> int:
                 print(f"not pair settings, kept as comments at the end: {' '.join(unknown)}")
             if diffs:
                 print("differences (check them by hand):\n" + "\n".join(diffs))
-                return 1
+                return exits.FAILURE
             print(f"same settings as {args.file}; remove it once checked: rm {args.file}")
-    except UsageError as e:
+    except UsageError as e:  # on stdout: scripts/lib/config.sh shows it with the usage
         print(e)
-        return 2
+        return exits.USAGE
     except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    return 0
+        return exits.fail(e)
+    return exits.OK
 
 
 if __name__ == "__main__":

@@ -63,6 +63,7 @@ import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
+from .exits import FAILURE, NO
 from .textio import BPE_TOOL_SYMBOL, bpe_manifest, write_bpe_manifest
 
 # --------------------------------------------------------------------------------------------
@@ -81,10 +82,10 @@ NULL_MARKERS = ("__NULL__", "_ _ NULL _ _")
 #: Standard split names of the pipeline (TSV files are ``all_talks_<split>.tsv``).
 SPLITS = ("train", "dev", "test")
 
-#: Exit status for every reported error.
-EXIT_ERROR = 2
-#: Exit status of ``sha256 --sums`` when the file is not listed in the sums file.
-EXIT_NOT_LISTED = 3
+#: Exit status for every reported error: a data or environment failure (:mod:`.exits`).
+EXIT_ERROR = FAILURE
+#: Exit status of ``sha256 --sums`` when the file is not listed in the sums file: the answer no.
+EXIT_NOT_LISTED = NO
 
 #: Name of the marker file ``untar`` writes inside a completed extraction.
 EXTRACTED_MARKER = ".qknorm_extracted"
@@ -1441,7 +1442,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point; returns the exit status (2 on any reported error)."""
+    """CLI entry point; returns the exit status (1 on any reported error, 2 on usage errors)."""
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

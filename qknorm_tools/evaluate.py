@@ -41,9 +41,10 @@ from pathlib import Path
 
 from .ablation import ABLATION_CELLS, ablation_report, write_ablation_report
 from .aggregate import aggregate_results
+from .exits import fail, status_of
 from .lr_sweep import lr_sweep, write_lr_sweep_report
 from .provenance import check_one_data_version
-from .records import RunRecord, load_records
+from .records import RunRecord, load_records, relative_path, work_dir_of
 from .scoring import SCORE_FIELDS, format_scores, score_files
 from .significance import (
     MIN_SIG_LINES,
@@ -56,6 +57,7 @@ from .tables import write_aggregate_tables
 from .textio import (
     BPE_MODES,
     BPE_TOOL_SYMBOL,
+    ArgumentError,
     EvaluationError,
     ResultsError,
     bpe_tool,
@@ -111,7 +113,7 @@ def parse_kv(items: Sequence[str] | None, flag: str) -> dict[str, str]:
     out = {}
     for it in items or []:
         if "=" not in it:
-            raise EvaluationError(f"{flag} expects KEY=VALUE, got {it!r}")
+            raise ArgumentError(f"{flag} expects KEY=VALUE, got {it!r}")
         k, v = it.split("=", 1)
         out[k] = v
     return out
@@ -162,7 +164,7 @@ def _cmd_compare(a) -> int:
                           *((x, "--system") for x in a.system)):  # fmt: skip
             path = Path(split_named(arg)[1])
             if path.exists() and Path(a.out).exists() and path.samefile(a.out):
-                raise EvaluationError(f"--out {a.out} is the {what} file {path}: it would be "
+                raise ArgumentError(f"--out {a.out} is the {what} file {path}: it would be "
                                       "overwritten; write the results elsewhere")  # fmt: skip
     res = compare_files(
         a.ref,
@@ -230,13 +232,13 @@ def _ablation_cells_from_results(a) -> tuple[dict, str | None, str]:
     if pair is None:
         pairs = sorted({r.pair for r in records})
         if len(pairs) != 1:
-            raise ResultsError(f"several pairs in the results {pairs}: choose one with --pair")
+            raise ArgumentError(f"several pairs in the results {pairs}: choose one with --pair")
         pair = pairs[0]
     mapping = {c: c for c in ABLATION_CELLS}
     mapping.update(parse_kv(a.cell, "--cell"))
     unknown = [c for c in mapping if c not in ABLATION_CELLS]
     if unknown:
-        raise ResultsError(f"unknown ablation cells {unknown}; cells are {list(ABLATION_CELLS)}")
+        raise ArgumentError(f"unknown ablation cells {unknown}; cells are {list(ABLATION_CELLS)}")
     cells = {c: [r for r in records if r.pair == pair and r.name == s] for c, s in mapping.items()}
     found = {r.ref_path for recs in cells.values() for r in recs if r.ref_path}
     return cells, (found.pop() if len(found) == 1 else None), pair
@@ -249,7 +251,7 @@ def _cmd_ablation(a) -> int:
     elif a.results:
         cells, ref_path, pair = _ablation_cells_from_results(a)
     else:
-        raise ResultsError("ablation needs --spec or --results")
+        raise ArgumentError("ablation needs --spec or --results")
     ref_path = a.ref or ref_path
     check_one_data_version([r for recs in cells.values() for r in recs])
     significance = not a.no_significance
@@ -260,7 +262,7 @@ def _cmd_ablation(a) -> int:
     refs = None
     if significance:
         if ref_path is None:
-            raise ResultsError("ablation significance needs --ref (or 'ref' in the spec)")
+            raise ArgumentError("ablation significance needs --ref (or 'ref' in the spec)")
         refs = read_lines(ref_path, "reference")
     lang = a.tgt_lang or (pair.split("-")[-1] if pair and "-" in pair else "en")
     design, targets, margin = "welch", (0.5, 0.93), None
@@ -369,7 +371,16 @@ def _cmd_check_run(a) -> int:
 
 def _cmd_lr_sensitivity(a) -> int:
     systems = a.systems.split(",") if a.systems else None
-    res = lr_sweep(_load_all(a.results), pair=a.pair, systems=systems)
+    records = _load_all(a.results)
+    for src in a.results:  # run_dir as runs.json stores it: relative to the work dir
+        try:
+            base = work_dir_of(json.loads(Path(src).read_text(encoding="utf-8")), Path(src))
+        except (OSError, ValueError):  # read above: a directory of record files
+            base = None
+        for rec in records:
+            if base and rec.run_dir:
+                rec.run_dir = relative_path(rec.run_dir, base)
+    res = lr_sweep(records, pair=a.pair, systems=systems)
     paths = write_lr_sweep_report(res, a.out_dir, a.stem)
     print(Path(paths["md"]).read_text(encoding="utf-8"))
     print("wrote " + ", ".join(paths.values()), file=sys.stderr)
@@ -564,18 +575,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point; returns the exit status (2 on input errors, 1 on an output error)."""
+    """CLI entry point; returns the exit status (:mod:`~.exits`: 1 data, 2 usage)."""
     args = build_parser().parse_args(argv)
     # sacreBLEU logs every resampling step at INFO when the root logger is configured
     logging.getLogger("sacrebleu").setLevel(logging.WARNING)
     try:
         return args.fn(args)
-    except EvaluationError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except EvaluationError as exc:  # ArgumentError: a usage error
+        return fail(exc, status_of(exc))
     except OSError as exc:  # inputs are read as InputFileError (above): mostly an output here
-        print(f"error: {output_error_message(exc)}", file=sys.stderr)
-        return 1
+        return fail(output_error_message(exc))
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from .exits import NO, OK, fail
 from .textio import OutputError, output_error_message, write_text_atomic
 
 #: fairseq-generate arguments that do not change what it writes (where the plugin is, how many
@@ -282,26 +283,25 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m qknorm_tools.freshness``.
 
-    Exit status: 0 fresh (check) or written (write), 1 stale (the changes on stdout) or a
-    record that cannot be written (write), 2 usage error, 3 an unreadable record or file.
+    Exit status (:mod:`~.exits`): 0 fresh (check) or written (write), 3 stale (check: the
+    answer no; the changes on stdout), 1 an unreadable record or file, or a record that cannot
+    be written (write), 2 usage error.
     """
     a = build_parser().parse_args(argv)
     try:
         current = _current(a)
         if a.cmd == "write":
             write_record(a.record, current)
-            return 0
+            return OK
         changed = changes(read_record(a.record), current)
     except OutputError as e:
-        print(f"error: {output_error_message(e)}", file=sys.stderr)
-        return 1
+        return fail(output_error_message(e))
     except (OSError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 3
+        return fail(e)
     if changed:
         print("; ".join(changed))
-        return 1
-    return 0
+        return NO
+    return OK
 
 
 if __name__ == "__main__":

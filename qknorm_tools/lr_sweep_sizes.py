@@ -19,6 +19,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from .exits import UsageError, fail, status_of
 from .tables import write_markdown_and_json
 from .textio import OutputError, ResultsError, output_error_message
 
@@ -157,7 +158,8 @@ def size_axis_markdown(res: Mapping) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m qknorm_tools.lr_sweep_sizes --size 128=DIR/lr_sweep.json ... --out-dir D``.
 
-    Writes ``lr_sweep_sizes.{md,json,png}``; exit status 2 on bad input, 1 on an output error.
+    Writes ``lr_sweep_sizes.{md,json,png}``; exit status (:mod:`~.exits`) 1 on bad input or an
+    output error, 2 on a usage error.
     """
     p = argparse.ArgumentParser(prog="python -m qknorm_tools.lr_sweep_sizes", description=__doc__)
     p.add_argument("--size", action="append", required=True, metavar="D=JSON",
@@ -171,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for item in a.size:
             d, sep, path = item.partition("=")
             if not sep or not d.isdigit():
-                raise ResultsError(
+                raise UsageError(
                     f"--size {item!r}: expected WIDTH=PATH, e.g. 128=d128/lr_sweep.json"
                 )
             sweeps[int(d)] = path
@@ -181,11 +183,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         png = plot_lr_sizes(res, Path(a.out_dir) / "lr_sweep_sizes.png", title=a.title)
     except OutputError as exc:
-        print(f"error: {output_error_message(exc)}", file=sys.stderr)
-        return 1
-    except (ResultsError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return fail(output_error_message(exc))
+    except (ResultsError, OSError, UsageError) as exc:
+        return fail(exc, status_of(exc))
     print(f"wrote {Path(a.out_dir) / 'lr_sweep_sizes.md'}, .json and {png}", file=sys.stderr)
     return 0
 

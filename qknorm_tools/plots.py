@@ -35,6 +35,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from .exits import fail
 from .textio import OutputError, atomic_output, output_error_message
 from .trainlog import LogInputError, dev_curve, metric_keys, parse_log, series
 
@@ -994,7 +995,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point; returns the exit status (2 on input errors, 1 on an output error)."""
+    """CLI entry point; returns the exit status (:mod:`~.exits`: 1 data, 2 usage)."""
     a = build_parser().parse_args(argv)
     try:
         if a.cmd == "curves":
@@ -1019,11 +1020,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             path = plot_bleu_bars(a.json, a.out, value=a.value, title=a.title)
     except OutputError as exc:
-        print(f"error: {output_error_message(exc)}", file=sys.stderr)
-        return 1
+        return fail(output_error_message(exc))
     except (LogInputError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return fail(exc)
     print(f"wrote {path}", file=sys.stderr)
     return 0
 

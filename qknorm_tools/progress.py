@@ -34,6 +34,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import BinaryIO
 
+from .exits import USAGE, fail
 from .trainlog import _INNER_RE, parse_log_line
 
 __all__ = [
@@ -417,7 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point; returns the exit status (2 on bad arguments)."""
+    """CLI entry point; returns the exit status (:mod:`~.exits`: 2 on bad arguments)."""
     a = build_parser().parse_args(argv)
     try:
         if a.cmd == "train":
@@ -433,8 +434,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 sys.stdout.buffer.write(raw)
                 sys.stdout.buffer.flush()
             return 0
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return fail(exc, USAGE)
     except (BrokenPipeError, KeyboardInterrupt):
         return 0
     return 0

@@ -44,6 +44,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from .exits import fail
 from .freshness import read_record
 from .textio import EvaluationError, OutputError, output_error_message, warn, write_text_atomic
 
@@ -418,21 +419,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point; returns the exit status.
 
-    0, 1 (an identity file cannot be written), 2 (data not consistent) or 3 (a run made on
-    other data).
+    0, or 1 (:mod:`~.exits`: data not consistent, a run made on other data, an identity file
+    that cannot be written); 2 on usage errors.
     """
     a = build_parser().parse_args(argv)
     try:
         return a.fn(a)
-    except DataMismatchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 3
     except OutputError as exc:
-        print(f"error: {output_error_message(exc)}", file=sys.stderr)
-        return 1
-    except (EvaluationError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return fail(output_error_message(exc))
+    except (EvaluationError, OSError) as exc:  # DataMismatchError too
+        return fail(exc)
 
 
 if __name__ == "__main__":

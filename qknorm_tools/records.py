@@ -498,12 +498,17 @@ def save_records(records: Iterable[RunRecord], path, work_dir=None) -> None:
     write_text_atomic(path, json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
 
 
+def work_dir_of(data, f: Path) -> str | None:
+    """The work dir a ``runs.json`` (:func:`save_records`; ``data`` its JSON) stores paths below."""
+    if isinstance(data, dict) and data.get("work_dir") is not None:
+        return str(Path(f).parent / data["work_dir"])
+    return None
+
+
 def _file_records(f: Path) -> list[RunRecord]:
     data = _read_json(f)
-    base = None
+    base = work_dir_of(data, f)
     if isinstance(data, dict) and "runs" in data:
-        if data.get("work_dir") is not None:
-            base = str(f.parent / data["work_dir"])
         data = data["runs"]
     items = data if isinstance(data, list) else [data]
     out = []

@@ -56,6 +56,7 @@ from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 
+from .exits import die_usage, fail
 from .textio import OutputError, write_text_atomic
 from .trainlog import (
     G_PREFIX,
@@ -1641,20 +1642,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: 0 on success, 1 on bad input (message names the file), 2 on usage errors."""
+    """Command line (:mod:`~.exits`): 0 done, 1 bad input (a missing results dir too), 2 usage."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.output and len(args.results_dirs) > 1:
-        parser.error(
-            "-o/--output takes one RESULTS_DIR; without it each page goes to DIR/report.html"
+        die_usage(
+            parser,
+            "-o/--output takes one RESULTS_DIR; without it each page goes to DIR/report.html",
         )
     status = 0
     for d in args.results_dirs:
         try:
             out = write_report(d, args.output, args.attention, args.figure)
         except ReportInputError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            status = 1
+            status = fail(exc)
             continue
         size = out.stat().st_size / 2**20
         print(f"wrote {out} ({size:.1f} MiB)", file=sys.stderr)

@@ -15,7 +15,7 @@ from .provenance import short_id
 from .records import RunRecord
 from .scoring import SCORE_FIELDS
 from .significance import format_p
-from .textio import write_text_atomic
+from .textio import ResultsError, write_text_atomic
 
 __all__ = [
     "format_mean_sd",
@@ -26,14 +26,64 @@ __all__ = [
 ]
 
 
+def lost_values(old, new, path: str = "") -> list[str]:
+    """The JSON paths where ``old`` holds a value (not null, not empty) and ``new`` none.
+
+    Dicts are compared key by key, lists of the same length item by item; a list that was
+    non-empty and is empty now is lost.
+    """
+    if isinstance(old, dict):
+        new = new if isinstance(new, dict) else {}
+        return [p for k, v in old.items() for p in lost_values(v, new.get(k), f"{path}.{k}")]
+    if isinstance(old, list):
+        if old and not new:
+            return [path]
+        if isinstance(new, list) and len(new) == len(old):
+            return [
+                p
+                for i, (o, n) in enumerate(zip(old, new))
+                for p in lost_values(o, n, f"{path}[{i}]")
+            ]
+        return []
+    return [path] if old is not None and new is None else []
+
+
+def refuse_lost_values(path: Path, obj) -> None:
+    """Refuse to write ``obj`` over the JSON report ``path`` if it would lose values it holds.
+
+    A report never degrades what is there (a committed report rebuilt without the runs or the
+    reference it was made from): nothing is written, and the message names the first paths.
+
+    Raises:
+        ResultsError: naming ``path`` and what would be lost.
+    """
+    try:
+        old = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # none, or unreadable: nothing to keep
+    lost = lost_values(old, json.loads(json.dumps(obj, default=str)))
+    if lost:
+        more = f" and {len(lost) - 3} more" if len(lost) > 3 else ""
+        raise ResultsError(
+            f"{path}: this report would lose values the existing one holds "
+            f"({', '.join(p.lstrip('.') for p in lost[:3])}{more}): the runs, records or "
+            f"reference it was made from are missing here; nothing was written (remove {path} "
+            "to write the smaller report)"
+        )
+
+
 def write_markdown_and_json(out_dir, stem: str, markdown: str, obj) -> dict[str, str]:
     """Write ``<stem>.md`` (``markdown``) and ``<stem>.json`` (``obj``) in ``out_dir``.
+
+    Refused (:func:`refuse_lost_values`) if an existing ``<stem>.json`` holds values ``obj``
+    lacks.
 
     Returns:
         ``{"md": path, "json": path}``.
     """
     out = Path(out_dir)
     md, js = out / f"{stem}.md", out / f"{stem}.json"
+    refuse_lost_values(js, obj)
     write_text_atomic(md, markdown)
     write_text_atomic(js, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
     return {"md": str(md), "json": str(js)}

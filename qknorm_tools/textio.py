@@ -18,6 +18,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from . import exits
+
 __all__ = [
     "BPE_MODES",
     "BPE_TOOL_SYMBOL",
@@ -27,6 +29,7 @@ __all__ = [
     "EvaluationError",
     "GenerateOutputError",
     "InputFileError",
+    "ArgumentError",
     "LineCountError",
     "OutputError",
     "ResultsError",
@@ -51,6 +54,10 @@ __all__ = [
 
 class EvaluationError(ValueError):
     """Base class of all input errors of the evaluation tools (a ``ValueError``)."""
+
+
+class ArgumentError(EvaluationError, exits.UsageError):
+    """A malformed or contradictory argument: a usage error (exit status 2, :mod:`.exits`)."""
 
 
 class InputFileError(EvaluationError):

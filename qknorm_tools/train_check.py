@@ -40,6 +40,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from .exits import OK, USAGE
 from .textio import BPE_TOOL_SYMBOL
 
 __all__ = ["check_train_args", "main"]
@@ -201,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     problems = check_train_args(train_args, a.remove_bpe)
     for msg in problems:
         print(f"error: {a.what}: {msg}", file=sys.stderr)
-    return 2 if problems else 0
+    return USAGE if problems else OK  # settings that cannot work together: the command's usage
 
 
 if __name__ == "__main__":

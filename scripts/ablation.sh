@@ -174,12 +174,15 @@ fi
 # left as it was, and never reported on as if it were this grid's
 qk_mktemp_dir STAMP "$OUT" collect
 touch "$STAMP/started"
-qk_run "${REPRO[@]}" || { qk_warn "collecting the finished cells failed (see above)"; RC=1; }
+# after an error, only what applies: the collection's own message says what it refused
+qk_run "${REPRO[@]}" || die "collecting the finished cells failed (above): no report written"
 if [[ ! "$OUT/runs.json" -nt "$STAMP/started" ]]; then
     [[ ! -f "$OUT/runs.json" ]] || die "no finished cell: nothing to report ($OUT/runs.json, of an earlier collection, is left as it was)"
     die "no finished cell: nothing to report"
 fi
-(cd "$QK_WORK_DIR" && "${ABL[@]}") || die "ablation report failed (see above); rerun to resume the missing cells"
+RESUME=""
+((RC == 0)) || RESUME="; failed cells: ${QK_LAUNCH_FAILED[*]} (rerun the same command to resume them)"
+(cd "$QK_WORK_DIR" && "${ABL[@]}") || die "ablation report failed (above)$RESUME"
 qk_log "wrote $OUT/ablation.md and $OUT/ablation.json"
 
 # figures: secondary outputs, a failure is a warning (matplotlib's messages go to plots.log).

@@ -163,7 +163,7 @@ elif [[ -s "$SCORE" && -f "$HYP" ]]; then
             cat "$SCORE"
             exit 0
             ;;
-        1) qk_log "decoding again: $SCORE was made with other settings: $CHANGED" ;;
+        3) qk_log "decoding again: $SCORE was made with other settings: $CHANGED" ;;
         *) die "cannot tell what made $SCORE (above): remove $MADE_BY, or decode again with --force" ;;
     esac
 fi

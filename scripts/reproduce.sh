@@ -251,6 +251,8 @@ if ((NO_AGG == 0)); then
 fi
 
 if ((${#FAILED[@]} > 0)); then
+    # a rerun resumes failed cells; a failed collection says itself why (above)
+    [[ "${FAILED[*]}" == aggregation ]] && die "failed: aggregation (above)"
     die "failed: ${FAILED[*]} (rerun the same command to resume)"
 fi
 qk_log "done"

@@ -64,7 +64,7 @@ def test_nul_byte_is_an_error_with_file_and_line(tmp_path):
     s.write_bytes(b"ola mundo .\nunha\x00casa .\n")
     t.write_bytes(b"hello world .\na house .\n")
     p = corpus_check(s, t)
-    assert p.returncode == 2, out(p)
+    assert p.returncode == 1, out(p)
     assert f"error: {s}:2: NUL byte (\\x00) at byte offset 4" in p.stderr
 
 
@@ -73,7 +73,7 @@ def test_utf16_file_is_rejected_naming_the_encoding(tmp_path):
     s.write_bytes("ola .\n".encode("utf-16-le"))
     t.write_bytes(b"hello .\n")
     p = corpus_check(s, t)
-    assert p.returncode == 2 and f"error: {s}:1: NUL byte" in p.stderr and "UTF-16" in p.stderr
+    assert p.returncode == 1 and f"error: {s}:1: NUL byte" in p.stderr and "UTF-16" in p.stderr
 
 
 @pytest.mark.parametrize("short", ["src", "tgt"])
@@ -86,7 +86,7 @@ def test_misaligned_sides_reported_where_the_shorter_file_ends(tmp_path, short):
     shorter = s if short == "src" else t
     n_s, n_t = (5, 7) if short == "src" else (7, 5)
     p = corpus_check(s, t)
-    assert p.returncode == 2
+    assert p.returncode == 1
     first = p.stderr.splitlines()[0]
     # the shorter file's last line (wc -l), both counts; not "line 6 of the longer file"
     assert first.startswith(

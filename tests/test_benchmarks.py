@@ -746,8 +746,6 @@ def test_sequential_verdict_adds_repetitions_until_decided_or_capped():
             ["--sections", "batches", "--systems", "twt", "--batches-max", "9"],
             "--batches-max 9: batches are added until QKNorm/stock's verdict decides",
         ),
-        (["--sections", "model,batches"], "--sections batches need binarized data: --e2e-data"),
-        (["--sections", "e2e", "--e2e-data", "/nonexistent"], "--e2e-data /nonexistent: no such"),
     ],
 )
 def test_bad_benchmark_arguments_are_usage_errors(args, message, capsys):
@@ -758,6 +756,22 @@ def test_bad_benchmark_arguments_are_usage_errors(args, message, capsys):
     assert e.value.code == 2
     last = capsys.readouterr().err.splitlines()[-1]
     assert last.startswith(f"python -m benchmarks.run: error: {message}"), last
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--sections", "model,batches"], "--sections batches need binarized data: --e2e-data"),
+        (["--sections", "e2e", "--e2e-data", "/nonexistent"], "--e2e-data /nonexistent: no such"),
+    ],
+)
+def test_missing_benchmark_data_is_a_data_failure(args, message, capsys):
+    """Data that are not there (a directory named, or not prepared) exit 1, when parsed."""
+    with pytest.raises(SystemExit) as e:
+        bench.parse_args(["--smoke", *args])
+    assert e.value.code == 1
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.startswith(f"error: {message}"), last
 
 
 def test_e2e_variants_train_with_the_plugin_task_option(tmp_path, capsys):
@@ -866,7 +880,7 @@ def test_authors_dir_must_hold_the_assembled_code(tmp_path, capsys):
     """--authors-dir names what is missing; without CyndxAI's files (no QKNorm switch) too."""
     with pytest.raises(SystemExit) as e:
         bench.parse_args(["--sections", "e2e", "--authors-dir", str(tmp_path)])
-    assert e.value.code == 2
+    assert e.value.code == 1  # a directory named that is not the authors' code: data
     err = capsys.readouterr().err
     assert f"--authors-dir: {tmp_path}: not the authors' code (missing main.py," in err
     for f in authors_code.REQUIRED_FILES:
@@ -991,8 +1005,8 @@ def test_authors_code_trains_beside_ours_on_toy_data(toy_data, tmp_path):
 
 
 def test_per_update_json_in_a_missing_directory_is_refused_before_training(tmp_path, capsys):
-    """Refused when parsed (exit 2), not after a whole training run (helper-15)."""
+    """Refused when parsed (exit 1: a missing directory), not after a whole training run."""
     with pytest.raises(SystemExit) as e:
         profile_e2e.main(["--per-update-json", str(tmp_path / "no" / "u.json"), "--", "data"])
-    assert e.value.code == 2
+    assert e.value.code == 1
     assert "its directory does not exist" in capsys.readouterr().err

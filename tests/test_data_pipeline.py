@@ -514,7 +514,7 @@ def test_extract_tsv_drops_null_rows_and_reports_counts(tmp_path):
         tmp_path / "x",
     )
     assert (
-        p.returncode == 2 and "no column 'ar' in header (columns: talk_name en gl sk)" in p.stderr
+        p.returncode == 1 and "no column 'ar' in header (columns: talk_name en gl sk)" in p.stderr
     )
 
 
@@ -630,7 +630,7 @@ def test_corrupted_tarball_rejected(tmp_path):
     for bad in (truncated, garbage):
         dest = tmp_path / f"x_{bad.stem}"
         p = run_corpus("untar", "--archive", bad, "--dest", dest)
-        assert p.returncode == 2, out(p)
+        assert p.returncode == 1, out(p)
         assert f"error: {bad}: corrupt or truncated archive" in p.stderr
         assert not dest.exists()
     assert not [x for x in tmp_path.iterdir() if x.name.startswith(".")]  # no temporary leftovers
@@ -665,7 +665,7 @@ def test_unsafe_tar_member_rejected(tmp_path, kind):
     make_tar(arc, members, extra)
     dest = tmp_path / "sub" / "x"
     p = run_corpus("untar", "--archive", arc, "--dest", dest)
-    assert p.returncode == 2
+    assert p.returncode == 1
     assert "unsafe archive member" in p.stderr
     assert {"dotdot": "path traversal", "absolute": "absolute path", "symlink": "link member"}[
         kind
@@ -771,7 +771,7 @@ def test_check_cli_reports_every_problem_with_file_and_line(tmp_path):
     s.write_bytes(b"ola\n\nmundo\r\n")
     t.write_bytes(b"hello\nworld \xc3\x28\nfoo\nbar\n")
     p = run_corpus("check", "--src", s, "--tgt", t)
-    assert p.returncode == 2
+    assert p.returncode == 1
     lines = p.stderr.splitlines()
     # at the shorter file's last line, with both counts (wc -l)
     assert any(
@@ -785,7 +785,7 @@ def test_check_cli_reports_every_problem_with_file_and_line(tmp_path):
     t.write_bytes(b"a b c d e\n")
     assert run_corpus("check", "--src", s, "--tgt", t, "--max-len", "5").returncode == 0
     p = run_corpus("check", "--src", s, "--tgt", t, "--max-len", "4")
-    assert p.returncode == 2 and f"error: {t}:1: line too long: 5 tokens > max 4" in p.stderr
+    assert p.returncode == 1 and f"error: {t}:1: line too long: 5 tokens > max 4" in p.stderr
 
 
 def test_sha256_cli(tmp_path):
@@ -794,9 +794,9 @@ def test_sha256_cli(tmp_path):
     digest = hashlib.sha256(b"abc\n").hexdigest()
     assert run_corpus("sha256", "--file", f, "--expected", digest, "--size", "4").returncode == 0
     p = run_corpus("sha256", "--file", f, "--expected", "0" * 64)
-    assert p.returncode == 2 and f"expected {'0' * 64}, got {digest}" in p.stderr
+    assert p.returncode == 1 and f"expected {'0' * 64}, got {digest}" in p.stderr
     p = run_corpus("sha256", "--file", f, "--size", "5")
-    assert p.returncode == 2 and "size mismatch: expected 5 bytes, got 4 bytes" in p.stderr
+    assert p.returncode == 1 and "size mismatch: expected 5 bytes, got 4 bytes" in p.stderr
     (tmp_path / "SHA256SUMS").write_text(f"{digest}  sub/f.txt\n")
     assert (
         run_corpus(
@@ -809,9 +809,9 @@ def test_sha256_cli(tmp_path):
     h = tmp_path / "ted_talks.tar.gz"
     h.write_bytes(HTML_PAGE)
     p = run_corpus("sha256", "--file", h, "--size", "352222045", "--expected", "0" * 64)
-    assert p.returncode == 2 and "got an HTML page" in p.stderr and "352222045" in p.stderr
+    assert p.returncode == 1 and "got an HTML page" in p.stderr and "352222045" in p.stderr
     p = run_corpus("untar", "--archive", h, "--dest", tmp_path / "u")
-    assert p.returncode == 2 and "got an HTML page" in p.stderr
+    assert p.returncode == 1 and "got an HTML page" in p.stderr
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,9 @@ one of that file's headings (GitHub's heading slugs). README.md has at most 300 
 
 from __future__ import annotations
 
+import json
 import re
+from decimal import ROUND_HALF_UP, Decimal
 
 import pytest
 
@@ -80,3 +82,46 @@ def test_every_docs_file_is_linked_from_readme():
         p.name for p in sorted((REPO / "docs").glob("*.md")) if f"docs/{p.name}" not in readme
     ]
     assert not missing, f"docs not linked from README.md: {missing}"
+
+
+#: README's 2x2 table rows -> the effect they quote (ablation.json's key)
+README_EFFECT_ROWS = {
+    "QKNorm effect with LayerNorm": "qknorm_effect_at_layernorm",
+    "QKNorm effect with ScaleNorm": "qknorm_effect_at_scalenorm",
+    "ScaleNorm effect with dot product": "norm_effect_at_dot",
+    "**the paper's comparison**": "paper_comparison",
+}
+
+
+def test_readme_ablation_numbers_are_in_the_files_it_cites():
+    """Every effect and p-value of README's 2x2 table (converged | 1,000 updates) is the value
+    of the ablation.json it cites, at the precision README quotes (issue 37, item 6)."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    sources = [REPO / "results" / p / "gl-en/ablation.json" for p in
+               ("cpu-converge-d128", "cpu-proxy-fast")]  # fmt: skip
+    # the citations: README's converged report, and docs/ablation.md's for 1,000 updates
+    assert "(results/cpu-converge-d128/gl-en/ablation.md)" in readme
+    docs_ablation = (REPO / "docs/ablation.md").read_text(encoding="utf-8")
+    assert "(../results/cpu-proxy-fast/gl-en/ablation.md)" in docs_ablation
+    reports = [json.loads(p.read_text(encoding="utf-8")) for p in sources]
+    checked = 0
+    for line in readme.splitlines():
+        row = next((k for r, k in README_EFFECT_ROWS.items() if line.startswith(f"| {r}")), None)
+        if row is None:
+            continue
+        cols = [c.strip().strip("*") for c in line.strip("|").split("|")[1:]]
+        for col, rep in zip(cols, reports):
+            m = re.fullmatch(r"\*?\*?([+−-][0-9.]+)\*?\*? \(([0-9.]+) / ([0-9.]+)\)", col)
+            assert m, (row, col)
+            delta, p_ar, p_seeds = m.groups()
+            pairs = [
+                (delta.replace("−", "-"), rep["effects"][row]),
+                (p_ar, rep["significance"][row]["p_ar"]),
+                (p_seeds, rep["seed_tests"][row]["p"]),
+            ]
+            for quoted, value in pairs:  # as ablation.md shows it (4 decimals), then rounded
+                shown = Decimal(f"{value:.4f}")
+                step = Decimal(1).scaleb(-len(quoted.split(".")[1]))
+                assert Decimal(quoted) == shown.quantize(step, ROUND_HALF_UP), (row, quoted, value)
+            checked += 1
+    assert checked == 2 * len(README_EFFECT_ROWS)

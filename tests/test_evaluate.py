@@ -93,7 +93,7 @@ def cli_errors(tmp_path_factory):
 
 def test_cli_rejects_line_count_mismatch(cli_errors):
     rc, _, err = cli_errors["results"]["mismatch"]
-    assert rc == 2
+    assert rc == 1
     assert "error:" in err
     assert str(cli_errors["short"]) in err and str(cli_errors["ref"]) in err
     assert "2 lines" in err and "3 lines" in err
@@ -101,13 +101,13 @@ def test_cli_rejects_line_count_mismatch(cli_errors):
 
 def test_cli_rejects_empty_hypothesis(cli_errors):
     rc, _, err = cli_errors["results"]["empty"]
-    assert rc == 2
+    assert rc == 1
     assert str(cli_errors["empty"]) in err and "empty" in err
 
 
 def test_cli_rejects_invalid_utf8_naming_line(cli_errors):
     rc, _, err = cli_errors["results"]["utf8"]
-    assert rc == 2
+    assert rc == 1
     assert str(cli_errors["bad"]) in err and "line 2" in err and "UTF-8" in err
 
 
@@ -128,7 +128,7 @@ def test_cli_compare_validates_inputs(cli_errors, capsys):
             "--allow-few-lines",
         ]
     )
-    assert rc == 2 and str(cli_errors["short"]) in capsys.readouterr().err
+    assert rc == 1 and str(cli_errors["short"]) in capsys.readouterr().err
 
 
 def test_cli_score_json_schema(cli_errors, capsys):
@@ -265,7 +265,7 @@ def test_extract_errors(tmp_path):
         textio.extract_hypotheses(dup)
     assert (
         evaluate.main(["extract", "--generate-output", str(dup), "--output", str(tmp_path / "x")])
-        == 2
+        == 1
     )
 
 

@@ -107,7 +107,7 @@ def test_cli_check_and_write_without_torch(tmp_path):
     rec = tmp_path / "test.made_by.json"
     gen = ["--generate", "bin", "--beam", "4", "--max-len-b", "10"]
     p = run_without_torch("qknorm_tools.freshness", "check", rec, "--set", "split=test", *gen)
-    assert (p.returncode, p.stdout) == (1, "no record of what made it\n"), p.stderr
+    assert (p.returncode, p.stdout) == (3, "no record of what made it\n"), p.stderr
     p = run_without_torch("qknorm_tools.freshness", "write", rec, "--set", "split=test",
                           "--scorer", "gl", "en", *gen)  # fmt: skip
     assert p.returncode == 0, p.stderr
@@ -118,10 +118,10 @@ def test_cli_check_and_write_without_torch(tmp_path):
     p = run_without_torch("qknorm_tools.freshness", "check", rec, "--set", "split=test",
                           "--scorer", "gl", "en", "--generate", "bin", "--beam", "5",
                           "--max-len-b", "10")  # fmt: skip
-    assert (p.returncode, p.stdout) == (1, "beam 4 -> 5\n"), p.stderr
+    assert (p.returncode, p.stdout) == (3, "beam 4 -> 5\n"), p.stderr
     (tmp_path / "junk.json").write_text("[]")
     p = run_without_torch("qknorm_tools.freshness", "check", tmp_path / "junk.json")
-    assert p.returncode == 3 and "junk.json is not a made-by record" in p.stderr
+    assert p.returncode == 1 and "junk.json is not a made-by record" in p.stderr
 
 
 @pytest.mark.slow

@@ -194,7 +194,7 @@ def test_cli_module(tmp_path):
         plots.main(
             ["curves", "--log", f"x={tmp_path / 'missing.log'}", "--out", str(tmp_path / "m.png")]
         )
-        == 2
+        == 1
     )
 
 

@@ -182,7 +182,7 @@ def test_a_record_of_other_data_settings_or_profile_is_refused(kind, message, tm
         rec = committed.read_record(rec_dir)
         committed.check_record(rec, "cpu-converge", "a" * 64, committed.command_settings(now))
     assert str(rec_dir / "record.json") in str(err.value) and message in str(err.value)
-    assert committed.main([*args, "--data-identity", str(ident)]) == 2
+    assert committed.main([*args, "--data-identity", str(ident)]) == 1
 
 
 def test_collect_merges_records_refusing_a_record_that_differs_from_its_run(tmp_path, capsys):
@@ -204,7 +204,7 @@ def test_collect_merges_records_refusing_a_record_that_differs_from_its_run(tmp_
     # a live run that differs from its committed record: an error naming both
     shutil.move(tmp_path / "runs.gone", tmp_path / "runs")
     (runs[0] / "test.hyp").write_text((runs[0] / "test.hyp").read_text().replace("cat", "dog"))
-    assert collect.main([*base, "--out-dir", str(rec_out), "--run", str(runs[0])]) == 2
+    assert collect.main([*base, "--out-dir", str(rec_out), "--run", str(runs[0])]) == 1
     err = capsys.readouterr().err
     assert str(root / "gl-en/records/twt/seed1/record.json") in err
     assert "differs from the live run" in err and "the hypotheses (test.hyp) differ" in err
@@ -241,7 +241,7 @@ def test_an_unscored_cell_leaves_a_record_read_back_from_its_own_label(tmp_path,
     other = tmp_path / "results/cpu-proxy-fast-max-update-5-d128/gl-en/records/twt/seed1"
     shutil.copytree(other, tmp_path / "results/x-d128/gl-en/records/twt/seed1")
     moved = tmp_path / "runs/gl-en/x-d128/twt/seed1"
-    assert collect.main([*base, "--out-dir", str(tmp_path / "x"), "--run", str(moved)]) == 2
+    assert collect.main([*base, "--out-dir", str(tmp_path / "x"), "--run", str(moved)]) == 1
     err = capsys.readouterr().err
     assert "profile 'cpu-proxy-fast-max-update-5-d128', not 'x-d128'" in err, err
 
@@ -255,7 +255,7 @@ def test_collect_refuses_records_made_with_other_settings_than_the_runs(tmp_path
     cmd.write_text(cmd.read_text().replace("--dropout 0.3", "--dropout 0.1"))
     argv = ["runs", "--work-dir", str(tmp_path), "--records-root", str(root), "--out-dir",
             str(tmp_path / "out"), "--run", str(r1), "--run", str(r2)]  # fmt: skip
-    assert collect.main(argv) == 2
+    assert collect.main(argv) == 1
     err = capsys.readouterr().err
     assert str(root / "gl-en/records/twt/seed2/record.json") in err
     assert "made with other settings than" in err and "--dropout: 0.3 vs 0.1" in err

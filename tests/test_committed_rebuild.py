@@ -1,0 +1,88 @@
+"""Reports never degrade what is committed (issue 37, item 5): on a fresh clone at another path,
+with no prepared data and no runs, rebuilding every committed results directory that holds a
+runs.json either gives the committed files byte for byte or is refused with nothing touched.
+In-process (collect, evaluate); the clone is a ``git clone`` of this checkout's HEAD."""
+
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from qknorm_tools import collect, evaluate
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _snapshot(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _live(run_dir: str) -> str:
+    """The live run a committed record stands for: results/LABEL/PAIR/records/SYSTEM/NAME ->
+    runs/PAIR/LABEL/SYSTEM/NAME (what the scripts pass; collect reads the record for it)."""
+    parts = Path(run_dir).parts
+    if parts[0] == "results" and parts[3] == "records":
+        return str(Path("runs", parts[2], parts[1], *parts[4:]))
+    return run_dir
+
+
+def _rebuild(clone: Path, out: Path) -> list[int]:
+    """The collection and the report of ``out`` as the scripts make them; their statuses (up to
+    the first refusal)."""
+    doc = json.loads((out / "runs.json").read_text())
+    runs = [str(clone / _live(r["run_dir"])) for r in doc["runs"]]
+    pair = doc["runs"][0]["pair"]
+    ref = f"{pair}={clone / 'data/raw' / pair / ('test.' + pair.split('-')[1])}"
+    args = ["runs", "--work-dir", str(clone), "--out-dir", str(out), "--ref", ref]
+    args += [x for r in runs for x in ("--run", r)]
+    statuses = []
+    if (out / "lr_sweep.json").exists():  # scripts/lr_sweep.sh: unscored runs kept
+        statuses.append(collect.main([*args, "--keep-unscored", "--records-base",
+                                      str(clone / "results")]))  # fmt: skip
+        if statuses[-1] == 0:
+            statuses.append(evaluate.main(["lr-sensitivity", "--results", str(out / "runs.json"),
+                                           "--pair", pair, "--out-dir", str(out)]))  # fmt: skip
+        return statuses
+    label = out.parent.name
+    statuses.append(collect.main([*args, "--aggregate", "--baseline", "twt", "--records-root",
+                                  str(clone / "results" / label)]))  # fmt: skip
+    if statuses[-1] == 0 and (out / "ablation.json").exists():
+        abl = ["ablation", "--results", str(out / "runs.json"), "--out-dir", str(out)]
+        statuses.append(evaluate.main([*abl, "--ref", ref.split("=", 1)[1]]))
+    return statuses
+
+
+@pytest.mark.slow
+def test_fresh_clone_rebuilds_byte_for_byte_or_refuses_untouched(tmp_path, capsys):
+    """Each results directory: every step exits 0 and the files are the committed ones, or a
+    step refuses (exit 1, naming what is missing) and nothing under results/ changed."""
+    clone = tmp_path / "elsewhere" / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    results = clone / "results"
+    dirs = sorted(p.parent for p in results.rglob("runs.json"))
+    assert any("lr-sweep" in str(d) for d in dirs) and any("converge" in str(d) for d in dirs)
+    committed = _snapshot(results)
+    rebuilt = []
+    for out in dirs:
+        statuses = _rebuild(clone, out)
+        err = capsys.readouterr().err
+        if all(s == 0 for s in statuses):
+            rebuilt.append(str(out.relative_to(results)))
+            assert _snapshot(results) == committed, f"{out}: rebuilt, but not byte for byte"
+        else:
+            assert statuses[-1] == 1 and "error: " in err, (out, statuses, err[-500:])
+            assert _snapshot(results) == committed, f"{out}: refused, but files changed"
+            if (out / "aggregate.json").exists() and "converge" in str(out):
+                assert "scripts/prepare_data.sh gl-en" in err, err[-500:]
+    # the size axis's sweeps rebuild from their committed records; the converged 2x2 needs
+    # the reference (scripts/prepare_data.sh gl-en), the 1,000-update ablation and the demo
+    # their runs (only runs.json is committed): refused
+    assert rebuilt == [
+        f"cpu-proxy-fast-max-update-250/gl-en/lr-sweep/d{d}" for d in (128, 256, 384)
+    ]

@@ -1,0 +1,233 @@
+"""Exit statuses with one meaning (qknorm_tools.exits): every Python command line of the project
+(each module with ``if __name__ == "__main__"``) exits 2 on a usage error and 1 on a failure of
+its data or environment. In-process: each case calls the module's ``main(argv)``."""
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+from qknorm_tools import exits
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("qknorm_tools", "benchmarks", "fairseq_qknorm")
+
+
+def _commands() -> list[str]:
+    """Every ``python -m`` entry point: the modules of the packages with a __main__ guard."""
+    return sorted(
+        f"{pkg}.{f.stem}"
+        for pkg in PACKAGES
+        for f in (REPO / pkg).glob("*.py")
+        if 'if __name__ == "__main__"' in f.read_text(encoding="utf-8")
+    )
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def _config_repo(tmp: Path) -> Path:
+    """A repository whose gl-en pair and cpu-proxy profile are not TOML: a data failure."""
+    for kind, name in (("pairs", "gl-en"), ("profiles", "cpu-proxy")):
+        (tmp / "configs" / kind).mkdir(parents=True)
+        (tmp / "configs" / kind / f"{name}.toml").write_text("src = \n")
+    return tmp
+
+
+def _unequal_corpus(tmp: Path) -> list[str]:
+    (tmp / "a.gl").write_text("un\ndous\n")
+    (tmp / "a.en").write_text("one\n")
+    return ["check", "--src", str(tmp / "a.gl"), "--tgt", str(tmp / "a.en")]
+
+
+#: module -> (a usage error, a data or environment error; None: the command reads no data, why)
+CASES = {
+    "qknorm_tools.collect": (
+        lambda t: ["runs", "--run", "x", "--work-dir", str(t), "--out-dir", str(t), "--aggregate"],
+        lambda t: [
+            "runs",
+            "--run",
+            str(t / "runs/gl-en/p/twt/seed1"),
+            "--work-dir",
+            str(t),
+            "--out-dir",
+            str(t / "out"),
+        ],  # fmt: skip  (no finished run)
+    ),
+    "qknorm_tools.commands": (
+        lambda t: ["generate", "--pair", "gl-en"],
+        lambda t: [
+            "average",
+            "--run",
+            str(t),
+            "-n",
+            "2",
+            "--output",
+            "x",
+            "--profile",
+            "cpu-proxy",
+            "--repo",
+            str(_config_repo(t)),
+        ],  # fmt: skip
+    ),
+    "qknorm_tools.committed": (
+        lambda t: ["check"],
+        lambda t: ["check", str(t / "no-record"), "--profile", "cpu-proxy"],
+    ),
+    "qknorm_tools.config": (
+        lambda t: ["names", "pears"],
+        lambda t: ["shell", "--pair", "gl-en", "--repo", str(_config_repo(t))],
+    ),
+    "qknorm_tools.corpus": (lambda t: ["chek"], _unequal_corpus),
+    "qknorm_tools.evaluate": (
+        lambda t: ["aggregate", "--baseline", "twt"],
+        lambda t: ["score", "--ref", str(t / "missing.en"), "--hyp", str(t / "missing.hyp")],
+    ),
+    "qknorm_tools.freshness": (
+        lambda t: ["check"],
+        lambda t: ["check", str(_write(t / "made_by.json", "{not json")), "--set", "a=1"],
+    ),
+    "qknorm_tools.lr_sweep_sizes": (
+        lambda t: ["--size", "d128", "--out-dir", str(t)],
+        lambda t: ["--size", f"128={t / 'missing.json'}", "--out-dir", str(t)],
+    ),
+    "qknorm_tools.plots": (
+        lambda t: ["curves"],
+        lambda t: ["curves", "--log", f"a={t / 'missing.log'}", "--out", str(t / "c.png")],
+    ),
+    "qknorm_tools.progress": (lambda t: ["decode", "--total", "1"], None),  # a filter of logs
+    "qknorm_tools.provenance": (
+        lambda t: ["check", "--pair", "gl-en"],
+        lambda t: ["check", "--pair", "gl-en", "--data", str(t / "data")],
+    ),
+    "qknorm_tools.report": (
+        lambda t: [str(t), str(t), "-o", str(t / "r.html")],
+        lambda t: [str(t / "missing-results-dir")],
+    ),
+    "qknorm_tools.train_check": (
+        lambda t: ["--", "--best-checkpoint-metric", "bleu"],
+        None,  # checks a command line only
+    ),
+    "benchmarks.run": (
+        lambda t: ["--sections", "nonesuch"],
+        lambda t: ["--sections", "e2e", "--e2e-data", str(t / "missing-bin")],
+    ),
+    "benchmarks.profile_e2e": (
+        lambda t: ["--per-update-json", str(t / "u.json")],
+        lambda t: ["--per-update-json", str(t / "missing/u.json"), "--", "data-bin"],
+    ),
+    "benchmarks.authors_code": (
+        lambda t: ["train"],
+        lambda t: [
+            "train",
+            "--authors-dir",
+            str(t / "missing"),
+            "--data-dir",
+            str(t),
+            "--dump-dir",
+            str(t),
+            "--pair",
+            "gl2en",
+            "--updates",
+            "1",
+            "--log-interval",
+            "1",
+            "--threads",
+            "1",
+            "--qk-length",
+            "79",
+            "--layers",
+            "1",
+            "--dim",
+            "8",
+            "--ffn",
+            "8",
+            "--heads",
+            "1",
+            "--dropout",
+            "0",
+        ],  # fmt: skip
+    ),
+    "benchmarks.gpu_check": (
+        lambda t: ["report"],
+        lambda t: ["report", str(t / "missing"), "--gpu", "H200", "--vocab", "8"],
+    ),
+    "benchmarks.bf16_cpu": (lambda t: ["--nonesuch"], None),  # times synthetic models
+    # fairseq-train's own parser; no data of its own
+    "benchmarks.gpu_train": (lambda t: [str(t), "--arch", "transformer", "--nonesuch"], None),
+    "benchmarks.memory_child": (lambda t: ["--nonesuch"], None),  # synthetic batches
+    "benchmarks.profile_step": (lambda t: ["--nonesuch"], None),  # synthetic batches
+    "benchmarks.rusage_launcher": (lambda t: [], None),  # the command's own status otherwise
+    # the plugin's commands import only torch, fairseq and the plugin: the same statuses,
+    # written by argparse and their own mains
+    "fairseq_qknorm.attention_dump": (
+        lambda t: ["--nonesuch"],
+        lambda t: [str(t / "missing.pt"), "--data", str(t), "--out", str(t / "a.json")],
+    ),
+    "fairseq_qknorm.average_checkpoints": (
+        lambda t: [
+            "--inputs",
+            "a.pt",
+            "--output",
+            "b.pt",
+            "--num-epoch-checkpoints",
+            "2",
+            "--num-update-checkpoints",
+            "2",
+        ],  # fmt: skip
+        lambda t: ["--inputs", str(t / "missing.pt"), "--output", str(t / "avg.pt")],
+    ),
+    "fairseq_qknorm.bf16_auto": (lambda t: ["--threads", "0"], None),  # times this CPU
+    "fairseq_qknorm.translate": (
+        lambda t: ["gl-en"],
+        lambda t: ["gl-en", "twt", "--input", str(t / "missing.gl")],
+    ),
+}
+
+
+def _status(module: str, argv: list[str], monkeypatch) -> int:
+    from qknorm_tools import config
+
+    mod = importlib.import_module(module)
+    monkeypatch.setattr(config, "REPO", config.REPO)  # --repo sets it: restored after the test
+    monkeypatch.setattr(sys, "argv", [module, *argv])
+    try:
+        status = mod.main() if module.endswith("rusage_launcher") else mod.main(argv)
+    except SystemExit as e:
+        status = e.code if isinstance(e.code, int) else 1
+    return status
+
+
+def test_every_command_has_cases():
+    """A new command line is added to CASES (and so to the convention) or this fails."""
+    assert sorted(CASES) == _commands()
+
+
+@pytest.mark.parametrize("module", sorted(CASES))
+def test_usage_error_exits_2_and_data_error_exits_1(module, tmp_path, monkeypatch, capsys):
+    """The usage case exits 2 (exits.USAGE), the data case 1 (exits.FAILURE), each with a
+    message on stderr."""
+    usage, data = CASES[module]
+    assert _status(module, usage(tmp_path), monkeypatch) == 2
+    assert capsys.readouterr().err.strip()
+    if data is None:
+        return
+    d = tmp_path / "data-case"
+    d.mkdir()
+    assert _status(module, data(d), monkeypatch) == exits.FAILURE
+    assert "error" in capsys.readouterr().err
+
+
+def test_predicates_answer_no_with_3(tmp_path, capsys):
+    """The question-answering commands say "no" with 3 (exits.NO), not with an error status:
+    ``freshness check`` of a stale record, ``config known`` of an unknown name."""
+    from qknorm_tools import config, freshness
+
+    record = tmp_path / "made_by.json"
+    assert freshness.main(["write", str(record), "--set", "a=1"]) == 0
+    assert freshness.main(["check", str(record), "--set", "a=2"]) == exits.NO
+    assert "a" in capsys.readouterr().out
+    assert config.main(["known", "pairs", "xx-yy"]) == exits.NO

@@ -25,7 +25,7 @@ levels below it, e.g. ``lr-sweep/``):
 * ``lr_sweep.json``: final dev loss and max attention logit against the peak learning rate
   per system and seed, the max attention logit over training per run, LR sensitivity
   (Wortsman et al. 2023, arXiv:2309.14322, Sec. 2.2 and Fig. 1);
-* ``attention.json`` (``python -m fairseq_qknorm.attention_dump``): a heatmap viewer of the
+* ``attention.json`` (``python -m qknorm_model_tools.attention_dump``): a heatmap viewer of the
   logits / probabilities of every layer and head, models side by side, entropy in the hover.
 
 Systems and seeds are toggled in each figure's legend (double-click: only that one); hovering a
@@ -902,7 +902,7 @@ def build_report(results_dir, attention=None) -> dict:
 
     Args:
         results_dir: a results directory (e.g. ``results/cpu-proxy-fast/gl-en``).
-        attention: an ``attention.json`` of ``fairseq_qknorm.attention_dump`` to show (default:
+        attention: an ``attention.json`` of ``qknorm_model_tools.attention_dump`` to show (default:
             the one in the directory, if any).
 
     Returns:
@@ -938,8 +938,9 @@ def build_report(results_dir, attention=None) -> dict:
     if att is None:
         notes.append(
             "no attention.json here: the attention viewer is empty. Make one from two checkpoints "
-            "with: python -m fairseq_qknorm.attention_dump QKNORM.pt BASELINE.pt --data BIN_DIR "
-            f"--sentences 0,1,2 -o {root.as_posix()}/attention.json (docs/report.md)."
+            "with: python -m qknorm_model_tools.attention_dump QKNORM.pt BASELINE.pt "
+            f"--data BIN_DIR --sentences 0,1,2 -o {root.as_posix()}/attention.json "
+            "(docs/report.md)."
         )
     title = f"fairseq_qknorm results: {root.as_posix().rstrip('/')}"
     return _clean(

@@ -1,6 +1,6 @@
 """The CPU profiles' PROFILE_BF16=auto: bf16 autocast only where measured faster on this CPU.
 
-fairseq_qknorm/bf16_auto.py decides (native bf16, then a cached or new measurement);
+qknorm_model_tools/bf16_auto.py decides (native bf16, then a cached or new measurement);
 scripts/lib/config.sh:qk_resolve_bf16 files the runs as seedN-bf16 and exports the decision.
 """
 
@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from fairseq_qknorm import bf16_auto
 from fairseq_qknorm.tasks import cpu_bf16
+from qknorm_model_tools import bf16_auto
 
 from conftest import FAR_BOUND, REPO, cli_env
 
@@ -148,7 +148,7 @@ def test_train_sh_measures_with_the_runs_thread_count(tmp_path):
     wrapper = tmp_path / "python"
     wrapper.write_text(
         "#!/usr/bin/env bash\n"
-        '[[ "$1 $2" != "-m fairseq_qknorm.bf16_auto" ]] || '
+        '[[ "$1 $2" != "-m qknorm_model_tools.bf16_auto" ]] || '
         f'echo "OMP=$OMP_NUM_THREADS $*" >>{log}\n'
         f'exec {sys.executable} "$@"\n'
     )
@@ -160,7 +160,8 @@ def test_train_sh_measures_with_the_runs_thread_count(tmp_path):
     assert p.returncode == 0, out(p)
     calls = log.read_text().splitlines()
     assert calls == [
-        f"OMP=1 -m fairseq_qknorm.bf16_auto {work}/bf16-auto --size proxy --threads 1 --cached-only"
+        f"OMP=1 -m qknorm_model_tools.bf16_auto {work}/bf16-auto --size proxy --threads 1 "
+        "--cached-only"
     ], out(p)
     assert "tensorboardX" not in p.stderr and "[bf16 auto] " in p.stderr, out(p)
 
@@ -193,7 +194,7 @@ def test_a_cached_verdict_is_read_without_the_lock_and_a_corrupt_one_is_named(
 def test_real_measurement_at_smoke_size(tmp_path):
     """The CLI end to end on this CPU: stdout bf16 or fp32, the verdict cached with its figures."""
     p = subprocess.run(
-        [sys.executable, "-m", "fairseq_qknorm.bf16_auto", str(tmp_path), "--size", "smoke",
+        [sys.executable, "-m", "qknorm_model_tools.bf16_auto", str(tmp_path), "--size", "smoke",
          "--threads", "1"],
         cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=FAR_BOUND,
     )  # fmt: skip

@@ -317,23 +317,3 @@ def test_auto_is_fp32_for_the_paper_profile_and_checks_data_before_measuring(tmp
     p = run_script("train.sh", "gl-en", "twt", env=make_env(work, QKNORM_BF16=None))
     assert p.returncode == 1 and "data/bpe/gl-en/bpe.json not found" in p.stderr
     assert not (work / "bf16-auto").exists()
-
-
-def test_the_plugin_imports_no_benchmarks_code():
-    """benchmarks/ may depend on the package, never the reverse (issue 21): no module of
-    fairseq_qknorm or qknorm_tools imports ``benchmarks``, and no script runs it."""
-    import ast
-
-    found = []
-    for package in ("fairseq_qknorm", "qknorm_tools"):
-        for path in sorted((REPO / package).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text(), str(path))):
-                if isinstance(node, ast.Import):
-                    names = [alias.name for alias in node.names]
-                elif isinstance(node, ast.ImportFrom) and node.level == 0:
-                    names = [node.module or ""]
-                else:
-                    continue
-                found += [f"{path}: {n}" for n in names if n.split(".")[0] == "benchmarks"]
-    found += [str(p) for p in (REPO / "scripts").rglob("*.sh") if "-m benchmarks" in p.read_text()]
-    assert found == []

@@ -401,17 +401,3 @@ def test_paper_profile_validation_bleu_removes_sentencepiece(tmp_path):
     assert p.returncode == 0, out(p)
     hyp = (tmp_path / "work/runs/gl-en/paper/twt/seed1/test.hyp").read_text(encoding="utf-8")
     assert "\u2581" not in hyp
-
-
-def test_bpe_pipeline_plugin_and_tools_share_one_symbol_table():
-    """--bpe pipeline (plugin), --eval-bleu-remove-bpe (train.sh) and extract (evaluate.sh)
-    remove each tool's segmentation with the same fairseq post_process symbol."""
-    from fairseq.data.data_utils import post_process
-
-    from fairseq_qknorm import bpe
-    from qknorm_tools.textio import BPE_TOOL_SYMBOL, remove_bpe
-
-    assert bpe.POST_PROCESS is BPE_TOOL_SYMBOL
-    for text in ("a@@ b c@@", "\u2581a b \u2581c"):
-        for symbol in BPE_TOOL_SYMBOL.values():
-            assert remove_bpe(text, symbol) == post_process(text, symbol)

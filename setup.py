@@ -33,7 +33,7 @@ setup(
     ),
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    python_requires=">=3.9",
+    python_requires=">=3.11",  # tomllib (qknorm_tools/config.py)
     packages=find_packages(
         include=["fairseq_qknorm", "fairseq_qknorm.*", "qknorm_model_tools", "qknorm_tools"]
     ),

@@ -1,4 +1,4 @@
-"""Every training profile (``configs/profiles/*.sh``) trains for real, through the real
+"""Every training profile (``configs/profiles/*.toml``) trains for real, through the real
 ``scripts/train.sh`` and ``scripts/evaluate.sh``, on tiny data.
 
 A recipe counts as working only once a test has trained it: a dry run proves the command line,
@@ -163,7 +163,7 @@ def best_index(values, maximize):
 
 # ------------------------------------------------------------------ the real trainings
 def test_every_profile_has_expectations():
-    """A new configs/profiles/P.sh needs its entry in EXPECT (and so its real training)."""
+    """A new configs/profiles/P.toml needs its entry in EXPECT (and so its real training)."""
     assert set(PROFILES) == set(EXPECT), (
         f"profiles without a real-training test: {sorted(set(PROFILES) - set(EXPECT))}; "
         f"add them to tests/test_profiles.py EXPECT"
@@ -174,7 +174,7 @@ def test_every_profile_has_expectations():
 @pytest.mark.parametrize("profile", PROFILES)
 def test_profile_trains_for_real(profile, tiny_work, tmp_path):
     if profile not in EXPECT:
-        pytest.fail(f"configs/profiles/{profile}.sh has no real-training test: add it to EXPECT")
+        pytest.fail(f"configs/profiles/{profile}.toml has no real-training test: add it to EXPECT")
     exp = EXPECT[profile]
     work, env = tiny_work
     env, counts_path = counting_env(env, tmp_path)

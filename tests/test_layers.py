@@ -53,39 +53,33 @@ def _files(package):
     return files
 
 
-def test_the_plugin_imports_nothing_of_ours_above_it():
-    bad = [
+def _forbidden_imports(packages, forbidden, module_level_only):
+    """``FILE:LINE: NAME`` of each import in ``packages`` of a top-level name in ``forbidden``."""
+    return [
         f"{path.relative_to(REPO)}:{line}: {name}"
-        for path in _files("fairseq_qknorm")
-        for line, name in _imports(path, module_level_only=False)
-        if name in ABOVE_THE_PLUGIN
+        for package in packages
+        for path in _files(package)
+        for line, name in _imports(path, module_level_only)
+        if name in forbidden
     ]
-    assert not bad
+
+
+def test_the_plugin_imports_nothing_of_ours_above_it():
+    assert _forbidden_imports(["fairseq_qknorm"], ABOVE_THE_PLUGIN, False) == []
 
 
 def test_no_package_imports_the_benchmarks():
     """benchmarks/ may depend on the packages, never the reverse (issue 21): no module of
     fairseq_qknorm, qknorm_model_tools or qknorm_tools imports ``benchmarks``, and no script
     runs it."""
-    found = [
-        f"{path.relative_to(REPO)}:{line}"
-        for package in ("fairseq_qknorm", "qknorm_model_tools", "qknorm_tools")
-        for path in _files(package)
-        for line, name in _imports(path, module_level_only=False)
-        if name == "benchmarks"
-    ]
+    packages = ["fairseq_qknorm", "qknorm_model_tools", "qknorm_tools"]
+    found = _forbidden_imports(packages, ["benchmarks"], False)
     found += [str(p) for p in (REPO / "scripts").rglob("*.sh") if "-m benchmarks" in p.read_text()]
     assert found == []
 
 
 def test_the_tooling_imports_no_torch_at_module_level():
-    bad = [
-        f"{path.relative_to(REPO)}:{line}: {name}"
-        for path in _files("qknorm_tools")
-        for line, name in _imports(path, module_level_only=True)
-        if name in TORCH_SIDE
-    ]
-    assert not bad
+    assert _forbidden_imports(["qknorm_tools"], TORCH_SIDE, True) == []
 
 
 def _loaded_after_import(package):

@@ -21,7 +21,7 @@ $(VENV)/.installed: setup.py pyproject.toml
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
 	$(PY) -m pip install --quiet "$(FAIRSEQ_SPEC)"
 	$(PY) -m pip install --quiet -e ".[spm,tensorboard,test,report]"
-	$(PY) -c "import logging; logging.disable(logging.INFO); import torch, fairseq, fairseq_qknorm; print('torch', torch.__version__, 'fairseq', fairseq.__version__)"  # without fairseq's import-time INFO (tensorboardX)
+	$(PY) -c "import logging; logging.disable(logging.INFO); import torch, fairseq, fairseq_qknorm, qknorm_model_tools; print('torch', torch.__version__, 'fairseq', fairseq.__version__)"  # without fairseq's import-time INFO (tensorboardX)
 	touch $@
 
 TESTS ?=

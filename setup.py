@@ -1,7 +1,16 @@
-"""Packaging for fairseq_qknorm (a fairseq ``--user-dir`` plugin) and qknorm_tools.
+"""Packaging: fairseq_qknorm (a fairseq ``--user-dir`` plugin), qknorm_model_tools, qknorm_tools.
 
-qknorm_tools is the experiment tooling (scoring, significance, tables, figures, corpus
-checks); it needs neither torch nor fairseq.
+Three layers, each importing only those below it:
+
+* ``fairseq_qknorm``: the plugin (models, modules, tasks, criterion, ``--bpe pipeline``); imports
+  only torch, fairseq and itself;
+* ``qknorm_model_tools``: the tools that build, load or run the models (translate, attention
+  dump, checkpoint averaging, the bf16 decision and its timing); torch, fairseq, the plugin and
+  qknorm_tools;
+* ``qknorm_tools``: the experiment tooling (configuration, scoring, significance, tables,
+  figures, corpus checks); needs neither torch nor fairseq.
+
+``tests/test_layers.py`` checks these imports.
 
 torch is deliberately *not* listed in ``install_requires``: an unpinned torch
 requirement makes pip pull a multi-GB CUDA build on CPU machines. Install torch
@@ -24,8 +33,10 @@ setup(
     ),
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    python_requires=">=3.9",
-    packages=find_packages(include=["fairseq_qknorm", "fairseq_qknorm.*", "qknorm_tools"]),
+    python_requires=">=3.11",  # tomllib (qknorm_tools/config.py)
+    packages=find_packages(
+        include=["fairseq_qknorm", "fairseq_qknorm.*", "qknorm_model_tools", "qknorm_tools"]
+    ),
     # the report page's own script, inlined into each page (qknorm_tools/report.py)
     package_data={"qknorm_tools": ["report.js"]},
     install_requires=[

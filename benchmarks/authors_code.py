@@ -158,7 +158,7 @@ def train_cmd(
     """The command of one bounded training run of the authors' code (``train`` below).
 
     ``dims``: ``layers``, ``dim``, ``ffn``, ``heads``, ``dropout`` of one of our sizes
-    (:data:`fairseq_qknorm.bf16_timing.SIZES`); ``qk_length``: QKNorm's L (their
+    (:data:`qknorm_model_tools.bf16_timing.SIZES`); ``qk_length``: QKNorm's L (their
     ``seq_len_threshold``, which sets only g0 = log2(L^2 - L)).
     """
     return [

@@ -61,8 +61,8 @@ from types import SimpleNamespace
 
 import torch
 
-from fairseq_qknorm import bf16_timing as bt
-from fairseq_qknorm.bf16_timing import EXPLICIT, MODES, speedup
+from qknorm_model_tools import bf16_timing as bt
+from qknorm_model_tools.bf16_timing import EXPLICIT, MODES, speedup
 
 from . import common as c
 from . import run as bench
@@ -137,7 +137,7 @@ def parse_args(argv=None):
 def section_model(a, work: Path, bf16_ok: bool, out: dict) -> None:
     """Time training steps per system and mode on one synthetic batch; results into ``out``.
 
-    :func:`fairseq_qknorm.bf16_timing.section_model` (the CPU profiles' bf16 decision times
+    :func:`qknorm_model_tools.bf16_timing.section_model` (the CPU profiles' bf16 decision times
     the same step) with this command's options; the bf16 modes run only if ``bf16_ok``.
     """
     bt.section_model(

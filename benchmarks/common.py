@@ -2,8 +2,8 @@
 
 Systems, model building, synthetic batches, FLOP counting, interleaved timing, machine
 description and subprocess peak RSS. Model sizes and building, synthetic batches, interleaved
-timing and the machine description are the plugin's (:mod:`fairseq_qknorm.bf16_timing`, which
-the CPU profiles' bf16 decision times with), imported here under their harness names.
+timing and the machine description are the model tools' (:mod:`qknorm_model_tools.bf16_timing`,
+which the CPU profiles' bf16 decision times with), imported here under their harness names.
 """
 
 import json
@@ -20,8 +20,8 @@ from typing import Callable, Optional
 
 import torch
 
-from fairseq_qknorm import bf16_timing as bt
-from fairseq_qknorm.bf16_timing import (  # noqa: F401  (the harness's names for them)
+from qknorm_model_tools import bf16_timing as bt
+from qknorm_model_tools.bf16_timing import (  # noqa: F401  (the harness's names for them)
     DEFAULT_QK_LENGTH,
     SIZE_SUFFIX,
     SIZES,
@@ -63,7 +63,7 @@ SYSTEM_DESC = {
 
 
 def system_args(system: str, size: str, qk_length: float = DEFAULT_QK_LENGTH) -> list[str]:
-    """:func:`fairseq_qknorm.bf16_timing.system_args` for one of :data:`SYSTEMS`.
+    """:func:`qknorm_model_tools.bf16_timing.system_args` for one of :data:`SYSTEMS`.
 
     Raises:
         ValueError: ``system`` is not one of :data:`SYSTEMS`.
@@ -226,7 +226,7 @@ def paired_per_batch(
     called as ``step(batch)``) one right after the other, the order rotated by one entry per
     batch (no system always first); so the ``i``-th times of two systems come from the same
     batch and the same few seconds of the machine, and pair up
-    (:func:`fairseq_qknorm.bf16_timing.paired_ratios`). Slow drift of a shared machine then
+    (:func:`qknorm_model_tools.bf16_timing.paired_ratios`). Slow drift of a shared machine then
     cancels in each pair, and the spread of the pairs' ratios over many batches is what a
     bootstrap interval sees. ``warmup`` untimed steps per system on the first batch come first;
     ``start`` numbers the first batch (for the rotation) when a run goes on batch by batch.

@@ -945,7 +945,7 @@ def section_memory(a, work: Path, out: dict) -> None:
 #: e2e system variants ``SYSTEM+VARIANT[+VARIANT]``: options of the plugin task
 #: ``translation_word_dropout`` (issue 20), e.g. ``qknorm_paper+bucketed``; ``bf16`` is the
 #: task's CPU bf16 autocast, what the cpu-proxy profile's ``bf16 = "auto"`` trains with where the
-#: CPU has native bf16 and it was measured faster (fairseq_qknorm/bf16_auto.py)
+#: CPU has native bf16 and it was measured faster (qknorm_model_tools/bf16_auto.py)
 E2E_VARIANTS = {
     "bucketed": ["--batching", "bucketed"],
     "compile": ["--torch-compile"],

@@ -15,8 +15,8 @@ values; for ``n <= 5`` its 95% interval is exactly ``[min, max]`` (the chance th
 resample's median is the smallest value is 5.8% for ``n = 5``, above the 2.5% tail), from
 ``n = 7`` on it drops the extremes.
 
-The ratios, the interval, the summary and the verdict are the plugin's
-(:mod:`fairseq_qknorm.bf16_timing`: the CPU profiles' bf16 decision uses them), imported here.
+The ratios, the interval, the summary and the verdict are the model tools'
+(:mod:`qknorm_model_tools.bf16_timing`: the CPU profiles' bf16 decision uses them), imported here.
 """
 
 from collections.abc import Sequence
@@ -24,7 +24,7 @@ from typing import Optional
 
 import numpy as np
 
-from fairseq_qknorm.bf16_timing import (  # noqa: F401  (the harness's names for them)
+from qknorm_model_tools.bf16_timing import (  # noqa: F401  (the harness's names for them)
     BOOTSTRAP_RESAMPLES,
     BOOTSTRAP_SEED,
     CANNOT_TELL,

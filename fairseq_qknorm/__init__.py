@@ -15,29 +15,17 @@ __version__ = "0.1.0"
 
 import sys as _sys  # noqa: E402
 
-# python -m fairseq_qknorm.TOOL (translate, bf16_auto, attention_dump, average_checkpoints, ...):
-# Python imports this package, and so fairseq (whose modules log at import time: the tensorboardX
-# INFO line), before the tool's main() runs; its terminal leaves fairseq's noise out (the hint:
-# where to see it)
-_QUIET_HINTS = {
-    f"{__name__}.translate": "--verbose shows them",
-    f"{__name__}.bf16_auto": "python -m benchmarks.bf16_cpu shows them",
-}
-#: the modules that are commands (``python -m fairseq_qknorm.NAME --help``); every other module
-#: is a library module, which ``-m`` would run a second time, registering its fairseq names twice
-COMMANDS = ("translate", "bf16_auto", "attention_dump", "average_checkpoints")
+# every module of the plugin is a library module: ``python -m fairseq_qknorm.NAME`` would run it
+# a second time, registering its fairseq names twice ("Cannot register duplicate ..."). The
+# commands that run its models live one layer up (qknorm_model_tools, docs/usage.md).
 _argv = getattr(_sys, "orig_argv", [])
 _main = _argv[_argv.index("-m") + 1] if "-m" in _argv[:-1] else ""
 if _main.startswith(f"{__name__}."):
-    if _main.split(".", 1)[1] not in COMMANDS:
-        raise SystemExit(
-            f"error: {_main} is a library module, not a command: fairseq uses it through "
-            f"--user-dir {__name__} (docs/usage.md). The commands: "
-            + ", ".join(f"python -m {__name__}.{c}" for c in COMMANDS)
-        )
-    from qknorm_tools.progress import quiet_fairseq_logging
-
-    quiet_fairseq_logging(_QUIET_HINTS.get(_main, "they do not concern this tool"))
+    raise SystemExit(
+        f"error: {_main} is not a command: {__name__} is a fairseq plugin (--user-dir "
+        f"{__name__}, docs/usage.md) whose modules are libraries. The commands that run its "
+        "models are python -m qknorm_model_tools.NAME (python -m qknorm_model_tools lists them)"
+    )
 
 from . import checkpoint_compat, distributed_compat, resume_compat  # noqa: E402
 

@@ -14,7 +14,7 @@
 
 ``--bpe pipeline --bpe-dir data/bpe/PAIR`` reads ``bpe.json`` and applies the recorded tool
 with the recorded files and threshold, so ``fairseq-interactive``, the hub interface
-(``from_pretrained(..., bpe="pipeline", bpe_dir=...)``) and :mod:`fairseq_qknorm.translate`
+(``from_pretrained(..., bpe="pipeline", bpe_dir=...)``) and :mod:`qknorm_model_tools.translate`
 see the source segmentation the model was trained on. ``decode`` removes the segmentation
 the way ``fairseq-generate --post-process`` does for that tool.
 """
@@ -29,10 +29,16 @@ from fairseq.data.encoders import register_bpe
 from fairseq.data.encoders.sentencepiece_bpe import SentencepieceBPE, SentencepieceConfig
 from fairseq.dataclass import FairseqDataclass
 
-# fairseq post_process / --post-process symbol that undoes each tool's segmentation: one table
-# for this plugin, --eval-bleu-remove-bpe (scripts/train.sh) and evaluate.sh's extraction
-from qknorm_tools.textio import BPE_MANIFEST as MANIFEST
-from qknorm_tools.textio import BPE_TOOL_SYMBOL as POST_PROCESS
+#: The file of ``data/bpe/PAIR`` that records the segmentation (``--bpe-dir``'s contract with
+#: its writer, ``qknorm_tools.textio.write_bpe_manifest``; the plugin imports only torch, fairseq
+#: and itself, so the tooling's ``BPE_MANIFEST`` equals this one by test, not by import)
+MANIFEST = "bpe.json"
+
+#: ``bpe.json`` "tool" -> the fairseq ``post_process`` symbol that undoes its segmentation (the
+#: tooling's ``--eval-bleu-remove-bpe`` and extraction use the same table,
+#: ``qknorm_tools.textio.BPE_TOOL_SYMBOL``, held equal to this one by
+#: ``tests/test_layers.py``)
+POST_PROCESS = {"subword-nmt": "subword_nmt", "sentencepiece": "sentencepiece"}
 
 TOOLS = tuple(POST_PROCESS)
 

@@ -99,7 +99,7 @@ def average_argv(profile: Profile, run: Path, n: int, output: str) -> list:
         checkpoints.glob("checkpoint_*_*.pt")
     )
     which = "--num-update-checkpoints" if by_update else "--num-epoch-checkpoints"
-    return ["python", "-m", "fairseq_qknorm.average_checkpoints", "--inputs", str(checkpoints),
+    return ["python", "-m", "qknorm_model_tools.average_checkpoints", "--inputs", str(checkpoints),
             which, str(n), "--output", output]  # fmt: skip
 
 

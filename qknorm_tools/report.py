@@ -27,7 +27,7 @@ levels below it, e.g. ``lr-sweep/``):
 * ``lr_sweep.json``: final dev loss and max attention logit against the peak learning rate
   per system and seed, the max attention logit over training per run, LR sensitivity
   (Wortsman et al. 2023, arXiv:2309.14322, Sec. 2.2 and Fig. 1);
-* ``attention.json`` (``python -m fairseq_qknorm.attention_dump``, checked against its schema
+* ``attention.json`` (``python -m qknorm_model_tools.attention_dump``, checked against its schema
   by :func:`validate_attention`): a heatmap viewer of the logits / probabilities of every layer
   and head, models side by side, entropy in the hover.
 
@@ -251,7 +251,7 @@ def _train_log(results_dir: Path, rel: str, d: Mapping, r: Mapping) -> Path | No
     return log
 
 
-#: the format tag of ``fairseq_qknorm.attention_dump`` (its ``FORMAT``; that module imports
+#: the format tag of ``qknorm_model_tools.attention_dump`` (its ``FORMAT``; that module imports
 #: torch, so the tag is repeated here and a test keeps the two equal)
 ATTENTION_FORMAT = "qknorm-attention/1"
 
@@ -269,7 +269,7 @@ def _shape(x, depth: int) -> list[int] | None:
 
 
 def validate_attention(att, path) -> None:
-    """Check an attention dump against the schema ``fairseq_qknorm.attention_dump`` writes.
+    """Check an attention dump against the schema ``qknorm_model_tools.attention_dump`` writes.
 
     ``{"format": "qknorm-attention/1", "models": [{"name", "sentences": [{"index",
     "src_tokens", "tgt_tokens", "modules": {name: {"kind", "qk_norm_type", "g", "logits",
@@ -285,7 +285,7 @@ def validate_attention(att, path) -> None:
     def bad(where: str, what: str):
         raise ReportInputError(
             f"attention file {str(path)!r} is not an attention dump of "
-            f"fairseq_qknorm.attention_dump ({ATTENTION_FORMAT}): {where}: {what}"
+            f"qknorm_model_tools.attention_dump ({ATTENTION_FORMAT}): {where}: {what}"
         )
 
     if not isinstance(att, Mapping):
@@ -1385,7 +1385,7 @@ def build_report(results_dir, attention=None) -> dict:
 
     Args:
         results_dir: a results directory (e.g. ``results/cpu-proxy-fast/gl-en``).
-        attention: an ``attention.json`` of ``fairseq_qknorm.attention_dump`` to show (default:
+        attention: an ``attention.json`` of ``qknorm_model_tools.attention_dump`` to show (default:
             the one in the directory, if any).
 
     Returns:
@@ -1425,8 +1425,9 @@ def build_report(results_dir, attention=None) -> dict:
     if att is None:
         notes.append(
             "no attention.json here: the attention viewer is empty. Make one from two checkpoints "
-            "with: python -m fairseq_qknorm.attention_dump QKNORM.pt BASELINE.pt --data BIN_DIR "
-            f"--sentences 0,1,2 -o {root.as_posix()}/attention.json (docs/report.md)."
+            "with: python -m qknorm_model_tools.attention_dump QKNORM.pt BASELINE.pt "
+            f"--data BIN_DIR --sentences 0,1,2 -o {root.as_posix()}/attention.json "
+            "(docs/report.md)."
         )
     title = f"fairseq_qknorm results: {root.as_posix().rstrip('/')}"
     return _clean(

@@ -468,11 +468,13 @@ BPE_MODES = ("subword_nmt", "sentencepiece", "none")
 #: ``scripts/bpe.sh`` tool (``bpe.json`` "tool") -> the fairseq ``post_process`` symbol that
 #: undoes it (``--eval-bleu-remove-bpe``, ``--post-process``, :func:`remove_bpe`). fairseq's
 #: ``--eval-bleu-remove-bpe`` without a value means ``"@@ "``, right for subword-nmt only.
+#: The plugin's ``--bpe pipeline`` reads the same table as ``fairseq_qknorm.bpe.POST_PROCESS``
+#: (the plugin imports nothing from here; ``tests/test_layers.py`` holds the two equal).
 BPE_TOOL_SYMBOL = {"subword-nmt": "subword_nmt", "sentencepiece": "sentencepiece"}
 
 #: The file in ``data/bpe/PAIR`` that records how ``scripts/bpe.sh`` segmented the pair:
 #: written by :func:`write_bpe_manifest`, read by :func:`bpe_tool` and by the plugin's
-#: ``--bpe pipeline`` (``fairseq_qknorm.bpe.read_manifest``).
+#: ``--bpe pipeline`` (``fairseq_qknorm.bpe.read_manifest``, whose ``MANIFEST`` equals this).
 BPE_MANIFEST = "bpe.json"
 
 

@@ -8,7 +8,7 @@
 #                        scored against the raw reference file data/raw/PAIR/{test}.TGT (never T- lines)
 # (--checkpoint last writes {test}.last.gen.out, .hyp, .score.json instead; --checkpoint avgN
 # decodes checkpoints/checkpoint_avgN.pt, the parameter average of the last N checkpoints the
-# profile keeps (python -m fairseq_qknorm.average_checkpoints), into {test}.avgN.*.)
+# profile keeps (python -m qknorm_model_tools.average_checkpoints), into {test}.avgN.*.)
 # BPE is removed the way the tool recorded in data/bpe/PAIR/bpe.json requires.
 # The run is evaluated only on the data it was trained on (its data identity,
 # RUN/data_identity.json, equals the current data/bin/PAIR/identity.json; python -m

@@ -156,7 +156,7 @@ _BLOCKER = r"""
 import runpy, sys
 class _NoTorchFairseq:
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("torch", "fairseq", "fairseq_qknorm"):
+        if name.split(".")[0] in ("torch", "fairseq", "fairseq_qknorm", "qknorm_model_tools"):
             raise ImportError(f"blocked import of {name}: the tools must run without torch/fairseq")
         return None
 sys.meta_path.insert(0, _NoTorchFairseq())
@@ -166,8 +166,8 @@ runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
 
 
 def run_without_torch(module: str, *args, cwd=None) -> subprocess.CompletedProcess:
-    """``python -m MODULE ARGS`` in a subprocess where importing torch, fairseq or
-    fairseq_qknorm raises ImportError."""
+    """``python -m MODULE ARGS`` in a subprocess where importing torch, fairseq,
+    fairseq_qknorm or qknorm_model_tools raises ImportError."""
     return subprocess.run(
         [sys.executable, "-c", _BLOCKER, module, *map(str, args)],
         cwd=str(cwd or REPO),

@@ -1,4 +1,4 @@
-"""Checkpoint averaging (fairseq_qknorm.average_checkpoints) on real fairseq-train
+"""Checkpoint averaging (qknorm_model_tools.average_checkpoints) on real fairseq-train
 checkpoints; the average decodes in real fairseq-generate under torch >= 2.6."""
 
 import os
@@ -40,12 +40,14 @@ def save_dir(toy_data, tmp_path_factory):
 
 def average(*args):
     """The command line, run for real (a subprocess)."""
-    return run_cli([sys.executable, "-m", "fairseq_qknorm.average_checkpoints", *args], check=False)
+    return run_cli(
+        [sys.executable, "-m", "qknorm_model_tools.average_checkpoints", *args], check=False
+    )
 
 
 def average_main(capsys, *args):
     """The command line's main() in this process: (exit status, stderr)."""
-    from fairseq_qknorm.average_checkpoints import main
+    from qknorm_model_tools.average_checkpoints import main
 
     status = main([str(a) for a in args])
     return status, capsys.readouterr().err
@@ -56,7 +58,7 @@ def model(path):
 
 
 def test_averaging_copies_of_one_checkpoint_gives_that_checkpoint(save_dir, tmp_path):
-    from fairseq_qknorm.average_checkpoints import average_checkpoints
+    from qknorm_model_tools.average_checkpoints import average_checkpoints
 
     path = str(save_dir / "checkpoint2.pt")
     state = average_checkpoints([path, path, path])
@@ -83,7 +85,7 @@ def test_average_of_two_checkpoints_is_the_mean_of_every_parameter(save_dir, tmp
 
 
 def test_last_n_checkpoints_of_a_run(save_dir, tmp_path, capsys):
-    from fairseq_qknorm.average_checkpoints import average_checkpoints, last_checkpoints
+    from qknorm_model_tools.average_checkpoints import average_checkpoints, last_checkpoints
 
     assert [os.path.basename(p) for p in last_checkpoints(str(save_dir), 2, False)] == [
         "checkpoint3.pt",

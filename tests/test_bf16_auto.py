@@ -1,6 +1,6 @@
 """The CPU profiles' PROFILE_BF16=auto: bf16 autocast only where measured faster on this CPU.
 
-fairseq_qknorm/bf16_auto.py decides (native bf16, then a cached or new measurement);
+qknorm_model_tools/bf16_auto.py decides (native bf16, then a cached or new measurement);
 scripts/lib/config.sh:qk_resolve_bf16 files the runs as seedN-bf16 and exports the decision.
 """
 
@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from fairseq_qknorm import bf16_auto
 from fairseq_qknorm.tasks import cpu_bf16
+from qknorm_model_tools import bf16_auto
 
 from conftest import FAR_BOUND, REPO, cli_env
 
@@ -148,7 +148,7 @@ def test_train_sh_measures_with_the_runs_thread_count(tmp_path):
     wrapper = tmp_path / "python"
     wrapper.write_text(
         "#!/usr/bin/env bash\n"
-        '[[ "$1 $2" != "-m fairseq_qknorm.bf16_auto" ]] || '
+        '[[ "$1 $2" != "-m qknorm_model_tools.bf16_auto" ]] || '
         f'echo "OMP=$OMP_NUM_THREADS $*" >>{log}\n'
         f'exec {sys.executable} "$@"\n'
     )
@@ -160,7 +160,8 @@ def test_train_sh_measures_with_the_runs_thread_count(tmp_path):
     assert p.returncode == 0, out(p)
     calls = log.read_text().splitlines()
     assert calls == [
-        f"OMP=1 -m fairseq_qknorm.bf16_auto {work}/bf16-auto --size proxy --threads 1 --cached-only"
+        f"OMP=1 -m qknorm_model_tools.bf16_auto {work}/bf16-auto --size proxy --threads 1 "
+        "--cached-only"
     ], out(p)
     assert "tensorboardX" not in p.stderr and "[bf16 auto] " in p.stderr, out(p)
 
@@ -193,7 +194,7 @@ def test_a_cached_verdict_is_read_without_the_lock_and_a_corrupt_one_is_named(
 def test_real_measurement_at_smoke_size(tmp_path):
     """The CLI end to end on this CPU: stdout bf16 or fp32, the verdict cached with its figures."""
     p = subprocess.run(
-        [sys.executable, "-m", "fairseq_qknorm.bf16_auto", str(tmp_path), "--size", "smoke",
+        [sys.executable, "-m", "qknorm_model_tools.bf16_auto", str(tmp_path), "--size", "smoke",
          "--threads", "1"],
         cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=FAR_BOUND,
     )  # fmt: skip
@@ -316,23 +317,3 @@ def test_auto_is_fp32_for_the_paper_profile_and_checks_data_before_measuring(tmp
     p = run_script("train.sh", "gl-en", "twt", env=make_env(work, QKNORM_BF16=None))
     assert p.returncode == 1 and "data/bpe/gl-en/bpe.json not found" in p.stderr
     assert not (work / "bf16-auto").exists()
-
-
-def test_the_plugin_imports_no_benchmarks_code():
-    """benchmarks/ may depend on the package, never the reverse (issue 21): no module of
-    fairseq_qknorm or qknorm_tools imports ``benchmarks``, and no script runs it."""
-    import ast
-
-    found = []
-    for package in ("fairseq_qknorm", "qknorm_tools"):
-        for path in sorted((REPO / package).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text(), str(path))):
-                if isinstance(node, ast.Import):
-                    names = [alias.name for alias in node.names]
-                elif isinstance(node, ast.ImportFrom) and node.level == 0:
-                    names = [node.module or ""]
-                else:
-                    continue
-                found += [f"{path}: {n}" for n in names if n.split(".")[0] == "benchmarks"]
-    found += [str(p) for p in (REPO / "scripts").rglob("*.sh") if "-m benchmarks" in p.read_text()]
-    assert found == []

@@ -115,7 +115,7 @@ def test_average_argv_kind_of_checkpoints(tmp_path):
     (run / "checkpoints").mkdir(parents=True)
     out = str(run / "checkpoints" / "checkpoint_avg5.pt")
     by_update = commands.average_argv(config.load_profile("cpu-proxy"), run, 5, out)
-    assert by_update == ["python", "-m", "fairseq_qknorm.average_checkpoints",
+    assert by_update == ["python", "-m", "qknorm_model_tools.average_checkpoints",
                          "--inputs", str(run / "checkpoints"), "--num-update-checkpoints", "5",
                          "--output", out]  # fmt: skip
     paper = config.load_profile("paper")

@@ -163,11 +163,11 @@ CASES = {
     "benchmarks.rusage_launcher": (lambda t: [], None),  # the command's own status otherwise
     # the plugin's commands import only torch, fairseq and the plugin: the same statuses,
     # written by argparse and their own mains
-    "fairseq_qknorm.attention_dump": (
+    "qknorm_model_tools.attention_dump": (
         lambda t: ["--nonesuch"],
         lambda t: [str(t / "missing.pt"), "--data", str(t), "--out", str(t / "a.json")],
     ),
-    "fairseq_qknorm.average_checkpoints": (
+    "qknorm_model_tools.average_checkpoints": (
         lambda t: [
             "--inputs",
             "a.pt",
@@ -180,8 +180,8 @@ CASES = {
         ],  # fmt: skip
         lambda t: ["--inputs", str(t / "missing.pt"), "--output", str(t / "avg.pt")],
     ),
-    "fairseq_qknorm.bf16_auto": (lambda t: ["--threads", "0"], None),  # times this CPU
-    "fairseq_qknorm.translate": (
+    "qknorm_model_tools.bf16_auto": (lambda t: ["--threads", "0"], None),  # times this CPU
+    "qknorm_model_tools.translate": (
         lambda t: ["gl-en"],
         lambda t: ["gl-en", "twt", "--input", str(t / "missing.gl")],
     ),

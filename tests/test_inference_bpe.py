@@ -1,5 +1,5 @@
 """Raw-text translation with the training segmentation: fairseq ``--bpe pipeline``
-(fairseq_qknorm/bpe.py) and the translate helper (fairseq_qknorm/translate.py).
+(fairseq_qknorm/bpe.py) and the translate helper (qknorm_model_tools/translate.py).
 
 The pipeline runs through the real scripts (prepare_data -> bpe -> binarize -> train ->
 evaluate) on a tiny learnable corpus; fairseq-interactive, the hub interface and the helper
@@ -73,10 +73,10 @@ def make_parallel_ted(data_dir: Path, sizes=(400, 30, 37), seed=0) -> Path:
 
 
 def translate_cli(*args, work: Path, input_text: str) -> subprocess.CompletedProcess:
-    """``python -m fairseq_qknorm.translate ARGS`` with QKNORM_WORK_DIR=work."""
+    """``python -m qknorm_model_tools.translate ARGS`` with QKNORM_WORK_DIR=work."""
     env = {**cli_env(), "QKNORM_WORK_DIR": str(work)}
     return subprocess.run(
-        [sys.executable, "-m", "fairseq_qknorm.translate", *map(str, args)],
+        [sys.executable, "-m", "qknorm_model_tools.translate", *map(str, args)],
         env=env,
         input=input_text,
         capture_output=True,
@@ -212,7 +212,7 @@ def test_bpe_dir_errors(tmp_path):
 
 
 def test_generation_options():
-    from fairseq_qknorm.translate import generation_options
+    from qknorm_model_tools.translate import generation_options
 
     assert generation_options(
         ["--beam", "4", "--lenpen", "1.0", "--max-len-a", "1.5", "--max-len-b", "10"]
@@ -276,7 +276,7 @@ def test_raw_translation_equals_evaluate_sh(evaluated, monkeypatch):
     give evaluate.sh's test.hyp (fairseq-generate on the binarized BPE test split, BPE removed)."""
     env, work, tool, run = evaluated
     from fairseq_qknorm.models.transformer_qknorm import TransformerQKNormModel
-    from fairseq_qknorm.translate import generation_options, pipeline_settings
+    from qknorm_model_tools.translate import generation_options, pipeline_settings
 
     monkeypatch.setenv("QKNORM_WORK_DIR", str(work))
     monkeypatch.chdir(work)
@@ -328,7 +328,7 @@ def test_translate_helper_moses_input(evaluated, monkeypatch):
     hypotheses, Moses-detokenized."""
     from sacremoses import MosesDetokenizer
 
-    from fairseq_qknorm.translate import Translator
+    from qknorm_model_tools.translate import Translator
 
     env, work, tool, run = evaluated
     if tool != "subword-nmt":
@@ -347,7 +347,7 @@ def test_translate_helper_moses_input(evaluated, monkeypatch):
 def test_a_corrupt_checkpoint_is_named(evaluated, tmp_path):
     """A truncated checkpoint (a copy cut short, a full disk) is an error naming the file, from
     the Translator class and from the CLI (exit 1, an input error), not a torch traceback."""
-    from fairseq_qknorm.translate import CheckpointError, Translator
+    from qknorm_model_tools.translate import CheckpointError, Translator
 
     env, work, tool, run = evaluated
     if tool != "subword-nmt":
@@ -390,7 +390,7 @@ def test_translate_output_file_whole_or_not_at_all(evaluated, tmp_path):
     # stdout on a full disk: an error naming it, no traceback
     with open("/dev/full", "w") as full:
         proc = subprocess.run(
-            [sys.executable, "-m", "fairseq_qknorm.translate", *map(str, args)],
+            [sys.executable, "-m", "qknorm_model_tools.translate", *map(str, args)],
             env={**cli_env(), "QKNORM_WORK_DIR": str(work)}, stdout=full, stderr=subprocess.PIPE,
             text=True, timeout=FAR_BOUND,
         )  # fmt: skip
@@ -406,7 +406,7 @@ def test_translate_output_file_whole_or_not_at_all(evaluated, tmp_path):
 
 
 def test_translate_errors(tmp_path, monkeypatch):
-    from fairseq_qknorm.translate import pipeline_settings
+    from qknorm_model_tools.translate import pipeline_settings
 
     monkeypatch.setenv("QKNORM_WORK_DIR", str(tmp_path))
     with pytest.raises(ValueError, match="unknown system 'no_such_system'"):
@@ -417,14 +417,14 @@ def test_translate_errors(tmp_path, monkeypatch):
     for flag, bad in (("--seed", "-1"), ("--max-update", "01")):
         proc = translate_cli("gl-en", "twt", flag, bad, work=tmp_path, input_text="")
         assert proc.returncode == 2 and proc.stderr.splitlines()[-1] == (
-            f"python -m fairseq_qknorm.translate: error: argument {flag}: {flag} must be a "
+            f"python -m qknorm_model_tools.translate: error: argument {flag}: {flag} must be a "
             f"non-negative integer (no leading zeros, below 10^9), got '{bad}'"
         ), proc.stderr
     # an empty --input / --output (an unset shell variable) is no file: not stdin / stdout
     for opt, std in (("--input", "stdin"), ("--output", "stdout")):
         proc = translate_cli("gl-en", "twt", opt, "", work=tmp_path, input_text="ola\n")
         assert proc.returncode == 2 and proc.stderr.splitlines()[-1] == (
-            f"python -m fairseq_qknorm.translate: error: {opt} is empty: name a file, or leave "
+            f"python -m qknorm_model_tools.translate: error: {opt} is empty: name a file, or leave "
             f"{opt} out for {std}"
         ), proc.stderr
     # a missing input is said before any model is looked for

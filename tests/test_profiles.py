@@ -1,4 +1,4 @@
-"""Every training profile (``configs/profiles/*.sh``) trains for real, through the real
+"""Every training profile (``configs/profiles/*.toml``) trains for real, through the real
 ``scripts/train.sh`` and ``scripts/evaluate.sh``, on tiny data.
 
 A recipe counts as working only once a test has trained it: a dry run proves the command line,
@@ -163,7 +163,7 @@ def best_index(values, maximize):
 
 # ------------------------------------------------------------------ the real trainings
 def test_every_profile_has_expectations():
-    """A new configs/profiles/P.sh needs its entry in EXPECT (and so its real training)."""
+    """A new configs/profiles/P.toml needs its entry in EXPECT (and so its real training)."""
     assert set(PROFILES) == set(EXPECT), (
         f"profiles without a real-training test: {sorted(set(PROFILES) - set(EXPECT))}; "
         f"add them to tests/test_profiles.py EXPECT"
@@ -174,7 +174,7 @@ def test_every_profile_has_expectations():
 @pytest.mark.parametrize("profile", PROFILES)
 def test_profile_trains_for_real(profile, tiny_work, tmp_path):
     if profile not in EXPECT:
-        pytest.fail(f"configs/profiles/{profile}.sh has no real-training test: add it to EXPECT")
+        pytest.fail(f"configs/profiles/{profile}.toml has no real-training test: add it to EXPECT")
     exp = EXPECT[profile]
     work, env = tiny_work
     env, counts_path = counting_env(env, tmp_path)
@@ -401,17 +401,3 @@ def test_paper_profile_validation_bleu_removes_sentencepiece(tmp_path):
     assert p.returncode == 0, out(p)
     hyp = (tmp_path / "work/runs/gl-en/paper/twt/seed1/test.hyp").read_text(encoding="utf-8")
     assert "\u2581" not in hyp
-
-
-def test_bpe_pipeline_plugin_and_tools_share_one_symbol_table():
-    """--bpe pipeline (plugin), --eval-bleu-remove-bpe (train.sh) and extract (evaluate.sh)
-    remove each tool's segmentation with the same fairseq post_process symbol."""
-    from fairseq.data.data_utils import post_process
-
-    from fairseq_qknorm import bpe
-    from qknorm_tools.textio import BPE_TOOL_SYMBOL, remove_bpe
-
-    assert bpe.POST_PROCESS is BPE_TOOL_SYMBOL
-    for text in ("a@@ b c@@", "\u2581a b \u2581c"):
-        for symbol in BPE_TOOL_SYMBOL.values():
-            assert remove_bpe(text, symbol) == post_process(text, symbol)

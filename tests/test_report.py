@@ -1,5 +1,5 @@
 """The interactive report (qknorm_tools.report) and the attention dump it shows
-(fairseq_qknorm.attention_dump): dumped attention against the module's own weights and an
+(qknorm_model_tools.attention_dump): dumped attention against the module's own weights and an
 independent float64 reference, the page's embedded numbers against the results JSON, and the
 page in a real headless Chromium (skipped, saying why, where there is none)."""
 
@@ -56,8 +56,9 @@ def dump(checkpoints, toy_data, tmp_path_factory):
     """The command line's JSON for the three checkpoints."""
     _, bin_dir = toy_data
     path = tmp_path_factory.mktemp("attn_dump") / "attention.json"
-    proc = run_cli([sys.executable, "-m", "fairseq_qknorm.attention_dump", *checkpoints.values(),
-                    "--data", bin_dir, "--sentences", ",".join(map(str, SENTENCES)),
+    proc = run_cli([sys.executable, "-m", "qknorm_model_tools.attention_dump",
+                    *checkpoints.values(), "--data", bin_dir,
+                    "--sentences", ",".join(map(str, SENTENCES)),
                     "--names", ",".join(checkpoints), "-o", path], check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     return json.loads(path.read_text())
@@ -156,7 +157,7 @@ def test_dump_equals_the_models_own_weights_and_a_float64_reference(
     logits the QK-norm type's formula computed in float64 from the module's own inputs."""
     import torch
 
-    from fairseq_qknorm.attention_dump import load_model
+    from qknorm_model_tools.attention_dump import load_model
 
     _, bin_dir = toy_data
     model, task, arch = load_model(checkpoints[name], str(bin_dir))
@@ -191,7 +192,7 @@ def test_dump_equals_the_models_own_weights_and_a_float64_reference(
 def test_dump_refuses_an_index_past_the_end_naming_the_size(
     checkpoints, toy_data, tmp_path, capsys
 ):
-    from fairseq_qknorm.attention_dump import main
+    from qknorm_model_tools.attention_dump import main
 
     _, bin_dir = toy_data
     out = tmp_path / "a.json"
@@ -514,7 +515,7 @@ def test_one_colour_per_system_in_every_figure_and_markers_where_lines_cannot_sh
 
 
 def test_attention_is_checked_against_the_dumps_schema(tmp_path):
-    from fairseq_qknorm.attention_dump import FORMAT
+    from qknorm_model_tools.attention_dump import FORMAT
     from qknorm_tools.report import ATTENTION_FORMAT
 
     assert ATTENTION_FORMAT == FORMAT

@@ -73,7 +73,7 @@ def test_a_copied_run_is_never_decoded_under_another_name(tmp_path, fake_fairseq
 
 
 def test_the_translate_helper_checks_the_runs_identity(tmp_path):
-    """python -m fairseq_qknorm.translate refuses a copied or renamed run as evaluate.sh does
+    """python -m qknorm_model_tools.translate refuses a copied or renamed run as evaluate.sh does
     (the same check: qknorm_tools.evaluate.check_run_identity), before loading it."""
     runs = tmp_path / "runs" / "gl-en"
     run = runs / "cpu-proxy-max-update-5" / "twt" / "seed1"
@@ -86,7 +86,7 @@ def test_the_translate_helper_checks_the_runs_identity(tmp_path):
 
     def translate(*args):
         return subprocess.run(
-            [sys.executable, "-m", "fairseq_qknorm.translate", "gl-en", "twt", *map(str, args)],
+            [sys.executable, "-m", "qknorm_model_tools.translate", "gl-en", "twt", *map(str, args)],
             input="ola\n", cwd=REPO, env=env, capture_output=True, text=True, timeout=FAR_BOUND,
         )  # fmt: skip
 

@@ -77,7 +77,7 @@ def test_a_short_try_validates_and_decodes_little(tmp_path):
     )
     assert "--max-len-a" not in full.stdout and "--max-len-b" not in full.stdout
     # the translate helper decodes as evaluate.sh
-    from fairseq_qknorm.translate import pipeline_settings
+    from qknorm_model_tools.translate import pipeline_settings
 
     settings = pipeline_settings("gl-en", "qknorm_paper", "paper", max_update=20)
     assert settings.generate_flags[-4:] == ["--max-len-a", "1.5", "--max-len-b", "10"]

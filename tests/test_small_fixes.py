@@ -260,7 +260,7 @@ def test_translate_names_the_runs_that_exist(tmp_path):
 
     def translate(*args):
         return subprocess.run(
-            [sys.executable, "-m", "fairseq_qknorm.translate", *args], input="ola\n", cwd=REPO,
+            [sys.executable, "-m", "qknorm_model_tools.translate", *args], input="ola\n", cwd=REPO,
             env=env, capture_output=True, text=True, timeout=FAR_BOUND,
         )  # fmt: skip
 
@@ -327,7 +327,7 @@ def test_translate_names_the_runs_that_exist(tmp_path):
 
 def test_translate_checkpoint_names_are_evaluate_shs():
     """best, last and avgN name the files evaluate.sh decodes; other names are refused."""
-    from fairseq_qknorm.translate import checkpoint_file_name
+    from qknorm_model_tools.translate import checkpoint_file_name
 
     assert [checkpoint_file_name(c) for c in ("best", "last", "avg1", "avg10")] == [
         "checkpoint_best.pt", "checkpoint_last.pt", "checkpoint_avg1.pt", "checkpoint_avg10.pt"
@@ -400,11 +400,12 @@ def test_a_line_before_the_first_progress_line():
 @pytest.mark.parametrize(
     "tool", ["attention_dump", "average_checkpoints", "translate", "bf16_auto"]
 )
-def test_a_plugin_tools_help_is_not_preceded_by_fairseqs_noise(tool):
-    """``python -m fairseq_qknorm.TOOL --help`` imports fairseq (through the package) before the
-    tool's main(): its import-time INFO line ("Please install tensorboardX") stays off stderr."""
+def test_a_model_tools_help_is_not_preceded_by_fairseqs_noise(tool):
+    """``python -m qknorm_model_tools.TOOL --help`` imports fairseq (through the plugin) before
+    the tool's main(): its import-time INFO line ("Please install tensorboardX") stays off
+    stderr."""
     p = subprocess.run(
-        [sys.executable, "-m", f"fairseq_qknorm.{tool}", "--help"],
+        [sys.executable, "-m", f"qknorm_model_tools.{tool}", "--help"],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -415,25 +416,40 @@ def test_a_plugin_tools_help_is_not_preceded_by_fairseqs_noise(tool):
     assert p.stderr == "", out(p)
 
 
-def _package_modules():
-    """Every module of the plugin package, as ``python -m`` names it, and whether its source
-    has a ``__main__`` block (read from the file, independently of ``COMMANDS``)."""
-    pkg = REPO / "fairseq_qknorm"
+def _package_modules(package: str):
+    """Every module of ``package``, as ``python -m`` names it, and whether its source has a
+    ``__main__`` block (read from the file, independently of ``COMMANDS``)."""
+    pkg = REPO / package
     for path in sorted(pkg.rglob("*.py")):
-        if path.name == "__init__.py":
+        if path.name in ("__init__.py", "__main__.py"):
             continue
         name = ".".join(path.relative_to(REPO).with_suffix("").parts)
         yield name, 'if __name__ == "__main__"' in path.read_text(encoding="utf-8")
 
 
 def test_the_commands_are_the_modules_with_a_main_block():
-    import fairseq_qknorm
+    import qknorm_model_tools
 
-    mains = {n.split(".", 1)[1] for n, has_main in _package_modules() if has_main}
-    assert set(fairseq_qknorm.COMMANDS) == mains
+    tools = _package_modules("qknorm_model_tools")
+    assert set(qknorm_model_tools.COMMANDS) == {n.split(".", 1)[1] for n, main in tools if main}
+    assert not [n for n, main in _package_modules("fairseq_qknorm") if main]  # the plugin: none
+    p = subprocess.run(
+        [sys.executable, "-m", "qknorm_model_tools"], cwd=REPO, env=cli_env(),
+        capture_output=True, text=True, timeout=FAR_BOUND,
+    )  # fmt: skip
+    assert p.returncode == 0 and p.stderr == "", out(p)
+    assert p.stdout.splitlines()[1:] == [
+        f"  python -m qknorm_model_tools.{c}" for c in qknorm_model_tools.COMMANDS
+    ]
 
 
-@pytest.mark.parametrize("module", [n for n, has_main in _package_modules() if not has_main])
+@pytest.mark.parametrize(
+    "module",
+    [n for n, _ in _package_modules("fairseq_qknorm")]
+    # a command's old path (before the tools left the plugin) says where the commands went
+    + ["fairseq_qknorm.translate"]
+    + [n for n, has_main in _package_modules("qknorm_model_tools") if not has_main],
+)
 def test_a_library_module_run_as_a_command_says_so(module):
     # python -m fairseq_qknorm.bpe --help used to end in "ValueError: Cannot register
     # duplicate bpe (pipeline)" (the package had registered it already); others printed nothing
@@ -443,18 +459,26 @@ def test_a_library_module_run_as_a_command_says_so(module):
     )  # fmt: skip
     assert p.returncode == 1, out(p)
     assert p.stdout == ""
-    assert p.stderr.splitlines() == [
-        f"error: {module} is a library module, not a command: fairseq uses it through "
-        "--user-dir fairseq_qknorm (docs/usage.md). The commands: python -m "
-        "fairseq_qknorm.translate, python -m fairseq_qknorm.bf16_auto, python -m "
-        "fairseq_qknorm.attention_dump, python -m fairseq_qknorm.average_checkpoints"
-    ]
+    if module.startswith("fairseq_qknorm."):
+        expected = (
+            f"error: {module} is not a command: fairseq_qknorm is a fairseq plugin (--user-dir "
+            "fairseq_qknorm, docs/usage.md) whose modules are libraries. The commands that run "
+            "its models are python -m qknorm_model_tools.NAME (python -m qknorm_model_tools "
+            "lists them)"
+        )
+    else:
+        expected = (
+            f"error: {module} is a library module, not a command. The commands: python -m "
+            "qknorm_model_tools.translate, python -m qknorm_model_tools.bf16_auto, python -m "
+            "qknorm_model_tools.attention_dump, python -m qknorm_model_tools.average_checkpoints"
+        )
+    assert p.stderr.splitlines() == [expected]
 
 
 def test_translate_warns_of_characters_the_pipeline_refuses(tmp_path):
     """No-break spaces, tabs and control characters in translate's input: translated as they
     are, with a warning naming the first line (the corpus checks refuse them)."""
-    from fairseq_qknorm.translate import bad_character_warning
+    from qknorm_model_tools.translate import bad_character_warning
 
     assert bad_character_warning(["ola mundo", "bo dia"], "in.gl") is None
     lines = ["ola mundo", "ola\u00a0mundo", "un\tdous", "tres\u202fcatro"]
@@ -469,7 +493,7 @@ def test_translate_warns_of_characters_the_pipeline_refuses(tmp_path):
     )
     # said by the command before anything else (here: before the missing run's error)
     p = subprocess.run(
-        [sys.executable, "-m", "fairseq_qknorm.translate", "gl-en", "twt"],
+        [sys.executable, "-m", "qknorm_model_tools.translate", "gl-en", "twt"],
         input="ola\u00a0mundo\n", cwd=REPO, env=make_env(tmp_path), capture_output=True,
         text=True, timeout=FAR_BOUND,
     )  # fmt: skip
@@ -486,7 +510,7 @@ def test_translate_warns_of_a_byte_order_mark_and_empty_lines(tmp_path):
     """helper-12: a BOM (refused by the corpus checks) and empty lines (translated by fairseq
     to a made-up sentence) went by without a word; an --output that is a directory was said
     only after the model loaded."""
-    from fairseq_qknorm.translate import bad_character_warning, empty_line_warning
+    from qknorm_model_tools.translate import bad_character_warning, empty_line_warning
 
     assert bad_character_warning(["\ufeffola mundo", "bo dia"], "in.gl") == (
         "in.gl:1: UTF-8 byte order mark (U+FEFF) at character 1: it becomes part of the first "
@@ -498,7 +522,8 @@ def test_translate_warns_of_a_byte_order_mark_and_empty_lines(tmp_path):
         "its own, not to an empty line; translated as it is"
     )
     p = subprocess.run(
-        [sys.executable, "-m", "fairseq_qknorm.translate", "gl-en", "twt", "--output", tmp_path],
+        [sys.executable, "-m", "qknorm_model_tools.translate", "gl-en", "twt",
+         "--output", tmp_path],
         input="ola\n\n", cwd=REPO, env=make_env(tmp_path), capture_output=True, text=True,
         timeout=FAR_BOUND,
     )  # fmt: skip
@@ -517,7 +542,7 @@ def test_translate_names_the_bad_line_and_the_first_step_of_a_missing_run(tmp_pa
 
     def translate(data: bytes, *args):
         return subprocess.run(
-            [sys.executable, "-m", "fairseq_qknorm.translate", "gl-en", "twt", *args],
+            [sys.executable, "-m", "qknorm_model_tools.translate", "gl-en", "twt", *args],
             input=data, cwd=REPO, env=env, capture_output=True, timeout=FAR_BOUND,
         )  # fmt: skip
 

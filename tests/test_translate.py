@@ -1,4 +1,4 @@
-"""The translate helper (fairseq_qknorm/translate.py) on input the model cannot take whole
+"""The translate helper (qknorm_model_tools/translate.py) on input the model cannot take whole
 (issue 37 items 1 and 4): a line longer than the model takes is reported and left empty, every
 other line is translated, exit 1 at the end; characters never seen in training are warned of
 once. A tiny run of the real pipeline (prepare_data, bpe, binarize, 2 updates of train.sh)."""
@@ -41,7 +41,7 @@ def work(tmp_path_factory):
 def translator(work):
     import os
 
-    from fairseq_qknorm.translate import Translator
+    from qknorm_model_tools.translate import Translator
 
     old = os.environ.get("QKNORM_WORK_DIR"), os.environ.get("QKNORM_BF16")
     os.environ.update(QKNORM_WORK_DIR=str(work), QKNORM_BF16="0")
@@ -59,7 +59,7 @@ def translator(work):
 def test_a_line_too_long_is_left_out_and_the_others_translated(translator):
     """translate_fitting: '' for the long line (1-based line, its length, the limit), the
     others exactly as translated without it; translate() refuses the whole input."""
-    from fairseq_qknorm.translate import InputTooLongError, TooLongLine
+    from qknorm_model_tools.translate import InputTooLongError, TooLongLine
 
     assert translator.max_source_tokens == 1023
     n = translator.hub.encode(LONG).numel() - 1
@@ -87,7 +87,7 @@ def test_the_cli_writes_every_line_it_can_and_exits_1(work, tmp_path):
     suggested; exit 1. The same into --output FILE."""
     env = {**cli_env(), "QKNORM_WORK_DIR": str(work), "QKNORM_BF16": "0"}
     text = "".join(x + "\n" for x in LINES)
-    cmd = [sys.executable, "-m", "fairseq_qknorm.translate", *CELL]
+    cmd = [sys.executable, "-m", "qknorm_model_tools.translate", *CELL]
     p = subprocess.run(cmd, env=env, input=text, capture_output=True, text=True, timeout=FAR_BOUND)
     assert p.returncode == 1, p.stderr
     hyps = p.stdout.split("\n")
@@ -126,7 +126,7 @@ def test_characters_never_seen_in_training_are_warned_of_once(translator):
 
 
 def test_unseen_character_warning_counts_and_shows_the_first_examples():
-    from fairseq_qknorm.translate import unseen_character_warning
+    from qknorm_model_tools.translate import unseen_character_warning
 
     lines = ["abc", "a\u00e9 z", "\u00e9\u00e8\u00ea\u00eb\u00ec\u00ed"]
     warning = unseen_character_warning(lines, set("abc "), "stdin", "D", examples=2)

@@ -44,7 +44,7 @@ and put a norm ``N`` on q and k instead (separate weights for q and k):
   Furious", 2024) applies RMSNorm to q and k over the whole projection width
   instead (one RMS over all heads, weight of size ``num_heads * d_head``, before
   the head split), so there one head's logits change when another head's q is
-  rescaled; that variant is not implemented here.
+  rescaled; that variant is the ``rmsnorm_full`` type below.
 
 These two have no ``g`` and no ``g0``. Both use ``eps = 1e-6`` (flax's LayerNorm
 default; Gemma 3's and OLMo 2's ``rms_norm_eps``), torch's own ``F.layer_norm`` /

@@ -180,7 +180,7 @@ qk_precision_from_flag() {
 # that the calling script passes to each cell and child script). Decides by --precision
 # (QK_PRECISION_ARG) if given, else QKNORM_BF16 if set (1, 0 or auto), else the profile's
 # PROFILE_BF16 (default 0). auto: bf16 only where the CPU has native bf16 and it was measured
-# faster than fp32 (fairseq_qknorm/bf16_auto.py: a training step at the proxy size with the run's
+# faster than fp32 (qknorm_model_tools/bf16_auto.py: a training step at the proxy size with the run's
 # THREADS, measured once after a line saying what and roughly how long, cached under
 # $QK_WORK_DIR/bf16-auto/); fp32 for a profile at the papers' size (a GPU profile: fairseq's
 # --fp16 there). --cached-only: never measure (answers fp32 without a cached verdict); for steps
@@ -204,13 +204,13 @@ qk_resolve_bf16() {
             else
                 [[ -n "$QK_PY" ]] || die "no python interpreter found (set QKNORM_PYTHON)"
                 local threads="${THREADS:-${QKNORM_THREADS:-2}}"  # the run's (after --threads / --nproc)
-                answer="$(cd "$QK_REPO_ROOT" && OMP_NUM_THREADS="$threads" "$QK_PY" -m fairseq_qknorm.bf16_auto \
+                answer="$(cd "$QK_REPO_ROOT" && OMP_NUM_THREADS="$threads" "$QK_PY" -m qknorm_model_tools.bf16_auto \
                     "$QK_WORK_DIR/bf16-auto" --size proxy --threads "$threads" "$@")" \
                     || die "no bf16 decision (above; --precision fp32 or bf16, or QKNORM_BF16=0 or 1, decides without one)"
                 case "$answer" in
                     bf16) QK_BF16_RUN=bf16 ;;
                     fp32) QK_BF16_RUN="" ;;
-                    *) die "python -m fairseq_qknorm.bf16_auto answered '$answer', expected bf16 or fp32" ;;
+                    *) die "python -m qknorm_model_tools.bf16_auto answered '$answer', expected bf16 or fp32" ;;
                 esac
             fi
             ;;

@@ -7,13 +7,13 @@ with the segmentation removed, as ``scripts/evaluate.sh`` writes ``test.hyp``.
 
 Python::
 
-    from fairseq_qknorm.translate import Translator
+    from qknorm_model_tools.translate import Translator
     t = Translator.from_pipeline("gl-en", "twt", profile="cpu-proxy", seed=1)
     t.translate(["Era unha tarde de outono de 2005 ."])
 
 Command line (same arguments as ``scripts/evaluate.sh``; one sentence per line)::
 
-    python -m fairseq_qknorm.translate gl-en twt --profile cpu-proxy < input.gl > output.en
+    python -m qknorm_model_tools.translate gl-en twt --profile cpu-proxy < input.gl > output.en
 
 ``from_pipeline`` takes the checkpoint, ``data/bin/PAIR``, ``data/bpe/PAIR``, beam, length
 penalty, ``--max-tokens`` and the profile's other generation flags (``GEN_FLAGS``, e.g.
@@ -130,7 +130,7 @@ def checkpoint_file_name(checkpoint: str) -> str:
 
     ``best`` -> ``checkpoint_best.pt``, ``last`` -> ``checkpoint_last.pt``, ``avgN`` (N >= 1)
     -> ``checkpoint_avgN.pt`` (the parameter average of the last N checkpoints,
-    :mod:`fairseq_qknorm.average_checkpoints`, written by ``scripts/evaluate.sh --checkpoint
+    :mod:`qknorm_model_tools.average_checkpoints`, written by ``scripts/evaluate.sh --checkpoint
     avgN``).
 
     Raises:
@@ -220,12 +220,12 @@ def averageable(save_dir: Path) -> Optional[int]:
     """How many checkpoints ``save_dir`` keeps that ``--checkpoint avgN`` could average.
 
     Counts epoch ``checkpointE.pt`` or update ``checkpoint_E_U.pt`` files (the larger count),
-    as :func:`fairseq_qknorm.average_checkpoints.last_checkpoints` selects them.
+    as :func:`qknorm_model_tools.average_checkpoints.last_checkpoints` selects them.
 
     Returns:
         The count, or ``None`` when ``save_dir`` is not a directory (no run yet).
     """
-    from fairseq_qknorm.average_checkpoints import EPOCH_PATTERN, UPDATE_PATTERN
+    from qknorm_model_tools.average_checkpoints import EPOCH_PATTERN, UPDATE_PATTERN
 
     if not save_dir.is_dir():
         return None
@@ -754,9 +754,9 @@ def _translate_lines(translator: "Translator", lines: Sequence[str], name: str):
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m fairseq_qknorm.translate PAIR SYSTEM [...] < input > output``."""
+    """``python -m qknorm_model_tools.translate PAIR SYSTEM [...] < input > output``."""
     p = argparse.ArgumentParser(
-        prog="python -m fairseq_qknorm.translate",
+        prog="python -m qknorm_model_tools.translate",
         description="Translate raw sentences (one per line, tokenized like data/raw/PAIR) with "
         "a pipeline run, segmented and decoded as scripts/evaluate.sh does.",
     )

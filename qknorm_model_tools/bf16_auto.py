@@ -1,6 +1,6 @@
 r"""Whether the CPU profiles train in bf16 on this machine: measured once, then cached.
 
-    python -m fairseq_qknorm.bf16_auto CACHE_DIR [--size proxy] [--threads N] [--cached-only]
+    python -m qknorm_model_tools.bf16_auto CACHE_DIR [--size proxy] [--threads N] [--cached-only]
 
 The CPU profiles (``configs/profiles/cpu-proxy*.toml``: ``bf16 = "auto"``) train with the
 plugin task's ``--bf16-autocast`` only where it is *measured* faster than fp32 on the CPU at
@@ -12,12 +12,12 @@ there decides without it):
 2. a verdict cached in ``CACHE_DIR`` for this CPU model, its bf16 features, the torch version
    and the model size: that verdict;
 3. otherwise (unless ``--cached-only``, which then answers fp32): the model-only section of
-   :mod:`fairseq_qknorm.bf16_timing` (:func:`measure`; ``benchmarks.bf16_cpu`` runs the same
+   :mod:`qknorm_model_tools.bf16_timing` (:func:`measure`; ``benchmarks.bf16_cpu`` runs the same
    section), a training step of the demo's two systems (``twt``, ``qknorm_paper``) at the
    profile's size, fp32 and bf16 interleaved over ``--reps`` repetitions (7: about a minute at
    the proxy size on 2 idle cores, up to 3 minutes under load); bf16 is chosen only if, for
    **both** systems, the 95% bootstrap interval of the median per-repetition speed-up
-   (:func:`fairseq_qknorm.bf16_timing.ratio_summary`, as the benchmark harness's targets) lies
+   (:func:`qknorm_model_tools.bf16_timing.ratio_summary`, as the benchmark harness's targets) lies
    at or above 1: one disturbed repetition does not decide, and a tie stays fp32. The full
    benchmark result, the load average and the verdict are cached; delete the file to measure
    again.
@@ -197,13 +197,13 @@ def decide(cache_dir: Path, size: str, threads: int, reps: int, cached_only: boo
 def measure(size: str, threads: int, reps: int) -> dict:
     """The measurement of step 3: :data:`SYSTEMS` timed at ``size``, fp32 and bf16 interleaved.
 
-    :func:`fairseq_qknorm.bf16_timing.measure_model` with ``threads`` torch threads and ``reps``
+    :func:`qknorm_model_tools.bf16_timing.measure_model` with ``threads`` torch threads and ``reps``
     repetitions, without the explicit-attention entry; what it prints (and fairseq's warnings)
     goes nowhere: the result (step times in seconds, machine, load) is what the cache keeps. A
     failure is in the result's ``errors``, not raised.
     """
     command = (
-        f"python -m fairseq_qknorm.bf16_auto CACHE_DIR --size {size} --threads {threads} "
+        f"python -m qknorm_model_tools.bf16_auto CACHE_DIR --size {size} --threads {threads} "
         f"--reps {reps}"
     )
     with (
@@ -246,7 +246,7 @@ def _measure(path: Path, key: dict, size: str, threads: int, reps: int) -> tuple
 def main(argv=None) -> int:
     """Print ``bf16`` or ``fp32`` (stdout) and the reason (stderr); exit status."""
     p = argparse.ArgumentParser(
-        prog="python -m fairseq_qknorm.bf16_auto", description=__doc__.split("\n\n")[0]
+        prog="python -m qknorm_model_tools.bf16_auto", description=__doc__.split("\n\n")[0]
     )
     p.add_argument("cache_dir", type=Path, help="where verdicts are cached")
     p.add_argument("--size", default="proxy", help="model size (proxy; smoke for tests)")

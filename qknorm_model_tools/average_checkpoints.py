@@ -6,10 +6,10 @@ not installed by the ``ve-fairseq`` package, and under torch >= 2.6 its ``torch.
 ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1`` is set. This module does the same job with
 the same options::
 
-    python -m fairseq_qknorm.average_checkpoints --inputs A.pt B.pt --output avg.pt
-    python -m fairseq_qknorm.average_checkpoints --inputs RUN/checkpoints \
+    python -m qknorm_model_tools.average_checkpoints --inputs A.pt B.pt --output avg.pt
+    python -m qknorm_model_tools.average_checkpoints --inputs RUN/checkpoints \
         --num-epoch-checkpoints 5 --output RUN/checkpoints/checkpoint_avg5.pt
-    python -m fairseq_qknorm.average_checkpoints --inputs RUN/checkpoints \
+    python -m qknorm_model_tools.average_checkpoints --inputs RUN/checkpoints \
         --num-update-checkpoints 5 [--checkpoint-upper-bound 40000] --output avg.pt
 
 ``--num-epoch-checkpoints N`` takes the last N ``checkpointE.pt`` of the directory
@@ -132,7 +132,7 @@ def average_checkpoints(paths: Sequence[str]) -> dict:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Command line: see the module docstring. Returns the exit status."""
     parser = argparse.ArgumentParser(
-        prog="python -m fairseq_qknorm.average_checkpoints",
+        prog="python -m qknorm_model_tools.average_checkpoints",
         description="Average the parameters of fairseq checkpoints into a new checkpoint "
         "(the options of fairseq's scripts/average_checkpoints.py).",
     )

@@ -1,6 +1,6 @@
 r"""Timing of a training step, fp32 against bf16 autocast, and the interval of its speed-up.
 
-What the CPU profiles' bf16 decision (:mod:`fairseq_qknorm.bf16_auto`) measures, in the package
+What the CPU profiles' bf16 decision (:mod:`qknorm_model_tools.bf16_auto`) measures, in the package
 it serves; ``benchmarks/`` (``bf16_cpu``, ``common``, ``stats``, ``run``) imports it from here.
 
 * Models: a named system (``configs/systems/SYSTEM.toml`` through
@@ -21,6 +21,7 @@ it serves; ``benchmarks/`` (``bf16_cpu``, ``common``, ``stats``, ``run``) import
 
 import argparse
 import datetime
+import importlib.util
 import math
 import os
 import platform
@@ -37,8 +38,8 @@ import torch
 
 from qknorm_tools import config
 
-#: the plugin's directory (fairseq's ``--user-dir``)
-PLUGIN_DIR = Path(__file__).resolve().parent
+#: the plugin's directory (fairseq's ``--user-dir``), found without importing it (and fairseq)
+PLUGIN_DIR = Path(importlib.util.find_spec("fairseq_qknorm").origin).resolve().parent
 
 #: Arch-name suffix of each model size: ``small`` = the papers' gl-en size (the *_small archs:
 #: 4+4 layers, d 512, FFN 2048, 4 heads, dropout 0.4); ``proxy`` = the CPU profiles' size (the

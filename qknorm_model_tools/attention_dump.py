@@ -2,7 +2,7 @@ r"""Dump the attention of chosen test sentences from one or more checkpoints to 
 
 ::
 
-    python -m fairseq_qknorm.attention_dump RUN/checkpoints/checkpoint_best.pt \
+    python -m qknorm_model_tools.attention_dump RUN/checkpoints/checkpoint_best.pt \
         [BASELINE/checkpoints/checkpoint_best.pt] --data BIN_DIR --sentences 0,1,2 \
         [--names qknorm_paper,twt] [--subset test] -o results/PROFILE/PAIR/attention.json
 
@@ -47,7 +47,7 @@ from pathlib import Path
 
 import torch
 
-logger = logging.getLogger("fairseq_qknorm.attention_dump")
+logger = logging.getLogger("qknorm_model_tools.attention_dump")
 
 #: format tag of the JSON written (read by qknorm_tools.report)
 FORMAT = "qknorm-attention/1"
@@ -239,7 +239,7 @@ def dump_model(model, task, subset: str, sentences: Sequence[int], decimals: int
 def build_parser() -> argparse.ArgumentParser:
     """The command line's parser (``--help`` lists every option)."""
     p = argparse.ArgumentParser(
-        prog="python -m fairseq_qknorm.attention_dump",
+        prog="python -m qknorm_model_tools.attention_dump",
         description="Dump per-layer, per-head attention logits, probabilities and entropy of "
         "chosen sentences (teacher-forced on the reference) to JSON for qknorm_tools.report.",
     )

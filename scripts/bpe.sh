@@ -36,9 +36,9 @@ usage() {
 usage: scripts/bpe.sh PAIR [--merges N] [--tool subword-nmt|sentencepiece] [--vocab-size N]
                       [--vocab-threshold N] [--bpe-dropout P] [--bpe-dropout-samples K] [--force]
   PAIR               one of: $(qk_known_pairs)
-  --merges N         joint BPE merges for subword-nmt (default: BPE_MERGES of the pair config)
+  --merges N         joint BPE merges for subword-nmt (default: the pair config's bpe_merges)
   --tool T           subword-nmt (default; joint BPE as in the papers) or sentencepiece
-  --vocab-size N     sentencepiece vocabulary size (default: SPM_VOCAB_SIZE of the pair config)
+  --vocab-size N     sentencepiece vocabulary size (default: the pair config's spm_vocab_size)
   --vocab-threshold N  subword-nmt apply-bpe --vocabulary-threshold (default: BPE_VOCAB_THRESHOLD=50)
   --bpe-dropout P    BPE-dropout probability on the training split only (default 0 = off)
   --bpe-dropout-samples K  K BPE-dropout segmentations of the training split, one per epoch in

@@ -372,3 +372,59 @@ def test_bash_and_python_name_runs_alike(tmp_path):
         label = config.run_label(prof, int(budget) if budget else None)
         run = config.run_dir(tmp_path, "gl-en", label, "twt", 3, lr, precision)
         assert line == f"{label} {run}", (profile, budget, lr, precision)
+
+
+# ------------------------------------------------------------------------- key names in messages
+#: bash variables that are also the words of messages (the files' own src/tgt placeholders)
+_PLACEHOLDERS = {"SRC", "TGT"}
+_MESSAGE = re.compile(r"\b(die|qk_warn|qk_log|qk_usage_error|echo|printf)\b")
+
+
+def _message_lines(path: Path):
+    """(line number, text) of the lines of a script that a person reads: its usage text and
+    every message command (die, qk_warn, qk_log, qk_usage_error, echo, printf); comments and
+    code are left out."""
+    in_usage = False
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if re.match(r"\s*(qk_)?\w*usage\(\) \{", line):
+            in_usage = True
+        elif in_usage and line.strip() == "}":
+            in_usage = False
+        if line.lstrip().startswith("#"):
+            continue
+        m = _MESSAGE.search(line)
+        if in_usage or m:  # the message from its command on, arithmetic $((...)) left out
+            yield n, re.sub(r"\$\(\(.*?\)\)", "", line if in_usage else line[m.start() :])
+
+
+def test_messages_name_toml_keys_not_bash_variables():
+    """issue 37: a prepare_data warning named LINES_DEV, the bash name of the key [lines] dev.
+    No message or usage line of a script names a configuration value by its bash variable."""
+    variables = {
+        var
+        for keys in (config.BASE_KEYS, config.PAIR_KEYS, config.SYSTEM_KEYS, config.PROFILE_KEYS)
+        for _, _, var, _ in keys
+    } - _PLACEHOLDERS
+    bare = re.compile(r"(?<![\w$!{])(" + "|".join(sorted(variables)) + r")\b(?![=\[])")
+    found = [
+        f"{path.relative_to(REPO)}:{n}: {m.group(1)}"
+        for path in sorted(SCRIPTS.glob("**/*.sh"))
+        for n, line in _message_lines(path)
+        for m in bare.finditer(line)
+    ]
+    assert found == []
+
+
+def test_the_line_count_warning_names_the_toml_key(tmp_path):
+    """The canonical line counts' warning names the key ([lines] dev -> 'lines.dev')."""
+    from conftest import make_tiny_ted, out, run_script
+
+    make_tiny_ted(tmp_path / "data")
+    p = run_script("prepare_data.sh", "gl-en", "--data-dir", tmp_path / "data",
+                   env=make_env(tmp_path / "work"))  # fmt: skip
+    assert p.returncode == 0, out(p)
+    warning = [line for line in p.stderr.splitlines() if "gl-en dev has" in line]
+    assert warning == [
+        "[prepare_data] warning: gl-en dev has 30 lines, expected 742 (key 'lines.dev' in "
+        f"{REPO}/configs/pairs/gl-en.toml) for the canonical data"
+    ], out(p)

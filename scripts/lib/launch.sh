@@ -463,7 +463,7 @@ _qk_job_resources() {
     [[ "$QK_RES_MEM" =~ ^[1-9][0-9]*[KMGT]?$ ]] || die "configs/profiles/$1.toml: job.mem must be like 4G or 4000M, got '$QK_RES_MEM'"
     [[ -n "$QK_RES_TIME" ]] || die "configs/profiles/$1.toml does not set job.time (a Slurm time limit, e.g. 24:00:00)"
     if ((QK_NODES > 1 && QK_RES_GPUS == 0)); then
-        qk_usage_error "--nodes $QK_NODES: profile $1 trains on CPUs (JOB_GPUS=0); multi-node cells are for GPU profiles"
+        qk_usage_error "--nodes $QK_NODES: profile $1 trains on CPUs (job.gpus = 0); multi-node cells are for GPU profiles"
     fi
 }
 

@@ -428,3 +428,45 @@ def test_the_line_count_warning_names_the_toml_key(tmp_path):
         "[prepare_data] warning: gl-en dev has 30 lines, expected 742 (key 'lines.dev' in "
         f"{REPO}/configs/pairs/gl-en.toml) for the canonical data"
     ], out(p)
+
+
+# ------------------------------------------------------------------------- BPE-dropout's range
+@pytest.mark.parametrize("text", ["1", "1.0", "1.5", "2", "-0.1", "abc", "", "0.1.2"])
+def test_bpe_dropout_outside_the_open_unit_interval_is_refused(text):
+    """issue 37: --bpe-dropout 1 turned the training split into single characters. Allowed: 0
+    (off) or 0 < P < 1, in the files and as bpe.sh's option (one rule, config._check)."""
+    with pytest.raises(config.UsageError) as e:
+        config.check_option("bpe.dropout", text, "--bpe-dropout")
+    assert str(e.value) == (
+        f"--bpe-dropout must be 0 (off) or a number strictly between 0 and 1, got '{text}'"
+    )
+
+
+@pytest.mark.parametrize("text, value", [("0", 0.0), ("0.0", 0.0), (".1", 0.1), ("0.999", 0.999)])
+def test_bpe_dropout_of_zero_or_inside_the_interval_is_taken(text, value):
+    assert config.check_option("bpe.dropout", text, "--bpe-dropout") == value
+
+
+def test_bpe_dropout_of_one_in_a_pair_file_names_file_and_key(tmp_path, monkeypatch):
+    cfg = _configs(tmp_path, monkeypatch)
+    path = cfg / "pairs/gl-en.toml"
+    path.write_text(path.read_text() + "\n[bpe]\ndropout = 1\n")
+    with pytest.raises(config.ConfigError) as e:
+        config.load_pair("gl-en")
+    assert str(e.value) == (
+        f"{path}: key 'bpe.dropout' = 1: allowed 0 (off) or a number strictly between 0 and 1"
+    )
+
+
+@pytest.mark.parametrize("value", ["1", "1.5"])
+def test_bpe_sh_refuses_bpe_dropout_out_of_range_before_anything(tmp_path, value):
+    """A usage error (exit 2) before the data are even looked at: nothing is rebuilt."""
+    p = subprocess.run(
+        ["bash", str(SCRIPTS / "bpe.sh"), "gl-en", "--bpe-dropout", value],
+        env=make_env(tmp_path), capture_output=True, text=True, timeout=FAR_BOUND,
+    )  # fmt: skip
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.splitlines()[-1] == (
+        f"error: --bpe-dropout must be 0 (off) or a number strictly between 0 and 1, got "
+        f"'{value}' (scripts/bpe.sh --help lists every option)"
+    )

@@ -11,6 +11,8 @@
 #   qk_launch_check                usage errors for bad launcher options
 #   qk_gpu_list                    the GPU ids this machine offers, one per line
 #   _qk_device_groups OUT JOBS     a group of QK_NPROC GPU ids per pool slot
+#   qk_cpu_cores                   the CPU cores this process may run on
+#   _qk_warn_cpu_jobs JOBS         a warning when JOBS CPU cells x QK_NPROC exceed the cores
 #   qk_prepare_data DRY_RUN PAIR [--data-dir DIR]  prepare_data.sh, bpe.sh, binarize.sh for PAIR
 #   qk_record_dir LABEL RUN        the committed record of the run directory RUN
 #   qk_grid_cell NAME RUN RECORD ARGS...  a grid's cell, or its committed record (QK_REC_*)
@@ -111,8 +113,9 @@ qk_launch_usage() {
     cat <<'USAGE'
   --launcher L   local (default: this machine, the job pool) or slurm (sbatch: one array job over
                  the unfinished cells, then the aggregation as a job after them)
-  --jobs N       cells at once (local: default 1, N > 1 gives each cell --threads 1; slurm: the
-                 array's limit of running tasks, default none)
+  --jobs N       cells at once (local: default 1, N > 1 gives each cell --threads 1, a warning
+                 when CPU cells x --nproc exceed the cores; slurm: the array's limit of running
+                 tasks, default none)
   --gpus LIST    local: GPU ids shared out, one per running cell (--nproc N: N per cell); default
                  $CUDA_VISIBLE_DEVICES, else nvidia-smi's list, else none (CPU)
   --nproc N      training processes per cell (scripts/train.sh --nproc: torchrun; Slurm GPU
@@ -191,6 +194,25 @@ _qk_device_groups() {
     for ((i = 0; i < jobs; i++)); do
         __groups+=("$(IFS=,; echo "${ids[*]:i*QK_NPROC:QK_NPROC}")")
     done
+}
+
+# qk_cpu_cores: the CPU cores this process may run on (its affinity mask, as nproc counts them;
+# OMP_NUM_THREADS, which nproc also reads, is a thread setting, not the machine's).
+qk_cpu_cores() {
+    env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc
+}
+
+# _qk_warn_cpu_jobs JOBS: CPU cells (no GPU here, no --gpus) of the local launcher: a warning
+# when JOBS cells x QK_NPROC processes each exceed the CPU cores (the processes then share the
+# cores and every cell runs slower).
+_qk_warn_cpu_jobs() {
+    local jobs="$1" cores fix
+    [[ -z "$QK_GPUS_ARG" && -z "$(qk_gpu_list)" ]] || return 0
+    cores="$(qk_cpu_cores)"
+    ((jobs * QK_NPROC > cores)) || return 0
+    fix="--jobs $((cores / QK_NPROC))"
+    ((cores >= QK_NPROC)) || fix="--jobs 1 --nproc $cores"
+    qk_warn "--jobs $jobs x --nproc $QK_NPROC = $((jobs * QK_NPROC)) training processes at once on $cores CPU cores: they share the cores and every cell runs slower; $fix keeps a core for each process"
 }
 
 # qk_prepare_data DRY_RUN PAIR [--data-dir DIR]: scripts/prepare_data.sh, bpe.sh and binarize.sh
@@ -430,6 +452,7 @@ qk_launch() {
     QK_CELL_LAUNCH_OPTS=()
     _qk_job_resources "$profile"
     if [[ "$QK_LAUNCHER" == local ]]; then
+        _qk_warn_cpu_jobs "${QK_JOBS:-1}"
         ((${QK_JOBS:-1} == 1)) || QK_CELL_LAUNCH_OPTS+=(--threads 1)
         ((QK_NPROC == 1)) || QK_CELL_LAUNCH_OPTS+=(--nproc "$QK_NPROC")
         if ((dry)); then

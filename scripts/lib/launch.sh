@@ -275,7 +275,7 @@ qk_check_records() {
     local label i args=() cmd ident
     for i in "${!QK_REC_NAME[@]}"; do
         IFS=$'\t' read -r -a args <<<"${QK_REC_ARGS[$i]}"
-        label="$(basename -- "$(dirname -- "$(dirname -- "$(dirname -- "$(dirname -- "${QK_REC_DIR[$i]}")")")")")"
+        label="$(_qk_record_label "${QK_REC_DIR[$i]}")"
         ident="$QK_DATA/bin/${args[0]}/identity.json"
         if [[ ! -f "$ident" ]]; then  # a dry run before the data exist: its command would show the authors' L
             qk_log "skip: cell ${QK_REC_NAME[$i]} has a committed record (${QK_REC_DIR[$i]}), checked once the data of ${args[0]} are prepared"
@@ -291,6 +291,25 @@ qk_check_records() {
             || die "cell ${QK_REC_NAME[$i]}: its committed record does not belong to this grid (above); remove ${QK_REC_DIR[$i]} to train the cell again"
         qk_log "skip: cell ${QK_REC_NAME[$i]} has a committed record, not trained again: ${QK_REC_DIR[$i]}"
     done
+}
+
+# _qk_record_label RECORD: the profile label a committed record is filed under
+# (results/LABEL/PAIR/records/SYSTEM/RUN)
+_qk_record_label() {
+    basename -- "$(dirname -- "$(dirname -- "$(dirname -- "$(dirname -- "$1")")")")"
+}
+
+# _qk_record_problem I: the problem of committed record I (QK_REC_*), empty when it is sound:
+# what collect checks when it reads it (python -m qknorm_tools.committed check: record.json
+# readable, its files giving the record it stores, filed under its own pair, system and seed,
+# of the profile label it is filed under) and, once the data are prepared, their identity.
+_qk_record_problem() {
+    local rec="${QK_REC_DIR[$1]}" args=() data=()
+    IFS=$'\t' read -r -a args <<<"${QK_REC_ARGS[$1]}"
+    [[ ! -f "$QK_DATA/bin/${args[0]}/identity.json" ]] \
+        || data=(--data-identity "$QK_DATA/bin/${args[0]}/identity.json")
+    "$QK_PY" -m qknorm_tools.committed check "$rec" --profile "$(_qk_record_label "$rec")" \
+        "${data[@]+"${data[@]}"}" 2>&1 >/dev/null | sed 's/^error: //' || true
 }
 
 # qk_cell_add NAME RUN ARGS...: register a cell: NAME (how it is shown), its run directory RUN
@@ -411,16 +430,25 @@ qk_launch_status() {
         ((++__count))
         unset -n __count
     done
+    local problem n_invalid=0
     for i in "${!QK_REC_NAME[@]}"; do
-        printf '%-8s %-40s %-12s %s\n' record "${QK_REC_NAME[$i]}" - "${QK_REC_DIR[$i]}/record.json  (committed record; no live run: never trained again)"
+        problem="$(_qk_record_problem "$i")"
+        if [[ -n "$problem" ]]; then
+            ((++n_invalid))
+            printf '%-8s %-40s %-12s %s\n' invalid "${QK_REC_NAME[$i]}" - "${QK_REC_DIR[$i]}/record.json  (refused: ${problem//$'\n'/; })"
+        else
+            printf '%-8s %-40s %-12s %s\n' record "${QK_REC_NAME[$i]}" - "${QK_REC_DIR[$i]}/record.json  (committed record; no live run: never trained again)"
+        fi
     done
     if ((${#QK_REC_NAME[@]} == 0)); then
         printf '%s cells: %s done, %s running, %s pending, %s failed, %s todo\n' "${#QK_CELL_NAME[@]}" \
             "$n_done" "$n_running" "$n_pending" "$n_failed" "$n_todo"
     else
-        printf '%s cells: %s done, %s running, %s pending, %s failed, %s todo, %s committed records\n' \
+        local refused=""
+        ((n_invalid == 0)) || refused=", $n_invalid refused records"
+        printf '%s cells: %s done, %s running, %s pending, %s failed, %s todo, %s committed records%s\n' \
             "$((${#QK_CELL_NAME[@]} + ${#QK_REC_NAME[@]}))" "$n_done" "$n_running" "$n_pending" \
-            "$n_failed" "$n_todo" "${#QK_REC_NAME[@]}"
+            "$n_failed" "$n_todo" "$((${#QK_REC_NAME[@]} - n_invalid))" "$refused"
     fi
 }
 

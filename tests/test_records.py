@@ -341,10 +341,13 @@ def test_dry_run_before_the_data_skips_a_recorded_cell_and_says_when_it_is_check
     assert cells == ["gl-en/prenorm_fixnorm_layernorm/seed1", "gl-en/qknorm_paper/seed1",
                      "gl-en/scalenorm_qknorm/seed1"]  # fmt: skip
     assert f"skip: cell gl-en/twt/seed1 has a committed record ({rec}), checked once" in p.stderr
+    # --status reads the record as collect would: "{}" without its files is refused
     s = run_script("ablation.sh", "gl-en", "--seeds", "1", "--status", env=env)
     assert s.stdout.splitlines()[-1] == (
-        "4 cells: 0 done, 0 running, 0 pending, 0 failed, 3 todo, 1 committed records"
+        "4 cells: 0 done, 0 running, 0 pending, 0 failed, 3 todo, 0 committed records, "
+        "1 refused records"
     )
+    assert f"(refused: {rec} is not a finished run: no train.json, " in s.stdout
 
 
 # ----------------------------------------------------------------------------- sound records

@@ -43,6 +43,10 @@ from qknorm_tools.exits import OK, USAGE, die_usage, fail
 SHORT_TRY_MAX_LEN = ', "max_len_a": 1.5, "max_len_b": 10}'
 #: ... and to the decoding of the test set (fairseq-generate, the translate helper)
 SHORT_TRY_GEN_CAP = ("--max-len-a", "1.5", "--max-len-b", "10")
+#: fairseq-train prints a progress line (train_inner) every LOG_INTERVAL updates; a budget
+#: below it (a short try, ``--max-update 20``) gets one every ``budget`` updates instead: with 50
+#: it trained without a single update count on the terminal (docs/short-paper-try.md)
+LOG_INTERVAL = 50
 #: A short try's dev-BLEU validation decodes one batch of the 100 shortest dev sentences
 #: (fairseq orders validation batches by length; it evaluates batches 0..--max-valid-steps)
 SHORT_TRY_VALID = ("--batch-size-valid", "100", "--max-valid-steps", "0")
@@ -251,7 +255,8 @@ def train_argv(
             # also in validation: 1 keeps every sentence
             "--required-batch-size-multiple", "1",
             "--seed", str(seed), "--save-dir", f"{run}/checkpoints",
-            "--log-format", "simple", "--log-interval", "50",
+            "--log-format", "simple",
+            "--log-interval", str(max_update if 0 < max_update < LOG_INTERVAL else LOG_INTERVAL),
             "--tensorboard-logdir", f"{run}/tensorboard",
             "--attn-stats-interval", "100", "--num-workers", "0",
             *dist, *extra]  # fmt: skip

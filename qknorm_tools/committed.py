@@ -26,9 +26,9 @@ the live runs. Checkpoints and TensorBoard files are never copied.
 
 Refusal rules (:func:`check_record`, :func:`merge_runs_and_records`): a record is not mixed with
 runs or records made on other data (``data_id``), with other settings (the fairseq-train
-command, modulo paths and the seed) or of another profile label; a record and a live run of the
-same cell must be identical (every field of their records but paths, and the same hypotheses),
-else it is an error naming the record file and the differing key.
+command, modulo paths, the seed and the log interval) or of another profile label; a record and
+a live run of the same cell must be identical (every field of their records but paths, and the
+same hypotheses), else it is an error naming the record file and the differing key.
 """
 
 from __future__ import annotations
@@ -67,6 +67,9 @@ COPIED = ("train.json", "command.txt", RUN_IDENTITY_FILE, "cpu_seconds", "wall_s
           QKNORM_RECORD)  # fmt: skip
 #: fairseq-train options whose value is a path (differs between machines, not a setting)
 PATH_OPTIONS = ("--save-dir", "--tensorboard-logdir", "--user-dir")
+#: fairseq-train options that change what is printed, not what is trained (the progress
+#: line's interval: a budget below 50 updates logs every ``budget`` updates since issue 37)
+LOG_OPTIONS = ("--log-interval",)
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -105,12 +108,12 @@ def code_version(repo=REPO) -> dict[str, object]:
 
 
 def command_settings(command: str) -> dict[str, object]:
-    """The settings of a fairseq-train command line, modulo paths and seed.
+    """The settings of a fairseq-train command line, modulo paths, seed and log interval.
 
     ``command`` is ``command.txt`` or a ``scripts/train.sh --dry-run`` line (anything before
     the ``fairseq-train`` token, such as ``env OMP_NUM_THREADS=N`` or a launcher, is dropped;
     so is the executable's directory). The data directory (the positional argument), the values
-    of :data:`PATH_OPTIONS` and ``--seed`` are left out.
+    of :data:`PATH_OPTIONS` and :data:`LOG_OPTIONS` and ``--seed`` are left out.
 
     Returns:
         ``{option: value}`` (``True`` for a bare flag; the last occurrence wins, as in
@@ -137,7 +140,7 @@ def command_settings(command: str) -> dict[str, object]:
         nxt = tokens[i + 1] if i + 1 < len(tokens) else None
         value: object = True if nxt is None or nxt.startswith("--") else nxt
         i += 1 if value is True else 2
-        if tok in PATH_OPTIONS or tok == "--seed":
+        if tok in PATH_OPTIONS or tok in LOG_OPTIONS or tok == "--seed":
             continue
         out.pop(tok, None)
         out[tok] = value
@@ -263,8 +266,54 @@ def read_record(rec_dir, split: str = "test") -> RunRecord:
         raise ResultsError(f"{str(doc_path)!r} is not valid UTF-8 JSON: {exc}") from None
     rec = read_run(rec_dir, split, scored=doc.get("scored", True) is not False)
     rec.source = str(doc_path)
+    _check_files_give_the_record(rec, doc.get("record"), doc_path)
+    _check_place(rec, rec_dir, doc_path)
     rec.extra = {"settings": doc.get("settings"), "code": doc.get("code") or {}}
     return rec
+
+
+def _check_files_give_the_record(rec: RunRecord, stored, doc_path: Path) -> None:
+    """The record read from the files equals the one ``record.json`` stored when written.
+
+    Every field ``record.json`` stores is compared, and the hypotheses have the scored number of
+    lines: a file cut short (a truncated copy of train.log, test.hyp, ...) or edited by hand
+    gives another record than the run did.
+    """
+    if not isinstance(stored, dict):
+        raise ResultsError(f"{doc_path}: holds no record (key 'record'): not a committed record")
+    if rec.hyp_path and rec.n_lines is not None:
+        n = len(Path(rec.hyp_path).read_bytes().splitlines())
+        if n != rec.n_lines:
+            raise ResultsError(
+                f"{doc_path}: {Path(rec.hyp_path).name} has {n} lines, its score was made on "
+                f"{rec.n_lines} (a file cut short or edited?); restore the record (git "
+                f"checkout) or remove it to train the cell again"
+            )
+    read = _record_json(rec)
+    for key, value in stored.items():
+        if key in read and read[key] != value:
+            raise ResultsError(
+                f"{doc_path}: its files do not give the record it stores: {key} {value!r} stored, "
+                f"{read[key]!r} read from the files (a file cut short or edited?); restore the "
+                f"record (git checkout) or remove it to train the cell again"
+            )
+
+
+def _check_place(rec: RunRecord, rec_dir: Path, doc_path: Path) -> None:
+    """A record under ``.../PAIR/records/SYSTEM/seedN[-...]`` is of that pair, system and seed."""
+    if rec_dir.parent.parent.name != "records":
+        return  # a record directory outside a results tree (written where asked)
+    where = {"pair": rec_dir.parents[2].name, "system": rec_dir.parent.name}
+    for key, expected in where.items():
+        if str(getattr(rec, key)) != expected:
+            raise ResultsError(
+                f"{doc_path}: {key} {getattr(rec, key)!r}, but the record is filed under "
+                f"{key} {expected!r}"
+            )
+    if not re.match(rf"seed{rec.seed}(-|$)", rec_dir.name):
+        raise ResultsError(
+            f"{doc_path}: seed {rec.seed}, but the record is filed under {rec_dir.name}"
+        )
 
 
 def _identity_fields(rec: RunRecord) -> dict[str, object]:
@@ -334,8 +383,8 @@ def merge_runs_and_records(
 
     A cell with both keeps the live run if the two are identical. Every record must be of the
     profile label ``profile``; all runs and records of one (pair, system, variant, precision)
-    must share their settings (the fairseq-train command modulo paths and seed), and all of a
-    pair their data (``data_id``).
+    must share their settings (the fairseq-train command modulo paths, seed and log interval),
+    and all of a pair their data (``data_id``).
 
     Args:
         cells: ``(live run or None, committed record or None)`` per cell, in table order.

@@ -18,6 +18,7 @@ Command line::
     python -m qknorm_tools.config names pairs|systems|profiles [--in-all]
     python -m qknorm_tools.config known pairs|systems|profiles NAME   # exit 3: not configured
     python -m qknorm_tools.config shell [--pair P] [--system S] [--profile F] [--paper-max-epoch N]
+    python -m qknorm_tools.config option KEY --value=V --option=NAME  # exit 2: V not allowed
     python -m qknorm_tools.config convert FILE.sh     # a bash pair config -> FILE.toml
 
 Errors are :class:`ConfigError`, naming the file, the key and the allowed values; unknown keys
@@ -74,7 +75,7 @@ BASE_KEYS = [
     ("max_tokens_check", "max_tokens_check", "MAX_TOKENS_CHECK", "posint"),
     ("bpe.tool", "bpe_tool", "BPE_TOOL", "enum:subword-nmt|sentencepiece"),
     ("bpe.vocab_threshold", "bpe_vocab_threshold", "BPE_VOCAB_THRESHOLD", "uint"),
-    ("bpe.dropout", "bpe_dropout", "BPE_DROPOUT", "num"),
+    ("bpe.dropout", "bpe_dropout", "BPE_DROPOUT", "dropout"),
     ("bpe.dropout_seed", "bpe_dropout_seed", "BPE_DROPOUT_SEED", "uint"),
     ("bpe.dropout_samples", "bpe_dropout_samples", "BPE_DROPOUT_SAMPLES", "posint"),
     ("bpe.length_percentile", "length_percentile", "LENGTH_PERCENTILE", "num"),
@@ -172,6 +173,9 @@ ALLOWED = {
     "uint": "a non-negative integer",
     "bytes": "a size in bytes (a positive integer)",
     "num": "a number",
+    # 1 drops every merge (the training split becomes single characters), above 1 is no
+    # probability: BPE-dropout p is 0 (off) or in the open interval (0, 1)
+    "dropout": "0 (off) or a number strictly between 0 and 1",
     "bool": "true or false",
     "flags": "a list of strings (command-line tokens, in order)",
     "files": 'a list of {name = "...", bytes = N, sha256 = "..."}',
@@ -212,6 +216,8 @@ def _check(file: str, key: str, value: Any, kind: str) -> Value:
         ok = is_int and bool(UINT_RE.match(str(value)))
     elif kind == "num":
         ok = (is_int or isinstance(value, float)) and value >= 0
+    elif kind == "dropout":
+        ok = (is_int or isinstance(value, float)) and (value == 0 or 0 < value < 1)
     elif kind == "bool":
         ok = isinstance(value, bool)
     elif kind == "flags":
@@ -257,6 +263,28 @@ def _check(file: str, key: str, value: Any, kind: str) -> Value:
     if not ok:
         raise ConfigError(f"{file}: key '{key}' = {_show(value)}: allowed {_allowed(kind)}")
     return value
+
+
+#: a number as the command line gives it (what bash passes on to subword-nmt and awk)
+NUMBER_RE = re.compile(r"^([0-9]+(\.[0-9]*)?|\.[0-9]+)$")
+
+
+def check_option(key: str, text: str, option: str) -> Value:
+    """The value of a command-line option that overrides the configuration key ``key``.
+
+    ``text`` must be a value the key allows (the same rule as in the files, :func:`_check`);
+    numbers are plain decimals (``0.1``, ``.1``). Raises UsageError naming ``option``, the
+    value given and what the key allows.
+    """
+    kinds = {k: kind for k, _, _, kind in BASE_KEYS + PAIR_KEYS + SYSTEM_KEYS + PROFILE_KEYS}
+    kind = kinds[key]
+    value: Any = text
+    if kind in ("num", "dropout"):
+        value = float(text) if NUMBER_RE.match(text) else None
+    try:
+        return _check(option, key, value, kind)
+    except ConfigError:
+        raise UsageError(f"{option} must be {_allowed(kind)}, got '{text}'") from None
 
 
 def _show(value: Any) -> str:
@@ -1117,6 +1145,17 @@ def main(argv: list | None = None) -> int:
         "--paper-max-epoch", help='without --pair: the loaded pair\'s, for max_epoch = "paper"'
     )
     p.add_argument("--work-dir", type=Path)
+    p = sub.add_parser(
+        "option", help="exit 0 if VALUE is allowed for KEY, else 2 and the message naming OPTION"
+    )
+    p.add_argument("key", help="the configuration key the option overrides, e.g. bpe.dropout")
+    p.add_argument(
+        "--value", required=True, help="the value given (--value=V: it may start with -)"
+    )
+    p.add_argument(
+        "--option", required=True, help="the option's name, for the message (--option=NAME)"
+    )
+    p.add_argument("--work-dir", type=Path)
     p = sub.add_parser("convert", help="a bash pair config FILE.sh -> FILE.toml next to it")
     p.add_argument("file", type=Path)
     for p in sub.choices.values():
@@ -1139,6 +1178,8 @@ def main(argv: list | None = None) -> int:
                 return exits.NO
         elif args.cmd == "shell":
             print("\n".join(_shell(args)))
+        elif args.cmd == "option":
+            check_option(args.key, args.value, args.option)
         elif args.cmd == "convert":
             out, unknown = convert(args.file)
             diffs = _compare_converted(args.file, out, args.file.stem)

@@ -8,9 +8,9 @@ Commands (``<command> -h`` for details):
 check
     Verify a parallel pair of text files: two different files (not one file under two names),
     equal line counts, no empty line, valid UTF-8, no carriage return (CRLF), no byte order
-    mark, no tab, no character that ``str.splitlines`` takes for a line break, no space
-    separator other than U+0020 (no-break space, ...), no other control character, no line
-    over ``--max-len`` whitespace tokens.
+    mark (U+FEFF, at the start of the file or anywhere in a line), no tab, no character that
+    ``str.splitlines`` takes for a line break, no space separator other than U+0020 (no-break
+    space, ...), no other control character, no line over ``--max-len`` whitespace tokens.
 distinct
     Refuse files of which two are the same file (a symlink or hard link: ``os.path.samefile``).
 overlap
@@ -114,11 +114,16 @@ LINE_BREAK_CHARS = {
 #: and fairseq then reads a stray ``@@`` token.
 SPACE_SEPARATORS = "\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000"
 
+#: The byte order mark, U+FEFF (ZERO WIDTH NO-BREAK SPACE): at the start of a file it is
+#: reported as such; inside a line (files concatenated with their BOMs, a copy-paste) it is
+#: invisible and BPE tools take it as part of a word.
+BOM = "\ufeff"
+
 #: Every character refused inside a line after decoding: tab, the line breaks above, the space
-#: separators above, and every other control character (Unicode category Cc: C0, DEL, C1)
-#: except ``\n`` (the line end), ``\r`` and NUL (both reported on the raw bytes, before
-#: decoding).
-_BAD_CHAR = re.compile(f"[\x01-\x09\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029{SPACE_SEPARATORS}]")
+#: separators above, the byte order mark, and every other control character (Unicode category
+#: Cc: C0, DEL, C1) except ``\n`` (the line end), ``\r`` and NUL (both reported on the raw
+#: bytes, before decoding).
+_BAD_CHAR = re.compile(f"[\x01-\x09\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029{SPACE_SEPARATORS}{BOM}]")
 
 
 class CorpusError(Exception):
@@ -154,10 +159,11 @@ def bad_character_problem(text: str) -> str | None:
     Refused: tab (subword-nmt splits words on spaces only, so ``word\tword`` becomes one word
     with a stray ``@@`` and a ``\t@@`` vocabulary entry), the line breaks of
     :data:`LINE_BREAK_CHARS` (``str.splitlines``), the space separators of
-    :data:`SPACE_SEPARATORS` (no-break space and the like: the same stray ``@@``) and every
-    other control character (Unicode category Cc; invisible, and taken as part of a word). The
-    message names the character (code point and name) and its position (1-based character
-    index), and how many more refused characters the line holds.
+    :data:`SPACE_SEPARATORS` (no-break space and the like: the same stray ``@@``), the byte
+    order mark :data:`BOM` anywhere in the line, and every other control character (Unicode
+    category Cc; invisible, and taken as part of a word). The message names the character
+    (code point and name) and its position (1-based character index), and how many more refused
+    characters the line holds.
     """
     m = _BAD_CHAR.search(text)
     if m is None:
@@ -177,6 +183,12 @@ def bad_character_problem(text: str) -> str | None:
             f"{LINE_BREAK_CHARS[c]} ({code}) at character {col}: a line break for Python's "
             f"str.splitlines and the readers built on it (the line would be split there and the "
             f"pair misaligned); replace it by a space{tail}"
+        )
+    if c == BOM:
+        return (
+            f"byte order mark, zero width no-break space ({code}) at character {col}: invisible, "
+            f"and BPE tools take it as part of a word (files concatenated with their BOMs?); "
+            f"remove it{tail}"
         )
     if unicodedata.category(c) == "Zs":
         return (
@@ -1003,7 +1015,7 @@ def _cmd_check(a: argparse.Namespace) -> int:
     print(
         f"ok: {a.src_name or a.src} / {a.tgt_name or a.tgt}: {n} lines, "
         f"UTF-8, no empty/CRLF/over-long (> {a.max_len} tokens) lines, no tab, line-break, "
-        "no-break-space or control characters"
+        "no-break-space, byte-order-mark or control characters"
     )
     return 0
 

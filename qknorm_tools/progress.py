@@ -4,13 +4,15 @@
 
 ``train --max-update N [--max-epoch E] [--heartbeat S]``
     A filter for a ``fairseq-train`` log (``--log-format simple``): copies stdin to stdout line
-    by line and appends ``| ETA h:mm (U/T updates)`` to each ``train_inner`` progress line.
+    by line and shows each ``train_inner`` progress line as a person reads it, the update count
+    and the ETA first: ``DATE TIME | U/T updates, ETA h:mm | epoch E: i / n | loss=...`` (the
+    model's attention statistics left out: train.log and TensorBoard keep them).
     With ``--quiet`` it leaves out the noise a terminal does not need (:class:`TerminalNoise`).
     During a validation (fairseq prints nothing from ``begin validation`` to its result; dev
     BLEU decodes the whole dev set) it prints ``| validating on 'valid' for N s ...`` every S
-    seconds (default 30), and so, before the first progress line, ``| training for N s, no
-    progress line yet ...``. ``scripts/train.sh`` puts it after ``tee train.log``, so the log file
-    stays fairseq's own.
+    seconds (default 30), and so, before the first progress line, ``| training for N s, ...``
+    with the last update count fairseq logged (a resumed run's checkpoint line) if any.
+    ``scripts/train.sh`` puts it after ``tee train.log``, so the log file stays fairseq's own.
 ``decode --output FILE --total N [--interval S] [--pid PID]``
     While ``fairseq-generate`` writes FILE, prints every S seconds (stderr) how many of the N
     sentences are done (``H-`` lines) and an estimate of the time left; stops when PID exits.
@@ -35,7 +37,7 @@ from collections.abc import Iterable, Sequence
 from typing import BinaryIO
 
 from .exits import USAGE, fail
-from .trainlog import _INNER_RE, parse_log_line
+from .trainlog import _INNER_RE, ATTENTION_STAT_PREFIXES, parse_log_line
 
 __all__ = [
     "FAIRSEQ_LOG_FORMAT",
@@ -182,6 +184,16 @@ def quiet_fairseq_logging(where: str, level: int = logging.WARNING) -> TerminalL
 
 #: lines that say training goes on (a validation ended without its result line)
 _TRAINING = ("| train_inner | ", "begin training epoch", "done training", "| train | ")
+#: an update count in any fairseq line: ``num_updates=N`` / ``num_updates N`` (progress,
+#: epoch and validation lines), ``(epoch E @ N updates`` (fairseq's checkpoint lines: saved,
+#: loaded when a run resumes)
+_UPDATE_COUNT = re.compile(r"num_updates[ =](\d+)|@ (\d+) updates")
+#: an attention statistic among a progress line's metrics
+_STATS_KEY = re.compile(r"(?:^|[\s,])(?:" + "|".join(ATTENTION_STAT_PREFIXES) + r")\w*=")
+#: the line said once, at the first progress line that had attention statistics
+STATS_LEFT_OUT = (
+    "(attention statistics of the progress lines: not shown, see train.log and TensorBoard)"
+)
 
 
 def format_duration(seconds: float) -> str:
@@ -232,8 +244,34 @@ class TrainEta:
             totals.append(num_updates + ((self.max_epoch - epoch) * n + (n - i)) * per_batch)
         return min(totals)
 
-    def suffix(self, line: str) -> str | None:
-        """`` | ETA h:mm (U/T updates)`` for a ``train_inner`` line, else None."""
+    def progress(self, line: str) -> str | None:
+        """The line a person reads for a ``train_inner`` line, else None.
+
+        ``DATE TIME | U/T updates, ETA h:mm | epoch E: i / n | METRICS``: the update count and
+        the ETA (:meth:`eta`) first, then fairseq's position in the epoch and its metrics but
+        ``num_updates`` (shown first) and the attention statistics
+        (:data:`.trainlog.ATTENTION_STAT_PREFIXES`).
+        """
+        eta = self.eta(line)
+        if eta is None:
+            return None
+        head, _, body = line.partition("| train_inner |")
+        pos = _INNER_RE.match(body.strip())
+        stamp = head.split(" | ", 1)[0].strip()
+        metrics = [
+            part.strip()
+            for part in pos["kv"].split(",")
+            if part.strip()
+            and not part.strip().startswith(("num_updates=", *ATTENTION_STAT_PREFIXES))
+        ]
+        epoch = f"epoch {pos['epoch']}: {pos['i']} / {pos['n']}"
+        return " | ".join(x for x in (stamp, eta, epoch, ", ".join(metrics)) if x)
+
+    def eta(self, line: str) -> str | None:
+        """``U/T updates, ETA h:mm`` for a ``train_inner`` line, else None.
+
+        With the epoch limit only: ``U/T updates, ETA h:mm (at most: max-epoch E)``.
+        """
         rec = parse_log_line(line)
         if rec is None or rec["kind"] != "train_inner":
             return None
@@ -254,26 +292,34 @@ class TrainEta:
             rate = m["ups"]
         left = max(total - u, 0.0)
         eta = format_duration(left / rate) if rate else "?"
-        limit = "" if self.max_update > 0 else f", at most: max-epoch {self.max_epoch}"
-        return f" | ETA {eta} ({int(u)}/{int(round(total))} updates{limit})"
+        limit = "" if self.max_update > 0 else f" (at most: max-epoch {self.max_epoch})"
+        return f"{int(u)}/{int(round(total))} updates, ETA {eta}{limit}"
+
+    def total_text(self) -> str:
+        """The update budget for a line without an epoch position: ``/T`` or ``""``."""
+        return f"/{self.max_update}" if self.max_update > 0 else ""
 
     def filter(
         self, lines: Iterable[bytes], out: BinaryIO, heartbeat: float = 30.0, quiet: bool = False
     ) -> None:
-        """Copy ``lines`` to ``out`` (flushed per line), with :meth:`suffix` on progress lines.
+        """Copy ``lines`` to ``out`` (flushed per line), progress lines as :meth:`progress`.
 
         From a ``begin validation on "SUBSET"`` line to the subset's result line (``| SUBSET |``)
         or a training line, a line ``| validating on 'SUBSET' for N s ...`` is written every
         ``heartbeat`` seconds (by a thread; ``heartbeat`` <= 0: none); so is ``| training for
-        N s, no progress line yet ...`` from fairseq's ``Start iterating over samples`` to the
-        first ``train_inner`` line (fairseq prints none before ``--log-interval`` updates).
+        N s, ...`` from fairseq's ``Start iterating over samples`` to the first ``train_inner``
+        line (fairseq prints none before ``--log-interval`` updates), with the last update count
+        any fairseq line gave (:data:`_UPDATE_COUNT`: a resumed run's checkpoint line).
         ``quiet``: lines :class:`TerminalNoise` drops are not copied.
         """
         lock = threading.Lock()
         # subset: the validation running; first: since when training runs without a progress
-        # line yet (from fairseq's "Start iterating over samples" to the first train_inner)
-        state: dict[str, object] = {"subset": None, "since": 0.0, "shown": 0.0, "first": None}
-        seen_inner = False
+        # line yet (from fairseq's "Start iterating over samples" to the first train_inner);
+        # updates: the last update count fairseq logged
+        state: dict[str, object] = {
+            "subset": None, "since": 0.0, "shown": 0.0, "first": None, "updates": None,
+        }  # fmt: skip
+        seen_inner = stats_said = False
         stop = threading.Event()
 
         def beat() -> None:
@@ -289,6 +335,13 @@ class TrainEta:
                             f"| validating on {state['subset']!r} for "
                             f"{int(now - state['since'])} s (fairseq prints the result when the "
                             "whole subset is done; dev BLEU decodes it with beam search)\n"
+                        )
+                    elif state["updates"] is not None:
+                        text = (
+                            f"| training for {int(now - state['first'])} s, at "
+                            f"{state['updates']}{self.total_text()} updates by fairseq's last "
+                            "count; the ETA comes with its next progress line (every "
+                            "--log-interval updates)\n"
                         )
                     else:
                         text = (
@@ -307,18 +360,26 @@ class TrainEta:
             for raw in lines:
                 try:
                     text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-                    extra = self.suffix(text)
+                    readable = self.progress(text)
                     shown = noise.keep(text) if noise is not None else text
+                    count = _UPDATE_COUNT.search(text)
                 except Exception:  # noqa: BLE001 - a line we cannot read passes through unchanged
-                    text, extra, shown = "", None, None
+                    text, readable, shown, count = "", None, None, None
                     noise = None
                 if noise is not None and shown is None:
                     continue
                 if noise is not None and shown != text:
                     raw = shown.encode("utf-8") + b"\n"
-                if extra:
-                    raw = raw.rstrip(b"\r\n") + extra.encode("utf-8") + b"\n"
+                if readable:
+                    if not stats_said and _STATS_KEY.search(text):
+                        stats_said = True
+                        raw = STATS_LEFT_OUT.encode("utf-8") + b"\n" + readable.encode("utf-8")
+                    else:
+                        raw = readable.encode("utf-8")
+                    raw += b"\n"
                 with lock:
+                    if count:
+                        state["updates"] = int(count.group(1) or count.group(2))
                     sub = state["subset"]
                     if sub is not None and any(x in text for x in (f"| {sub} | ", *_TRAINING)):
                         state["subset"] = None  # the validation's result, or training again

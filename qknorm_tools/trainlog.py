@@ -57,6 +57,10 @@ _G0_RE = re.compile(r"QKNorm:? g0 = (?P<g0>[-+0-9.eE]+)")
 _UPDATES_RE = re.compile(r"num_updates[ =](\d+)")
 G_PREFIX = "qknorm_g_"
 MAXLOGIT_PREFIX = "attn_maxlogit_"
+#: key prefixes of every attention statistic the model logs (``--attn-stats-interval``; the
+#: plugin's ``STAT_PREFIXES``, which the tools cannot import: tests/test_train_log.py checks
+#: they are equal). train.log and TensorBoard keep them; the terminal's progress lines do not.
+ATTENTION_STAT_PREFIXES = ("attn_entropy_", MAXLOGIT_PREFIX, G_PREFIX, "qknorm_head_g_")
 
 
 def _to_float(v) -> float | None:

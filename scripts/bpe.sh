@@ -41,11 +41,12 @@ usage() {
 usage: scripts/bpe.sh PAIR [--merges N] [--tool subword-nmt|sentencepiece] [--vocab-size N]
                       [--vocab-threshold N] [--bpe-dropout P] [--bpe-dropout-samples K] [--force]
   PAIR               one of: $(qk_known_pairs)
-  --merges N         joint BPE merges for subword-nmt (default: BPE_MERGES of the pair config)
+  --merges N         joint BPE merges for subword-nmt (default: the pair config's bpe_merges)
   --tool T           subword-nmt (default; joint BPE as in the papers) or sentencepiece
-  --vocab-size N     sentencepiece vocabulary size (default: SPM_VOCAB_SIZE of the pair config)
+  --vocab-size N     sentencepiece vocabulary size (default: the pair config's spm_vocab_size)
   --vocab-threshold N  subword-nmt apply-bpe --vocabulary-threshold (default: BPE_VOCAB_THRESHOLD=50)
-  --bpe-dropout P    BPE-dropout probability on the training split only (default 0 = off)
+  --bpe-dropout P    BPE-dropout probability on the training split only: 0 (default) = off,
+                     else 0 < P < 1 (1 would split every word into characters)
   --bpe-dropout-samples K  K BPE-dropout segmentations of the training split, one per epoch in
                      turn (default: BPE_DROPOUT_SAMPLES=1, one static sample); subword-nmt only
   --force            rebuild even if data/bpe/PAIR is complete for these settings
@@ -79,7 +80,8 @@ esac
 [[ "$MERGES" =~ ^[1-9][0-9]*$ ]] || qk_usage_error "--merges must be a positive integer, got '$MERGES'"
 [[ "$BPE_VOCAB_THRESHOLD" =~ ^[0-9]+$ ]] || qk_usage_error "--vocab-threshold must be a non-negative integer, got '$BPE_VOCAB_THRESHOLD'"
 [[ "$VOCAB_SIZE" =~ ^[1-9][0-9]*$ ]] || qk_usage_error "--vocab-size must be a positive integer, got '$VOCAB_SIZE'"
-[[ "$DROPOUT" =~ ^(0(\.[0-9]+)?|1(\.0+)?|\.[0-9]+)$ ]] || qk_usage_error "--bpe-dropout must be a number in [0, 1], got '$DROPOUT'"
+# the configuration's rule for bpe.dropout (0 = off, else 0 < P < 1), checked before anything
+[[ -z "$DROPOUT_ARG" ]] || _qk_config option bpe.dropout --value="$DROPOUT_ARG" --option=--bpe-dropout
 [[ "$SAMPLES" =~ ^[1-9][0-9]*$ ]] || qk_usage_error "--bpe-dropout-samples must be a positive integer, got '$SAMPLES'"
 DROPOUT_ON=0
 if awk -v p="$DROPOUT" 'BEGIN { exit !(p > 0) }'; then DROPOUT_ON=1; fi

@@ -43,7 +43,7 @@ usage: scripts/evaluate.sh PAIR SYSTEM [--profile P] [--seed N] [--max-update N]
   --checkpoint C  best (checkpoint_best.pt, the best on dev), last, or avgN: the average of the
                last N checkpoints the profile keeps; default: the profile's decode.checkpoint
                (best unless it says), whose outputs are SPLIT.*; another one's are SPLIT.C.*
-  --threads N  intra-op CPU threads of fairseq-generate (default: the profile's THREADS)
+  --threads N  intra-op CPU threads of fairseq-generate (default: the profile's threads)
   --force      decode and score again even if the outputs are up to date (never with other
                data than the run was trained on)
   --dry-run    print the fairseq-generate command (and for avgN the averaging one) and the

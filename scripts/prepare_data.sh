@@ -424,7 +424,7 @@ prepare_ted() {
 iwslt_file() {
     local name="$1" bytes sha line path rel
     line="$(printf '%s\n' "$IWSLT15_FILES" | awk -v n="$name" '$1 == n')"
-    [[ -n "$line" ]] || die "$PAIR_CONFIG: no size/sha256 for $name in IWSLT15_FILES"
+    [[ -n "$line" ]] || die "$PAIR_CONFIG: no size/sha256 for $name in key 'iwslt15.files'"
     read -r _ bytes sha <<<"$line"
     if path="$(find_input "$IWSLT15_LOCAL_DIR/$name" "$name")"; then
         rel="${path#"$DATA_DIR"/}"
@@ -534,10 +534,10 @@ for split in "${SPLIT_NAMES[@]}"; do
     n="$(qk_count_lines "$TMP/$split.$SRC")"
     counts+=("$split $n")
     files+=("$split.$SRC" "$split.$TGT")
-    var="LINES_${split^^}"
-    if [[ "$SOURCE_DESC" == *"$QI18_FILE"* ]]; then var="QI18_$var"; fi
+    var="LINES_${split^^}" key="lines.$split"  # LINES_DEV: key [lines] dev of the TOML file
+    if [[ "$SOURCE_DESC" == *"$QI18_FILE"* ]]; then var="QI18_$var" key="qi18_$key"; fi
     if [[ -n "${!var:-}" && "${!var}" != "$n" ]]; then
-        qk_warn "$PAIR $split has $n lines, expected ${!var} ($var in $PAIR_CONFIG) for the canonical data"
+        qk_warn "$PAIR $split has $n lines, expected ${!var} (key '$key' in $PAIR_CONFIG) for the canonical data"
     fi
 done
 

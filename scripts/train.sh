@@ -43,9 +43,9 @@ usage: scripts/train.sh PAIR SYSTEM [--profile P] [--seed N] [--max-update N] [-
   --size S     a CPU profile's model at another size of the LR sweep's size axis: d128
                (2+2 layers, d 128) or d384 (4+4, d 384) instead of the proxy's 3+3, d 256 (arch
                FAMILY_S); the run goes to runs/PAIR/LABEL-S/ (scripts/lr_sweep.sh --sizes)
-  --threads N  intra-op CPU threads (default: the profile's THREADS; --nproc N: shared out)
+  --threads N  intra-op CPU threads (default: the profile's threads; --nproc N: shared out)
   --nproc N    N training processes (torch.distributed DDP; default 1). The profile's tokens
-               per update are kept: each process batches MAX_TOKENS/N tokens. CPU: torchrun,
+               per update are kept: each process batches max_tokens/N tokens. CPU: torchrun,
                gloo, --cpu; GPU (CUDA_VISIBLE_DEVICES or nvidia-smi): torchrun, NCCL, one GPU
                per process
   --launch L   how --nproc starts the processes: auto (default: srun inside a Slurm job with N

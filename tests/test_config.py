@@ -405,4 +405,101 @@ def test_design_keys_default_to_welch_and_the_two_targets():
         0.5,
         "avg5",
         1,
+
+
+# ------------------------------------------------------------------------- key names in messages
+#: bash variables that are also the words of messages (the files' own src/tgt placeholders)
+_PLACEHOLDERS = {"SRC", "TGT"}
+_MESSAGE = re.compile(r"\b(die|qk_warn|qk_log|qk_usage_error|echo|printf)\b")
+
+
+def _message_lines(path: Path):
+    """(line number, text) of the lines of a script that a person reads: its usage text and
+    every message command (die, qk_warn, qk_log, qk_usage_error, echo, printf); comments and
+    code are left out."""
+    in_usage = False
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if re.match(r"\s*(qk_)?\w*usage\(\) \{", line):
+            in_usage = True
+        elif in_usage and line.strip() == "}":
+            in_usage = False
+        if line.lstrip().startswith("#"):
+            continue
+        m = _MESSAGE.search(line)
+        if in_usage or m:  # the message from its command on, arithmetic $((...)) left out
+            yield n, re.sub(r"\$\(\(.*?\)\)", "", line if in_usage else line[m.start() :])
+
+
+def test_messages_name_toml_keys_not_bash_variables():
+    """issue 37: a prepare_data warning named LINES_DEV, the bash name of the key [lines] dev.
+    No message or usage line of a script names a configuration value by its bash variable."""
+    variables = {
+        var
+        for keys in (config.BASE_KEYS, config.PAIR_KEYS, config.SYSTEM_KEYS, config.PROFILE_KEYS)
+        for _, _, var, _ in keys
+    } - _PLACEHOLDERS
+    bare = re.compile(r"(?<![\w$!{])(" + "|".join(sorted(variables)) + r")\b(?![=\[])")
+    found = [
+        f"{path.relative_to(REPO)}:{n}: {m.group(1)}"
+        for path in sorted(SCRIPTS.glob("**/*.sh"))
+        for n, line in _message_lines(path)
+        for m in bare.finditer(line)
+    ]
+    assert found == []
+
+
+def test_the_line_count_warning_names_the_toml_key(tmp_path):
+    """The canonical line counts' warning names the key ([lines] dev -> 'lines.dev')."""
+    from conftest import make_tiny_ted, out, run_script
+
+    make_tiny_ted(tmp_path / "data")
+    p = run_script("prepare_data.sh", "gl-en", "--data-dir", tmp_path / "data",
+                   env=make_env(tmp_path / "work"))  # fmt: skip
+    assert p.returncode == 0, out(p)
+    warning = [line for line in p.stderr.splitlines() if "gl-en dev has" in line]
+    assert warning == [
+        "[prepare_data] warning: gl-en dev has 30 lines, expected 742 (key 'lines.dev' in "
+        f"{REPO}/configs/pairs/gl-en.toml) for the canonical data"
+    ], out(p)
+
+
+# ------------------------------------------------------------------------- BPE-dropout's range
+@pytest.mark.parametrize("text", ["1", "1.0", "1.5", "2", "-0.1", "abc", "", "0.1.2"])
+def test_bpe_dropout_outside_the_open_unit_interval_is_refused(text):
+    """issue 37: --bpe-dropout 1 turned the training split into single characters. Allowed: 0
+    (off) or 0 < P < 1, in the files and as bpe.sh's option (one rule, config._check)."""
+    with pytest.raises(config.UsageError) as e:
+        config.check_option("bpe.dropout", text, "--bpe-dropout")
+    assert str(e.value) == (
+        f"--bpe-dropout must be 0 (off) or a number strictly between 0 and 1, got '{text}'"
+    )
+
+
+@pytest.mark.parametrize("text, value", [("0", 0.0), ("0.0", 0.0), (".1", 0.1), ("0.999", 0.999)])
+def test_bpe_dropout_of_zero_or_inside_the_interval_is_taken(text, value):
+    assert config.check_option("bpe.dropout", text, "--bpe-dropout") == value
+
+
+def test_bpe_dropout_of_one_in_a_pair_file_names_file_and_key(tmp_path, monkeypatch):
+    cfg = _configs(tmp_path, monkeypatch)
+    path = cfg / "pairs/gl-en.toml"
+    path.write_text(path.read_text() + "\n[bpe]\ndropout = 1\n")
+    with pytest.raises(config.ConfigError) as e:
+        config.load_pair("gl-en")
+    assert str(e.value) == (
+        f"{path}: key 'bpe.dropout' = 1: allowed 0 (off) or a number strictly between 0 and 1"
+    )
+
+
+@pytest.mark.parametrize("value", ["1", "1.5"])
+def test_bpe_sh_refuses_bpe_dropout_out_of_range_before_anything(tmp_path, value):
+    """A usage error (exit 2) before the data are even looked at: nothing is rebuilt."""
+    p = subprocess.run(
+        ["bash", str(SCRIPTS / "bpe.sh"), "gl-en", "--bpe-dropout", value],
+        env=make_env(tmp_path), capture_output=True, text=True, timeout=FAR_BOUND,
+    )  # fmt: skip
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.splitlines()[-1] == (
+        f"error: --bpe-dropout must be 0 (off) or a number strictly between 0 and 1, got "
+        f"'{value}' (scripts/bpe.sh --help lists every option)"
     )

@@ -51,6 +51,8 @@ def _word_boundary_for_fairseq_only(c: str) -> bool:
 
 #: a stray "@@" token after subword-nmt (no-break space and the other space separators)
 SPACE_LIKE = {c for c in ALL_CHARS if _word_boundary_for_fairseq_only(c)} - SPLITLINES_BREAKS
+#: the byte order mark: refused anywhere, not only at the start of a file (README, "Data checks")
+BOM = "\N{ZERO WIDTH NO-BREAK SPACE}"
 
 
 def test_line_breaks_are_exactly_the_ones_of_str_splitlines():
@@ -59,10 +61,11 @@ def test_line_breaks_are_exactly_the_ones_of_str_splitlines():
 
 
 def test_every_refused_character_and_only_those():
-    refused = (SPLITLINES_BREAKS | CONTROL | SPACE_LIKE | {"\t"}) - ON_BYTES
-    # Cc (65, \t \v \f \x1c-\x1e \x85 among them), U+2028-9, 16 space separators (and \x1f)
+    refused = (SPLITLINES_BREAKS | CONTROL | SPACE_LIKE | {"\t", BOM}) - ON_BYTES
+    # Cc (65, \t \v \f \x1c-\x1e \x85 among them), U+2028-9, 16 space separators (and \x1f),
+    # the byte order mark
     assert len(SPACE_LIKE - CONTROL) == 16 and "\u00a0" in SPACE_LIKE and "\u3000" in SPACE_LIKE
-    assert len(refused) == 65 + 2 + 16 - 3
+    assert len(refused) == 65 + 2 + 16 - 3 + 1
     wrong = [
         f"U+{ord(c):04X}"
         for c in ALL_CHARS
@@ -110,6 +113,32 @@ def test_check_names_file_line_and_character(tmp_path):
         "stray @@ token); replace it by a space"
     )
     assert lines[12].startswith(f"error: {src}:13: ideographic space (U+3000) at character 4")
+
+
+def test_a_byte_order_mark_is_refused_anywhere_naming_file_line_and_character(tmp_path):
+    """At the start of the file (its own message), inside a line, at a line's start (a file
+    concatenated with its BOM) and twice in one line: each names file, line and character."""
+    src, tgt = tmp_path / "x.gl", tmp_path / "x.en"
+    src.write_text(
+        f"{BOM}ola .\nola{BOM} mundo .\n{BOM}outra .\na{BOM}b{BOM} .\n", encoding="utf-8"
+    )
+    tgt.write_text("hello .\n" * 4, encoding="utf-8")
+    with pytest.raises(corpus.CorpusErrors) as err:
+        corpus.check_pair(str(src), str(tgt))
+    assert [(e.path, e.line) for e in err.value.errors] == [(str(src), n) for n in (1, 2, 3, 4)]
+    problems = [e.problem for e in err.value.errors]
+    assert problems[0] == "UTF-8 byte order mark (BOM) at start of file"
+    assert problems[1] == (
+        "byte order mark, zero width no-break space (U+FEFF) at character 4: invisible, and BPE "
+        "tools take it as part of a word (files concatenated with their BOMs?); remove it"
+    )
+    assert problems[2].startswith(
+        "byte order mark, zero width no-break space (U+FEFF) at character 1"
+    )
+    assert problems[3].startswith(
+        "byte order mark, zero width no-break space (U+FEFF) at character 2"
+    )
+    assert problems[3].endswith("(1 more such character in the line)")
 
 
 # ------------------------------------------------------------------------------ one file twice

@@ -155,6 +155,30 @@ def test_more_jobs_than_gpus_is_an_error(tmp_path):
     assert "--jobs 3 x --nproc 1 needs 3 GPUs, found 2 (0 1;" in p.stderr
 
 
+def test_more_cpu_jobs_than_cores_is_a_warning(work):
+    """issue 37: --jobs 999 on 2 cores was accepted without a word. CPU cells (no GPU) of the
+    local launcher: a warning naming processes, cores and the --jobs that fits; none at the
+    number of cores."""
+    cores = len(os.sched_getaffinity(0))
+    env = make_env(work, CUDA_VISIBLE_DEVICES="")
+    grid = ["--pairs", "gl-en", "--systems", "twt", "--dry-run"]
+    p = run_script("reproduce.sh", *grid, "--jobs", cores + 1, env=env)
+    assert p.returncode == 0, out(p)
+    warnings = [line for line in p.stderr.splitlines() if "warning:" in line]
+    assert warnings == [
+        f"[reproduce] warning: --jobs {cores + 1} x --nproc 1 = {cores + 1} training processes at "
+        f"once on {cores} CPU cores: they share the cores and every cell runs slower; --jobs "
+        f"{cores} keeps a core for each process"
+    ], out(p)
+    p = run_script("reproduce.sh", *grid, "--jobs", cores, env=env)
+    assert p.returncode == 0 and "warning:" not in p.stderr, out(p)
+    # more processes per cell than cores; GPU cells are never warned about
+    p = bash(f"QK_NPROC={cores + 1}; _qk_warn_cpu_jobs 1", env)
+    assert p.stderr.rstrip().endswith(f"--jobs 1 --nproc {cores} keeps a core for each process")
+    p = bash("_qk_warn_cpu_jobs 999", make_env(work, CUDA_VISIBLE_DEVICES="0,1"))
+    assert p.returncode == 0 and p.stderr == ""
+
+
 @pytest.mark.parametrize(
     "value, ids", [("0,1", ["0", "1"]), ("", []), ("-1", []), ("2, 3,-1,4", ["2", "3"])]
 )

@@ -341,9 +341,92 @@ def test_dry_run_before_the_data_skips_a_recorded_cell_and_says_when_it_is_check
     assert cells == ["gl-en/prenorm_fixnorm_layernorm/seed1", "gl-en/qknorm_paper/seed1",
                      "gl-en/scalenorm_qknorm/seed1"]  # fmt: skip
     assert f"skip: cell gl-en/twt/seed1 has a committed record ({rec}), checked once" in p.stderr
+    # --status reads the record as collect would: "{}" without its files is refused
     s = run_script("ablation.sh", "gl-en", "--seeds", "1", "--status", env=env)
     assert s.stdout.splitlines()[-1] == (
-        "4 cells: 0 done, 0 running, 0 pending, 0 failed, 3 todo, 1 committed records"
+        "4 cells: 0 done, 0 running, 0 pending, 0 failed, 3 todo, 0 committed records, "
+        "1 refused records"
+    )
+    assert f"(refused: {rec} is not a finished run: no train.json, " in s.stdout
+
+
+# ----------------------------------------------------------------------------- sound records
+def _recorded(work, system, seed):
+    """A finished run's committed record where a grid files it; the run itself removed."""
+    run = _run(work, system, seed)
+    rec = committed.record_dir(work / "results" / "cpu-converge", "gl-en", run)
+    committed.write_record(run, rec)
+    shutil.rmtree(run)
+    return rec
+
+
+def test_a_record_cut_short_edited_or_misfiled_is_refused_naming_its_file(tmp_path):
+    """issue 37: what collect reads must be the record that was written: a train.log cut short,
+    a record.json cut short, a seed edited by hand, a record copied under another seed."""
+    cut = _recorded(tmp_path, "twt", 1)
+    log = cut / "train.log"
+    log.write_text(log.read_text()[: len(log.read_text()) // 2])
+    with pytest.raises(ResultsError) as err:
+        committed.read_record(cut)
+    assert str(err.value).startswith(
+        f"{cut / 'record.json'}: its files do not give the record it stores: "
+    ) and "(a file cut short or edited?)" in str(err.value)
+
+    doc = _recorded(tmp_path, "twt", 2) / "record.json"
+    doc.write_text(doc.read_text()[:100])
+    with pytest.raises(ResultsError, match="is not valid UTF-8 JSON"):
+        committed.read_record(doc.parent)
+
+    edited = _recorded(tmp_path, "qknorm_paper", 1)
+    train = json.loads((edited / "train.json").read_text())
+    (edited / "train.json").write_text(json.dumps({**train, "seed": 2}))
+    with pytest.raises(ResultsError) as err:
+        committed.read_record(edited)
+    assert str(err.value).startswith(
+        f"{edited / 'record.json'}: its files do not give the record it stores: seed 1 stored, "
+        "2 read from the files"
+    )
+
+    moved = _recorded(tmp_path, "qknorm_paper", 2)
+    shutil.copytree(moved, moved.parent / "seed3")
+    with pytest.raises(ResultsError) as err:
+        committed.read_record(moved.parent / "seed3")
+    assert str(err.value) == (
+        f"{moved.parent / 'seed3' / 'record.json'}: seed 2, but the record is filed under seed3"
+    )
+
+
+def test_status_validates_each_record_and_names_its_own_seed(tmp_path):
+    """ablation.sh --status listed a truncated record as a healthy committed record: each
+    record now goes through collect's checks; a refused one is listed under its own cell."""
+    good = _recorded(tmp_path, "twt", 1)
+    cut = _recorded(tmp_path, "twt", 2)
+    (cut / "test.hyp").write_text("\n".join((cut / "test.hyp").read_text().splitlines()[:3]))
+    edited = _recorded(tmp_path, "qknorm_paper", 1)
+    train = json.loads((edited / "train.json").read_text())
+    (edited / "train.json").write_text(json.dumps({**train, "seed": 2}))
+    _recorded(tmp_path, "qknorm_paper", 2)
+    p = run_script("ablation.sh", "gl-en", "--seeds", "1,2", "--profile", "cpu-converge",
+                   "--precision", "fp32", "--status", env=make_env(tmp_path))  # fmt: skip
+    assert p.returncode == 0, out(p)
+    rows = {line.split()[1]: line for line in p.stdout.splitlines()[1:-1]}
+    assert rows["gl-en/twt/seed1"].split()[:4] == [
+        "record", "gl-en/twt/seed1", "-", str(good / "record.json"),
+    ]  # fmt: skip
+    assert rows["gl-en/twt/seed2"].startswith("invalid  gl-en/twt/seed2 ")
+    assert (
+        f"(refused: {cut / 'record.json'}: test.hyp has 3 lines, its score was made on 10"
+        in (rows["gl-en/twt/seed2"])
+    )
+    assert rows["gl-en/qknorm_paper/seed1"].startswith("invalid  gl-en/qknorm_paper/seed1 ")
+    assert (
+        f"(refused: {edited / 'record.json'}: its files do not give the record it stores: seed 1 "
+        "stored, 2 read from the files" in rows["gl-en/qknorm_paper/seed1"]
+    )
+    assert rows["gl-en/qknorm_paper/seed2"].startswith("record ")
+    assert p.stdout.splitlines()[-1] == (
+        "8 cells: 0 done, 0 running, 0 pending, 0 failed, 4 todo, 2 committed records, "
+        "2 refused records"
     )
 
 

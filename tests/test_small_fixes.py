@@ -158,8 +158,8 @@ def test_terminal_leaves_out_fairseqs_noise_not_errors():
         "2026-12-01 20:37:26 | INFO | fairseq.tasks.translation | [gl] dictionary: 80 types",
         "2026-12-01 20:37:27 | INFO | fairseq_cli.train | (the model's structure: see train.log)",
         "2026-12-01 20:37:27 | INFO | fairseq_cli.train | task: TranslationWordDropoutTask",
-        "2026-12-01 20:38:12 | INFO | train_inner | epoch 001:      2 / 10 loss=8.0, "
-        "num_updates=2 | ETA ? (2/10 updates, at most: max-epoch 1)",
+        "2026-12-01 20:38:12 | 2/10 updates, ETA ? (at most: max-epoch 1) | epoch 001: 2 / 10 | "
+        "loss=8.0",
         "Traceback (most recent call last):",
         '  File "x.py", line 1, in <module>',
         "FloatingPointError: Minimum loss scale reached",
@@ -394,7 +394,7 @@ def test_a_line_before_the_first_progress_line():
         )
         for x in got[1 : shown + 1]
     ), got
-    assert got[-1].endswith("| ETA 0:01 (50/100 updates)")
+    assert got[-1].startswith("2026-12-01 20:01:00 | 50/100 updates, ETA 0:01 | epoch 001: 50")
 
 
 @pytest.mark.parametrize(

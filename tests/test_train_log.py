@@ -125,18 +125,18 @@ def _inner(epoch, i, n, **kv):
 def test_train_eta_from_the_logged_rate():
     eta = progress.TrainEta(max_update=100)
     # first line: fairseq's own ups (0.5 updates/s): 90 updates left = 180 s
-    assert eta.suffix(_inner(1, 10, 50, loss=5, ups=0.5, num_updates=10, wall=20)) == (
-        " | ETA 0:03 (10/100 updates)"
+    assert eta.eta(_inner(1, 10, 50, loss=5, ups=0.5, num_updates=10, wall=20)) == (
+        "10/100 updates, ETA 0:03"
     )
     # then the rate between lines on fairseq's wall clock: 10 updates in 10 s -> 80 s left
-    assert eta.suffix(_inner(1, 20, 50, loss=5, ups=9.0, num_updates=20, wall=30)) == (
-        " | ETA 0:02 (20/100 updates)"
+    assert eta.eta(_inner(1, 20, 50, loss=5, ups=9.0, num_updates=20, wall=30)) == (
+        "20/100 updates, ETA 0:02"
     )
-    assert eta.suffix("2026 | INFO | valid | epoch 001 | loss 5 | num_updates 20") is None
+    assert eta.eta("2026 | INFO | valid | epoch 001 | loss 5 | num_updates 20") is None
     # epoch limit: 2 epochs of 50 batches, one update per batch -> 100 updates
     by_epoch = progress.TrainEta(max_update=0, max_epoch=2)
-    assert by_epoch.suffix(_inner(1, 10, 50, ups=1.0, num_updates=10, wall=10)) == (
-        " | ETA 0:02 (10/100 updates, at most: max-epoch 2)"
+    assert by_epoch.eta(_inner(1, 10, 50, ups=1.0, num_updates=10, wall=10)) == (
+        "10/100 updates, ETA 0:02 (at most: max-epoch 2)"
     )
     with pytest.raises(ValueError):
         progress.TrainEta(0, 0)
@@ -154,7 +154,10 @@ def test_train_filter_passes_every_line_through(tmp_path):
     progress.TrainEta(10).filter(lines, buf)
     got = buf.getvalue().split(b"\n")
     assert got[0] + b"\n" == lines[0] and got[2] + b"\n" == lines[2]
-    assert got[1] == lines[1].rstrip(b"\n") + b" | ETA 0:01 (5/10 updates)"
+    assert (
+        got[1]
+        == b"2026-12-01 00:00:00 | 5/10 updates, ETA 0:01 | epoch 001: 5 / 10 | ups=1.0, wall=5"
+    )
 
 
 def test_durations_and_decoding_progress():

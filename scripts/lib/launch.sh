@@ -11,6 +11,8 @@
 #   qk_launch_check                usage errors for bad launcher options
 #   qk_gpu_list                    the GPU ids this machine offers, one per line
 #   _qk_device_groups OUT JOBS     a group of QK_NPROC GPU ids per pool slot
+#   qk_cpu_cores                   the CPU cores this process may run on
+#   _qk_warn_cpu_jobs JOBS         a warning when JOBS CPU cells x QK_NPROC exceed the cores
 #   qk_prepare_data DRY_RUN PAIR [--data-dir DIR]  prepare_data.sh, bpe.sh, binarize.sh for PAIR
 #   qk_record_dir LABEL RUN        the committed record of the run directory RUN
 #   qk_grid_cell NAME RUN RECORD ARGS...  a grid's cell, or its committed record (QK_REC_*)
@@ -123,8 +125,9 @@ qk_launch_usage() {
     cat <<'USAGE'
   --launcher L   local (default: this machine, the job pool) or slurm (sbatch: one array job over
                  the unfinished cells, then the aggregation as a job after them)
-  --jobs N       cells at once (local: default 1, N > 1 gives each cell --threads 1; slurm: the
-                 array's limit of running tasks, default none)
+  --jobs N       cells at once (local: default 1, N > 1 gives each cell --threads 1, a warning
+                 when CPU cells x --nproc exceed the cores; slurm: the array's limit of running
+                 tasks, default none)
   --gpus LIST    local: GPU ids shared out, one per running cell (--nproc N: N per cell); default
                  $CUDA_VISIBLE_DEVICES, else nvidia-smi's list, else none (CPU)
   --cells-per-gpu K  local: K running cells share each GPU (small models leave a GPU mostly
@@ -216,6 +219,25 @@ _qk_device_groups() {
     done
 }
 
+# qk_cpu_cores: the CPU cores this process may run on (its affinity mask, as nproc counts them;
+# OMP_NUM_THREADS, which nproc also reads, is a thread setting, not the machine's).
+qk_cpu_cores() {
+    env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc
+}
+
+# _qk_warn_cpu_jobs JOBS: CPU cells (no GPU here, no --gpus) of the local launcher: a warning
+# when JOBS cells x QK_NPROC processes each exceed the CPU cores (the processes then share the
+# cores and every cell runs slower).
+_qk_warn_cpu_jobs() {
+    local jobs="$1" cores fix
+    [[ -z "$QK_GPUS_ARG" && -z "$(qk_gpu_list)" ]] || return 0
+    cores="$(qk_cpu_cores)"
+    ((jobs * QK_NPROC > cores)) || return 0
+    fix="--jobs $((cores / QK_NPROC))"
+    ((cores >= QK_NPROC)) || fix="--jobs 1 --nproc $cores"
+    qk_warn "--jobs $jobs x --nproc $QK_NPROC = $((jobs * QK_NPROC)) training processes at once on $cores CPU cores: they share the cores and every cell runs slower; $fix keeps a core for each process"
+}
+
 # qk_prepare_data DRY_RUN PAIR [--data-dir DIR]: scripts/prepare_data.sh, bpe.sh and binarize.sh
 # for PAIR on this machine (each skips finished outputs; prepare_data.sh may download, which
 # compute nodes often cannot); DRY_RUN=1 prints them. Returns 1 when a step failed.
@@ -276,7 +298,7 @@ qk_check_records() {
     local label i args=() cmd ident
     for i in "${!QK_REC_NAME[@]}"; do
         IFS=$'\t' read -r -a args <<<"${QK_REC_ARGS[$i]}"
-        label="$(basename -- "$(dirname -- "$(dirname -- "$(dirname -- "$(dirname -- "${QK_REC_DIR[$i]}")")")")")"
+        label="$(_qk_record_label "${QK_REC_DIR[$i]}")"
         ident="$QK_DATA/bin/${args[0]}/identity.json"
         if [[ ! -f "$ident" ]]; then  # a dry run before the data exist: its command would show the authors' L
             qk_log "skip: cell ${QK_REC_NAME[$i]} has a committed record (${QK_REC_DIR[$i]}), checked once the data of ${args[0]} are prepared"
@@ -292,6 +314,25 @@ qk_check_records() {
             || die "cell ${QK_REC_NAME[$i]}: its committed record does not belong to this grid (above); remove ${QK_REC_DIR[$i]} to train the cell again"
         qk_log "skip: cell ${QK_REC_NAME[$i]} has a committed record, not trained again: ${QK_REC_DIR[$i]}"
     done
+}
+
+# _qk_record_label RECORD: the profile label a committed record is filed under
+# (results/LABEL/PAIR/records/SYSTEM/RUN)
+_qk_record_label() {
+    basename -- "$(dirname -- "$(dirname -- "$(dirname -- "$(dirname -- "$1")")")")"
+}
+
+# _qk_record_problem I: the problem of committed record I (QK_REC_*), empty when it is sound:
+# what collect checks when it reads it (python -m qknorm_tools.committed check: record.json
+# readable, its files giving the record it stores, filed under its own pair, system and seed,
+# of the profile label it is filed under) and, once the data are prepared, their identity.
+_qk_record_problem() {
+    local rec="${QK_REC_DIR[$1]}" args=() data=()
+    IFS=$'\t' read -r -a args <<<"${QK_REC_ARGS[$1]}"
+    [[ ! -f "$QK_DATA/bin/${args[0]}/identity.json" ]] \
+        || data=(--data-identity "$QK_DATA/bin/${args[0]}/identity.json")
+    "$QK_PY" -m qknorm_tools.committed check "$rec" --profile "$(_qk_record_label "$rec")" \
+        "${data[@]+"${data[@]}"}" 2>&1 >/dev/null | sed 's/^error: //' || true
 }
 
 # qk_cell_add NAME RUN ARGS...: register a cell: NAME (how it is shown), its run directory RUN
@@ -412,16 +453,25 @@ qk_launch_status() {
         ((++__count))
         unset -n __count
     done
+    local problem n_invalid=0
     for i in "${!QK_REC_NAME[@]}"; do
-        printf '%-8s %-40s %-12s %s\n' record "${QK_REC_NAME[$i]}" - "${QK_REC_DIR[$i]}/record.json  (committed record; no live run: never trained again)"
+        problem="$(_qk_record_problem "$i")"
+        if [[ -n "$problem" ]]; then
+            ((++n_invalid))
+            printf '%-8s %-40s %-12s %s\n' invalid "${QK_REC_NAME[$i]}" - "${QK_REC_DIR[$i]}/record.json  (refused: ${problem//$'\n'/; })"
+        else
+            printf '%-8s %-40s %-12s %s\n' record "${QK_REC_NAME[$i]}" - "${QK_REC_DIR[$i]}/record.json  (committed record; no live run: never trained again)"
+        fi
     done
     if ((${#QK_REC_NAME[@]} == 0)); then
         printf '%s cells: %s done, %s running, %s pending, %s failed, %s todo\n' "${#QK_CELL_NAME[@]}" \
             "$n_done" "$n_running" "$n_pending" "$n_failed" "$n_todo"
     else
-        printf '%s cells: %s done, %s running, %s pending, %s failed, %s todo, %s committed records\n' \
+        local refused=""
+        ((n_invalid == 0)) || refused=", $n_invalid refused records"
+        printf '%s cells: %s done, %s running, %s pending, %s failed, %s todo, %s committed records%s\n' \
             "$((${#QK_CELL_NAME[@]} + ${#QK_REC_NAME[@]}))" "$n_done" "$n_running" "$n_pending" \
-            "$n_failed" "$n_todo" "${#QK_REC_NAME[@]}"
+            "$n_failed" "$n_todo" "$((${#QK_REC_NAME[@]} - n_invalid))" "$refused"
     fi
 }
 
@@ -453,6 +503,7 @@ qk_launch() {
     QK_CELL_LAUNCH_OPTS=()
     _qk_job_resources "$profile"
     if [[ "$QK_LAUNCHER" == local ]]; then
+        _qk_warn_cpu_jobs "${QK_JOBS:-1}"
         ((${QK_JOBS:-1} == 1)) || QK_CELL_LAUNCH_OPTS+=(--threads 1)
         ((QK_NPROC == 1)) || QK_CELL_LAUNCH_OPTS+=(--nproc "$QK_NPROC")
         if ((dry)); then
@@ -486,7 +537,7 @@ _qk_job_resources() {
     [[ "$QK_RES_MEM" =~ ^[1-9][0-9]*[KMGT]?$ ]] || die "configs/profiles/$1.toml: job.mem must be like 4G or 4000M, got '$QK_RES_MEM'"
     [[ -n "$QK_RES_TIME" ]] || die "configs/profiles/$1.toml does not set job.time (a Slurm time limit, e.g. 24:00:00)"
     if ((QK_NODES > 1 && QK_RES_GPUS == 0)); then
-        qk_usage_error "--nodes $QK_NODES: profile $1 trains on CPUs (JOB_GPUS=0); multi-node cells are for GPU profiles"
+        qk_usage_error "--nodes $QK_NODES: profile $1 trains on CPUs (job.gpus = 0); multi-node cells are for GPU profiles"
     fi
 }
 

@@ -1,0 +1,120 @@
+"""Progress lines a person can read (issue 37, qknorm_tools.progress): the update count and the
+ETA first, the model's attention statistics left to train.log and TensorBoard; an update count
+as soon as fairseq logs one (a budget below the log interval logs every ``budget`` updates; a
+resumed run's checkpoint line gives the count before the first progress line)."""
+
+from __future__ import annotations
+
+import io
+import time
+from pathlib import Path
+
+from qknorm_tools import commands, committed, config, progress, trainlog
+
+from conftest import FAR_BOUND, REPO, run_progress_filter
+
+#: a progress line of the demo's QKNorm system as fairseq logs it (3+3 layers: 9 attention
+#: modules, each with entropy, max logit and g; the model logs them before fairseq's own keys)
+MODULES = [f"enc{i}_self" for i in range(3)] + [
+    f"dec{i}_{k}" for i in range(3) for k in ("self", "cross")
+]
+STATS = ", ".join(
+    f"{prefix}{m}={value}"
+    for m in MODULES
+    for prefix, value in (("attn_entropy_", 2.345), ("attn_maxlogit_", 12.345), ("qknorm_g_", 12.6))
+)
+DEMO_LINE = (
+    f"2026-12-01 20:01:00 | INFO | train_inner | epoch 002:    130 / 370 {STATS}, loss=7.912, "
+    "nll_loss=7.01, ppl=128.9, wps=1234.5, ups=0.98, wpb=1260.3, bsz=52.1, num_updates=500, "
+    "lr=0.000707, gnorm=1.234, train_wall=51, gb_free=None, wall=512"
+)
+
+
+def test_a_progress_line_starts_with_updates_and_eta_and_leaves_out_attention_statistics():
+    assert len(DEMO_LINE) > 1000  # the demo's terminal: about 1,400 characters before the ETA
+    buf = io.BytesIO()
+    progress.TrainEta(1200).filter([DEMO_LINE.encode() + b"\n"] * 2, buf, heartbeat=0, quiet=True)
+    said, first, second = buf.getvalue().decode().splitlines()
+    assert said == progress.STATS_LEFT_OUT  # once, not on every line
+    # fairseq's ups (0.98 updates/s): 700 updates left = 714 s -> 0:12
+    assert first == (
+        "2026-12-01 20:01:00 | 500/1200 updates, ETA 0:12 | epoch 002: 130 / 370 | loss=7.912, "
+        "nll_loss=7.01, ppl=128.9, wps=1234.5, ups=0.98, wpb=1260.3, bsz=52.1, lr=0.000707, "
+        "gnorm=1.234, train_wall=51, gb_free=None, wall=512"
+    )
+    assert second == first
+    assert not any(p in first for p in trainlog.ATTENTION_STAT_PREFIXES)
+
+
+def test_a_line_without_attention_statistics_says_nothing_of_them():
+    buf = io.BytesIO()
+    line = "2026-12-01 20:01:00 | INFO | train_inner | epoch 001: 5 / 10 loss=9, num_updates=5"
+    progress.TrainEta(10).filter([line.encode() + b"\n"], buf, heartbeat=0)
+    assert buf.getvalue().decode().splitlines() == [
+        "2026-12-01 20:01:00 | 5/10 updates, ETA ? | epoch 001: 5 / 10 | loss=9"
+    ]
+
+
+def test_the_tools_leave_out_exactly_the_statistics_the_model_logs():
+    """The model's STAT_PREFIXES (fairseq_qknorm, which the tools do not import) are the tools'."""
+    from fairseq_qknorm.models.transformer_qknorm import STAT_PREFIXES
+
+    assert set(trainlog.ATTENTION_STAT_PREFIXES) == set(STAT_PREFIXES)
+
+
+def test_a_resumed_run_shows_its_update_count_before_the_first_progress_line():
+    """fairseq's checkpoint line (``@ N updates``) is the first update count a resumed run
+    logs; the heartbeat before the first progress line says it."""
+    lines, text, t = run_progress_filter(progress.TrainEta(100), heartbeat=0.2)
+    lines.put(
+        b"2026-12-01 20:00:00 | INFO | fairseq.trainer | Loaded checkpoint "
+        b"runs/x/checkpoint_last.pt (epoch 1 @ 40 updates)\n"
+    )
+    lines.put(b"2026-12-01 20:00:01 | INFO | fairseq_cli.train | Start iterating over samples\n")
+    t0 = time.time()
+    while text().count("| training for ") < 2:  # the event: two lines; a far bound only
+        assert time.time() - t0 < FAR_BOUND, text()
+        time.sleep(0.05)
+    lines.put(None)
+    t.join(FAR_BOUND)
+    beats = [x for x in text().splitlines() if x.startswith("| training for ")]
+    assert all(
+        x.endswith(
+            "s, at 40/100 updates by fairseq's last count; the ETA comes with its next progress "
+            "line (every --log-interval updates)"
+        )
+        for x in beats
+    ), beats
+
+
+def _train_argv(max_update: int) -> list:
+    return commands.train_argv(
+        config.load_pair("gl-en"), config.load_system("twt"), config.load_profile("paper"),
+        repo=REPO, data="BIN", run=Path("RUN"), label=f"paper-max-update-{max_update}",
+        arch="transformer_twt_small", seed=1, max_update=max_update, max_tokens=4096,
+        remove_bpe="subword_nmt",
+    )  # fmt: skip
+
+
+def test_a_budget_below_the_log_interval_logs_every_budget_updates():
+    """The short paper try (--max-update 20) printed no progress line in 6.7 minutes: fairseq
+    logs one every 50 updates. Below 50 the interval is the budget; a committed record made
+    with 50 still belongs (the interval is no setting of the training)."""
+
+    def interval(argv):
+        return argv[argv.index("--log-interval") + 1]
+
+    assert interval(_train_argv(20)) == "20"
+    assert interval(_train_argv(1)) == "1"
+    assert interval(_train_argv(1200)) == interval(_train_argv(50)) == "50"
+    assert interval(_train_argv(0)) == "50"  # no update limit (the epoch limit stops it)
+    short, before = (
+        " ".join(_train_argv(20)),
+        " ".join(_train_argv(20)).replace("--log-interval 20", "--log-interval 50"),
+    )
+    assert (
+        committed.settings_difference(
+            committed.command_settings(short), committed.command_settings(before)
+        )
+        is None
+    )

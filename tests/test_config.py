@@ -405,6 +405,7 @@ def test_design_keys_default_to_welch_and_the_two_targets():
         0.5,
         "avg5",
         1,
+    )
 
 
 # ------------------------------------------------------------------------- key names in messages

@@ -36,29 +36,25 @@ USAGE
 }
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# the scripts' command-line parsing and messages only (scripts/lib/cli.sh): the waves are this
+# script's own processes, ablation.sh's job pool runs inside each
+QK_SCRIPT_NAME=gpu_grid
+# shellcheck source=scripts/lib/cli.sh
+source "$ROOT/scripts/lib/cli.sh"
 DRY=0 WHEELS="" OUT="" PROFILE=gpu-fixed-d128 PAIR=gl-en FIRST=1 PER_WAVE=4 MAX_WAVES=10 JOBS=16
 BUDGET=500 HARD=540 PROBE=0
-while (($#)); do
-    case "$1" in
-        --dry-run) DRY=1 ;;
-        --wheels | --out | --profile | --pair | --first-seed | --seeds-per-wave | --max-waves | --jobs | --budget-s | --hard-s | --probe)
-            (($# >= 2)) || { echo "gpu_grid.sh: $1 needs a value" >&2; usage >&2; exit 2; }
-            case "$1" in
-                --wheels) WHEELS="$2" ;; --out) OUT="$2" ;; --profile) PROFILE="$2" ;; --pair) PAIR="$2" ;;
-                --first-seed) FIRST="$2" ;; --seeds-per-wave) PER_WAVE="$2" ;; --max-waves) MAX_WAVES="$2" ;;
-                --jobs) JOBS="$2" ;; --budget-s) BUDGET="$2" ;; --hard-s) HARD="$2" ;; --probe) PROBE="$2" ;;
-            esac
-            shift ;;
-        -h | --help) usage; exit 0 ;;
-        *) echo "gpu_grid.sh: unknown argument: $1" >&2; usage >&2; exit 2 ;;
-    esac
-    shift
-done
-for v in FIRST PER_WAVE MAX_WAVES JOBS BUDGET HARD; do
-    [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || { echo "gpu_grid.sh: ${v,,} must be a positive integer, got '${!v}'" >&2; exit 2; }
-done
-[[ "$PROBE" =~ ^[0-9]+$ ]] || { echo "gpu_grid.sh: --probe must be a number of updates, got '$PROBE'" >&2; exit 2; }
-((BUDGET <= HARD)) || { echo "gpu_grid.sh: --budget-s $BUDGET must not exceed --hard-s $HARD" >&2; exit 2; }
+qk_parse_args "--dry-run DRY=1" "--wheels WHEELS" "--out OUT" "--profile PROFILE" "--pair PAIR" \
+    "--first-seed FIRST" "--seeds-per-wave PER_WAVE" "--max-waves MAX_WAVES" "--jobs JOBS" \
+    "--budget-s BUDGET" "--hard-s HARD" "--probe PROBE" -- "$@"
+((${#QK_REST[@]} == 0)) || qk_usage_error "unexpected argument after --: '${QK_REST[0]}'"
+qk_check_posint --first-seed "$FIRST"
+qk_check_posint --seeds-per-wave "$PER_WAVE"
+qk_check_posint --max-waves "$MAX_WAVES"
+qk_check_posint --jobs "$JOBS"
+qk_check_posint --budget-s "$BUDGET"
+qk_check_posint --hard-s "$HARD"
+qk_check_uint --probe "$PROBE"
+((BUDGET <= HARD)) || qk_usage_error "--budget-s $BUDGET must not exceed --hard-s $HARD"
 WORK="${QKNORM_WORK_DIR:-$ROOT}"
 OUT="${OUT:-$ROOT/results/gpu-grid-$(date -u +%Y%m%d-%H%M)}"
 PY="${PYTHON:-python3}"

@@ -43,7 +43,8 @@ def test_probe_dry_run_times_one_training_then_the_jobs(tmp_path):
 
 def test_usage_errors_exit_2(tmp_path):
     env = make_env(tmp_path)
-    for args, message in ((["--bogus"], "unknown argument"), (["--jobs", "0"], "jobs must be"),
+    for args, message in ((["--bogus"], "unknown option '--bogus'"),
+                          (["--jobs", "0"], "--jobs must be a positive integer"),
                           (["--budget-s", "600", "--hard-s", "500"], "must not exceed"),
                           (["--jobs"], "--jobs needs a value")):  # fmt: skip
         p = run_script("gpu_grid.sh", *args, env=env)

@@ -222,7 +222,7 @@ def _expected(value) -> tuple:
     if isinstance(value, tuple) and value and isinstance(value[0], tuple):
         return ("s", "\n".join(" ".join(map(str, f)) for f in value))
     if isinstance(value, tuple):
-        return ("a", "\x1e".join(value))
+        return ("a", "\x1e".join(map(str, value)))
     return ("s", str(value))
 
 

@@ -11,7 +11,7 @@ import pytest
 from qknorm_tools import exits
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("qknorm_tools", "benchmarks", "fairseq_qknorm")
+PACKAGES = ("qknorm_tools", "qknorm_model_tools", "benchmarks", "fairseq_qknorm")
 
 
 def _commands() -> list[str]:
@@ -20,7 +20,8 @@ def _commands() -> list[str]:
         f"{pkg}.{f.stem}"
         for pkg in PACKAGES
         for f in (REPO / pkg).glob("*.py")
-        if 'if __name__ == "__main__"' in f.read_text(encoding="utf-8")
+        # a package's __main__ only lists the package's commands: it takes no arguments
+        if f.stem != "__main__" and 'if __name__ == "__main__"' in f.read_text(encoding="utf-8")
     )
 
 
@@ -82,6 +83,20 @@ CASES = {
         lambda t: ["shell", "--pair", "gl-en", "--repo", str(_config_repo(t))],
     ),
     "qknorm_tools.corpus": (lambda t: ["chek"], _unequal_corpus),
+    "qknorm_tools.seglen": (
+        lambda t: ["check", "--src", "gl"],
+        lambda t: [
+            "check",
+            "--raw",
+            str(t / "raw"),
+            "--seg",
+            str(t / "seg"),
+            "--src",
+            "gl",
+            "--tgt",
+            "en",
+        ],  # fmt: skip  (no such directories)
+    ),
     "qknorm_tools.evaluate": (
         lambda t: ["aggregate", "--baseline", "twt"],
         lambda t: ["score", "--ref", str(t / "missing.en"), "--hyp", str(t / "missing.hyp")],

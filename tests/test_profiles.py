@@ -56,6 +56,20 @@ CONVERGE_PROFILE = {
     "overrides": ["--warmup-updates", "4", "--max-epoch", "60", "--lr", "1e-2", "--dropout", "0"],
 }  # fmt: skip
 
+#: the fixed-budget profiles of the decisive 2x2 (docs/decisive-2x2.md): linear warmup, then
+#: linear decay to 0 at the budget (polynomial_decay, power 1), validated each epoch (7 updates
+#: per tiny epoch: 42 updates are 6 epochs), the last 5 epoch checkpoints kept and their average
+#: the run's result (decode.checkpoint avg5), the final checkpoint decoded beside it
+FIXED_PROFILE = {
+    "metric": "loss",
+    "scheduler": "polynomial_decay",
+    "word_dropout": None,
+    "max_update": 42,
+    "decode": "avg5",
+    "epoch_checkpoints": True,
+    "overrides": ["--warmup-updates", "4"],
+}  # fmt: skip
+
 #: per profile: the selection metric, scheduler and word dropout its real run must show, and
 #: the test-made overrides that scale its schedule down (budget: train.sh --max-update)
 EXPECT = {
@@ -73,6 +87,8 @@ EXPECT = {
     "cpu-proxy-fast-bucketed": {**CPU_PROFILE, "batching": "bucketed"},
     "cpu-converge": CONVERGE_PROFILE,
     "cpu-converge-d128": CONVERGE_PROFILE,
+    "cpu-fixed-d128": FIXED_PROFILE,
+    "gpu-fixed-d128": FIXED_PROFILE,
 }  # fmt: skip
 
 SYSTEM = "qknorm_paper"
@@ -199,7 +215,8 @@ def test_profile_trains_for_real(profile, tiny_work, tmp_path):
     assert inner and valid, "the run neither trained nor validated"
 
     # the learning rate warms up linearly from --warmup-init-lr to --lr over 4 updates
-    lr, init, warmup = float(f["--lr"]), float(f["--warmup-init-lr"]), 4
+    # (polynomial_decay has no --warmup-init-lr: its warmup starts from 0)
+    lr, init, warmup = float(f["--lr"]), float(f.get("--warmup-init-lr", 0)), 4
     logged = {int(r["metrics"]["num_updates"]): r["metrics"]["lr"] for r in inner}
     for u in range(1, warmup + 1):
         assert logged[u] == pytest.approx(init + u * (lr - init) / warmup, rel=1e-3), u
@@ -215,6 +232,17 @@ def test_profile_trains_for_real(profile, tiny_work, tmp_path):
         # validation by dev loss every 3 updates, the budget reached
         assert [int(r["metrics"]["num_updates"]) for r in valid] == [3, 6, 9, 12, 15]
         assert max(logged) == exp["max_update"]
+    elif exp["scheduler"] == "polynomial_decay":  # linear from lr at the warmup's end to 0
+        total = exp["max_update"]
+        assert f["--total-num-update"] == str(total)
+        power, end = float(f["--power"]), float(f["--end-learning-rate"])
+        for u in range(warmup, total + 1):
+            want = (lr - end) * max(0.0, 1 - (u - warmup) / (total - warmup)) ** power + end
+            assert logged[u] == pytest.approx(want, rel=1e-3, abs=1e-9), u
+        # one validation per epoch, the budget reached at the last one; nothing stopped it early
+        epochs = [r["epoch"] for r in valid]
+        assert epochs == list(range(1, len(epochs) + 1)) and len(epochs) >= 5, epochs
+        assert int(valid[-1]["metrics"]["num_updates"]) == total == max(logged)
     else:  # plateau decay x --lr-shrink on the dev metric, then early stopping by --patience
         shrink, patience = float(f["--lr-shrink"]), 3
         epochs = [(r["epoch"], r["metrics"][metric], r["metrics"]["num_updates"]) for r in valid]
@@ -269,12 +297,13 @@ def test_profile_trains_for_real(profile, tiny_work, tmp_path):
     else:
         assert counts["train"]["calls"] == 0
 
-    # evaluate.sh decodes checkpoint_best; on dev its BLEU is the one validation logged
+    # evaluate.sh decodes the profile's checkpoint (checkpoint_best unless decode.checkpoint
+    # says otherwise); on dev the BLEU of checkpoint_best is the one validation logged
     p = run_script("evaluate.sh", *common, "--split", "dev", "--threads", 1, env=env)
     assert p.returncode == 0, out(p)
-    assert "checkpoint_best.pt" in (run / "dev.gen.log").read_text()
+    assert f"checkpoint_{exp.get('decode', 'best')}.pt" in (run / "dev.gen.log").read_text()
     score = json.loads((run / "dev.score.json").read_text())
-    if metric == "bleu":
+    if metric == "bleu" and "decode" not in exp:
         assert score["bleu_tok"] == pytest.approx(values[best], abs=0.005)
 
     if exp.get("average") is False:
@@ -283,9 +312,12 @@ def test_profile_trains_for_real(profile, tiny_work, tmp_path):
     p = run_script("evaluate.sh", *common, "--checkpoint", "avg2", "--threads", 1, env=env)
     assert p.returncode == 0, out(p)
     ckpts = run / "checkpoints"
-    kept = sorted(ckpts.glob("checkpoint_*_*.pt" if exp["max_update"] else "checkpoint[0-9]*.pt"),
+    by_epoch = exp.get("epoch_checkpoints", not exp["max_update"])
+    kept = sorted(ckpts.glob("checkpoint[0-9]*.pt" if by_epoch else "checkpoint_*_*.pt"),
                   key=lambda c: int(c.stem.split("_")[-1].removeprefix("checkpoint")))  # fmt: skip
     assert len(kept) >= 2, sorted(c.name for c in ckpts.iterdir())
+    if "decode" in exp:  # --keep-last-epochs 5: exactly the 5 checkpoints avg5 averages
+        assert [c.name for c in kept] == [f"checkpoint{e}.pt" for e in range(2, 7)]
     avg = torch.load(ckpts / "checkpoint_avg2.pt", map_location="cpu", weights_only=False)
     last2 = [torch.load(c, map_location="cpu", weights_only=False)["model"] for c in kept[-2:]]
     for k, v in avg["model"].items():

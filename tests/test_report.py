@@ -257,7 +257,13 @@ def welch(a, b) -> tuple[float, float, float]:
 
 
 def test_ablation_page_shows_the_numbers_of_its_json(tmp_path):
-    src = RESULTS / "cpu-proxy-fast" / "gl-en"
+    # a copy whose ablation.json predates seed_tests (as the first committed ones did): the page
+    # computes Welch's test from the cells; the committed file's own seed_tests are the next test's
+    src = tmp_path / "src"
+    shutil.copytree(RESULTS / "cpu-proxy-fast" / "gl-en", src)
+    older = json.loads((src / "ablation.json").read_text())
+    older.pop("seed_tests", None)
+    (src / "ablation.json").write_text(json.dumps(older, indent=2) + "\n")
     page, data = build_page(src, tmp_path / "gl-en")
     assert page.stat().st_size > 3_000_000  # plotly.js inlined: nothing fetched at view time
     html_text = page.read_text(encoding="utf-8")
@@ -281,8 +287,8 @@ def test_ablation_page_shows_the_numbers_of_its_json(tmp_path):
     lo, hi = cell_fig["layout"]["yaxis"]["range"]
     values = [v for c in cells for v in ab["cells"][c]["values"]]
     assert 0 < lo < min(values) and max(values) < hi < max(values) + 1
-    # the effects as a forest plot: estimates, seed-level CIs (this ablation.json predates
-    # seed_tests: the page computes Welch's test from the cells), both p-values named
+    # the effects as a forest plot: estimates, seed-level CIs (computed by the page from the
+    # cells, this copy having no seed_tests), both p-values named
     effects = figure(data, "ablation-effects")
     eff = trace(effects, what="effects")
     assert dict(zip(eff["y"], eff["x"])) == {
@@ -346,11 +352,30 @@ def test_effects_use_the_seed_tests_of_the_json_and_their_new_keys(tmp_path):
         t = ab["seed_tests"][k]
         q = stats.t.ppf(0.975, t["df"])
         assert eff["x"][i] == ab["effects"][k] == t["estimate"]
-        assert eff["meta"]["ci95"][i] == pytest.approx(
-            [t["estimate"] - q * t["se"], t["estimate"] + q * t["se"]], abs=1e-9
+        # the committed ci95 is the t interval from estimate, se and df
+        assert (
+            eff["meta"]["ci95"][i]
+            == t["ci95"]
+            == pytest.approx([t["estimate"] - q * t["se"], t["estimate"] + q * t["se"]], abs=1e-9)
         )
-    assert [t["meta"]["what"] for t in figure(data, "ablation-effects")["data"]] == [
-        "effects", "delta_concat"]  # no MDE without mde  # fmt: skip
+    fig = figure(data, "ablation-effects")
+    assert [t["meta"]["what"] for t in fig["data"]] == ["effects", "delta_concat", "mde"]
+    mde = trace(fig, what="mde")
+    assert sorted(mde["x"]) == sorted(
+        x for k in eff["y"] for x in (-ab["seed_tests"][k]["mde"], ab["seed_tests"][k]["mde"])
+    )
+    # without mde and ci95 (an ablation.json of before them): CI from estimate, se, df; no MDE
+    d = tmp_path / "older"
+    shutil.copytree(src, d, ignore=shutil.ignore_patterns("records"))
+    older = json.loads(json.dumps(ab))
+    for t in older["seed_tests"].values():
+        for key in ("ci95", "mde", "n_needed", "tost", "test", "n", "sd"):
+            t.pop(key)
+    (d / "ablation.json").write_text(json.dumps(older))
+    _, data = build_page(d, tmp_path / "older-page")
+    fig = figure(data, "ablation-effects")
+    assert [t["meta"]["what"] for t in fig["data"]] == ["effects", "delta_concat"]
+    assert trace(fig, what="effects")["meta"]["ci95"] == eff["meta"]["ci95"]
     d = tmp_path / "extended"
     shutil.copytree(src, d, ignore=shutil.ignore_patterns("records"))
     ext = json.loads(json.dumps(ab))

@@ -394,9 +394,9 @@ def test_lr_sweep_on_slurm_equals_the_local_launcher(sweep, data_template, tmp_p
     a, b = (
         json.loads((w / SWEEP_OUT / "lr_sweep.json").read_text()) for w in (sweep["work"], local)
     )
-    for doc, w in ((a, sweep["work"]), (b, local)):  # the run directories, below each work dir
+    for doc in (a, b):  # the run directories, relative to each work dir (no machine's path)
         for r in doc["runs"]:
-            r["run_dir"] = str(Path(r["run_dir"]).relative_to(w))
+            assert not Path(r["run_dir"]).is_absolute(), r["run_dir"]
     assert len(a["runs"]) == 4
     assert [strip_wall(r) for r in a["runs"]] == [strip_wall(r) for r in b["runs"]]
     del a["runs"], b["runs"]

@@ -30,6 +30,7 @@ share its batch, and ``fairseq-generate`` batches the test split in another orde
 
 import argparse
 import dataclasses
+import json
 import logging
 import os
 import pickle
@@ -40,6 +41,8 @@ from pathlib import Path
 from typing import Optional
 
 from qknorm_tools import commands, config
+from qknorm_tools.provenance import IDENTITY_FILE
+from qknorm_tools.unicode_forms import FORMS, normalize_lines
 
 
 def _precision(profile, work: Path) -> str:
@@ -447,6 +450,21 @@ class CheckpointError(RuntimeError):
     """
 
 
+def text_normalize_of(data_bin) -> str:
+    """The ``[text] normalize`` form the binarized data were made with: ``"none"`` or ``"NFC"``.
+
+    Read from ``DATA_BIN/identity.json`` (``text_normalize``, written by
+    :func:`qknorm_tools.provenance.write_identity`); ``"none"`` when it has no such entry or the
+    directory has no identity (data made before the key existed, or outside the pipeline).
+    """
+    try:
+        ident = json.loads((Path(data_bin) / IDENTITY_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "none"
+    form = ident.get("text_normalize", "none") if isinstance(ident, dict) else "none"
+    return form if form in FORMS else "none"
+
+
 class Translator:
     """A checkpoint with the pipeline's segmentation and generation settings.
 
@@ -523,6 +541,9 @@ class Translator:
         self.hub.eval()
         #: the binarized data directory whose dictionary the model reads (absolute)
         self.data_bin = Path(os.path.abspath(data_bin))
+        #: the Unicode normalization the training text had (``[text] normalize``, recorded as
+        #: ``text_normalize`` in the data identity): applied to every input sentence
+        self.text_normalize = text_normalize_of(self.data_bin)
 
     @classmethod
     def from_pipeline(
@@ -600,10 +621,14 @@ class Translator:
 
         The sentences as the model reads them (Moses-tokenized with ``moses=True``).
         """
-        tokenized = [self.hub.tokenize(x) for x in sentences]
+        tokenized = [self.hub.tokenize(x) for x in self._normalized(sentences)]
         return unseen_character_warning(
             tokenized, self.known_characters(), name, f"the dictionary of {self.data_bin}"
         )
+
+    def _normalized(self, sentences: Iterable[str]) -> list[str]:
+        """``sentences`` in the training text's normalization form (:attr:`text_normalize`)."""
+        return normalize_lines(list(sentences), self.text_normalize)
 
     def translate_fitting(self, sentences: Iterable[str]) -> tuple[list[str], list[TooLongLine]]:
         """Translate every sentence the model takes; an empty string for each other one.
@@ -626,7 +651,7 @@ class Translator:
         Encoded: tokenized, segmented and looked up in the dictionary (``hub.encode``).
         """
         limit = self.max_source_tokens
-        encoded = [self.hub.encode(x) for x in sentences]
+        encoded = [self.hub.encode(x) for x in self._normalized(sentences)]
         too_long = [
             TooLongLine(i, t.numel() - 1, limit)
             for i, t in enumerate(encoded, 1)

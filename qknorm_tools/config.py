@@ -73,6 +73,7 @@ class UsageError(ConfigError, exits.UsageError):
 
 BASE_KEYS = [
     ("max_tokens_check", "max_tokens_check", "MAX_TOKENS_CHECK", "posint"),
+    ("text.normalize", "text_normalize", "TEXT_NORMALIZE", "enum:none|NFC"),
     ("bpe.tool", "bpe_tool", "BPE_TOOL", "enum:subword-nmt|sentencepiece"),
     ("bpe.vocab_threshold", "bpe_vocab_threshold", "BPE_VOCAB_THRESHOLD", "uint"),
     ("bpe.dropout", "bpe_dropout", "BPE_DROPOUT", "dropout"),
@@ -389,6 +390,7 @@ class Pair:
     qi18_lines_dev: int | None = None
     qi18_lines_test: int | None = None
     max_tokens_check: int = 1024
+    text_normalize: str = "none"
     bpe_tool: str = "subword-nmt"
     bpe_vocab_threshold: int = 50
     bpe_dropout: float = 0

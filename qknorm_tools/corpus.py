@@ -11,6 +11,8 @@ check
     mark (U+FEFF, at the start of the file or anywhere in a line), no tab, no character that
     ``str.splitlines`` takes for a line break, no space separator other than U+0020 (no-break
     space, ...), no other control character, no line over ``--max-len`` whitespace tokens.
+    Lines not in Unicode NFC (decomposed letters, mixed with composed ones) are reported as
+    a warning with counts (:mod:`.unicode_forms`).
 distinct
     Refuse files of which two are the same file (a symlink or hard link: ``os.path.samefile``).
 overlap
@@ -65,6 +67,7 @@ from pathlib import Path
 
 from .exits import FAILURE, NO
 from .textio import BPE_TOOL_SYMBOL, bpe_manifest, write_bpe_manifest
+from .unicode_forms import FORMS, FormCounts, form_warning
 
 # --------------------------------------------------------------------------------------------
 # constants
@@ -202,8 +205,17 @@ def bad_character_problem(text: str) -> str | None:
     )
 
 
-def _check_file_lines(path: str, name: str, max_len: int, errors: list[CorpusError]) -> int:
+def _check_file_lines(
+    path: str,
+    name: str,
+    max_len: int,
+    errors: list[CorpusError],
+    forms: FormCounts | None = None,
+) -> int:
     r"""Check one file line by line; append problems to ``errors``; return the line count.
+
+    ``forms``, when given, counts the decoded lines' Unicode normalization forms
+    (:class:`.unicode_forms.FormCounts`).
 
     Lines are split on ``\\n`` only (the file is read as bytes), so a stray ``\\r`` is reported
     instead of silently splitting a line the way Python's universal-newline text mode (used by
@@ -263,6 +275,8 @@ def _check_file_lines(path: str, name: str, max_len: int, errors: list[CorpusErr
                     )
                 )
                 continue
+            if forms is not None:
+                forms.add(text)
             bad = bad_character_problem(text)
             if bad:
                 errors.append(CorpusError(name, bad, n))
@@ -329,8 +343,13 @@ def check_pair(
     max_len: int = DEFAULT_MAX_LEN,
     src_name: str | None = None,
     tgt_name: str | None = None,
+    warnings: list[str] | None = None,
+    normalize: str = "none",
 ) -> int:
     """Verify a parallel pair; return the number of lines.
+
+    ``warnings``, when given, receives a line per file with lines not in Unicode NFC
+    (:func:`.unicode_forms.form_warning`; ``normalize`` is the pair's ``[text] normalize``).
 
     Raises:
         CorpusErrors: every problem found, each naming the file and line (see
@@ -347,7 +366,11 @@ def check_pair(
             errors.append(CorpusError(name, "no such file"))
             counts.append(None)
             continue
-        counts.append(_check_file_lines(path, name, max_len, errors))
+        forms = FormCounts()
+        counts.append(_check_file_lines(path, name, max_len, errors, forms))
+        warning = form_warning(name, forms, normalize)
+        if warning and warnings is not None:
+            warnings.append(warning)
     n_src, n_tgt = counts
     if n_src is not None and n_tgt is not None and n_src != n_tgt:
         errors.insert(0, misaligned_error(src_name, n_src, tgt_name, n_tgt))
@@ -1011,7 +1034,10 @@ def length_stats(paths: Sequence[str], q: float = 97.5) -> dict:
 
 
 def _cmd_check(a: argparse.Namespace) -> int:
-    n = check_pair(a.src, a.tgt, a.max_len, a.src_name, a.tgt_name)
+    warnings: list[str] = []
+    n = check_pair(a.src, a.tgt, a.max_len, a.src_name, a.tgt_name, warnings, a.normalize)
+    for line in warnings:
+        _info(line)
     print(
         f"ok: {a.src_name or a.src} / {a.tgt_name or a.tgt}: {n} lines, "
         f"UTF-8, no empty/CRLF/over-long (> {a.max_len} tokens) lines, no tab, line-break, "
@@ -1297,6 +1323,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--src-name", help="name to show for --src in messages (default: the path)")
     c.add_argument("--tgt-name", help="name to show for --tgt in messages (default: the path)")
+    c.add_argument(
+        "--normalize",
+        choices=FORMS,
+        default="none",
+        help="the pair's [text] normalize: lines not in NFC are reported either way (a "
+        "warning with counts); the warning says whether they will be normalized",
+    )
     c.set_defaults(func=_cmd_check)
 
     ds = sub.add_parser(

@@ -197,7 +197,8 @@ def write_identity(data, pair: str, bin_dir, files: Sequence[str] | None = None)
             file in it.
 
     Returns:
-        The identity written (``data_id``, ``components``, ``pair``, ``bpe_tool``).
+        The identity written (``data_id``, ``components``, ``pair``, ``bpe_tool``, and
+        ``text_normalize`` when ``prepare_data.sh`` normalized the text: ``[text] normalize``).
 
     Raises:
         ProvenanceError: the raw or BPE data are not complete or not one chain.
@@ -213,6 +214,11 @@ def write_identity(data, pair: str, bin_dir, files: Sequence[str] | None = None)
     except (OSError, ValueError, KeyError):
         tool = None
     ident.update(pair=pair, bpe_tool=tool)
+    # the raw text's Unicode normalization ([text] normalize), when it changed the text:
+    # the translate helper applies it to its input (absent: the text as the corpus had it)
+    normalize = _settings(data / "raw" / pair).get("normalize")
+    if normalize:
+        ident["text_normalize"] = normalize
     write_text_atomic(bin_dir / IDENTITY_FILE, json.dumps(ident, indent=2) + "\n")
     return ident
 

@@ -108,15 +108,26 @@ SETTINGS="pair=$PAIR
 src=$SRC
 tgt=$TGT
 $SOURCE_ID"
+# the Unicode normalization ([text] normalize): a line only when the text is changed, so that
+# data prepared before the key existed stays valid
+NORMALIZE_SETTING=""
+[[ "$TEXT_NORMALIZE" == none ]] || NORMALIZE_SETTING="normalize=$TEXT_NORMALIZE"
+[[ -z "$NORMALIZE_SETTING" ]] || SETTINGS+=$'\n'"$NORMALIZE_SETTING"
+# normalized_as_wanted: data/raw/PAIR was prepared with the [text] normalize of now
+normalized_as_wanted() {
+    [[ "$(grep -x 'normalize=.*' "$RAW/.settings" 2>/dev/null || true)" == "$NORMALIZE_SETTING" ]]
+}
 
 if ((FORCE == 0)); then
     if ((EXPLICIT)) && qk_is_done "$RAW" "$SETTINGS"; then
         echo "skip: $RAW already prepared from $SOURCE_SHOWN (checksums in $RAW/.done verified); use --force to redo"
         exit 0
-    elif ((EXPLICIT == 0)) && qk_is_done "$RAW"; then
+    elif ((EXPLICIT == 0)) && qk_is_done "$RAW" && normalized_as_wanted; then
         echo "skip: $RAW already prepared (checksums in $RAW/.done verified; source in $RAW/SOURCE); use --force to redo"
         exit 0
     elif [[ -e "$RAW/.done" ]]; then
+        [[ -n "$QK_DONE_REASON" ]] \
+            || QK_DONE_REASON="$RAW was prepared with another [text] normalize than '$TEXT_NORMALIZE'"
         qk_log "$QK_DONE_REASON: preparing again"
     fi
 fi
@@ -210,7 +221,7 @@ check_split() {
     local split="$1" s="$2" t="$3" sn tn
     sn="$(shown_name "$s")" tn="$(shown_name "$t")"
     corpus_py check --src "$s" --tgt "$t" --src-name "$sn" --tgt-name "$tn" \
-        --max-len "$MAX_TOKENS_CHECK" >/dev/null \
+        --max-len "$MAX_TOKENS_CHECK" --normalize "$TEXT_NORMALIZE" >/dev/null \
         || die "corpus check failed for $PAIR $split ($sn / $tn); see the messages above"
 }
 shown_name() {
@@ -519,6 +530,16 @@ case "$CORPUS" in
     local) prepare_local ;;
 esac
 rm -rf -- "$TMP/extracted" "$TMP/extract.log"
+
+# [text] normalize = "NFC": every split composed (python -m qknorm_tools.unicode_forms; the
+# check above reported the lines not in NFC)
+if [[ "$TEXT_NORMALIZE" != none ]]; then
+    mapfile -t NORM_FILES < <(split_files "$TMP")
+    NORM_OUT="$("$QK_PY" -m qknorm_tools.unicode_forms normalize --form "$TEXT_NORMALIZE" \
+        "${NORM_FILES[@]}")" || die "the $TEXT_NORMALIZE normalization of $PAIR failed (see above)"
+    qk_log "$PAIR normalized to Unicode $TEXT_NORMALIZE ([text] normalize in $PAIR_CONFIG), lines changed: $(
+        while IFS=$'\t' read -r f n; do printf '%s %s; ' "${f##*/}" "$n"; done <<<"$NORM_OUT")"
+fi
 
 # dev/test sentence pairs that also occur in the training data: a warning with counts (the
 # counts are kept in overlap.json)

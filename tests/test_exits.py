@@ -97,6 +97,10 @@ CASES = {
             "en",
         ],  # fmt: skip  (no such directories)
     ),
+    "qknorm_tools.unicode_forms": (
+        lambda t: ["normalize", "--form", "NFKC", "x"],
+        lambda t: ["normalize", "--form", "NFC", str(t / "missing.gl")],
+    ),
     "qknorm_tools.evaluate": (
         lambda t: ["aggregate", "--baseline", "twt"],
         lambda t: ["score", "--ref", str(t / "missing.en"), "--hyp", str(t / "missing.hyp")],

@@ -957,7 +957,7 @@ PROFILE_BF16_ENTRY = "qknorm_paper+bucketed+bf16"
 
 
 def target_e2e_systems(native_bf16: bool) -> list[str]:
-    """The e2e systems of ``--targets``: QKNorm, stock, and the CPU profile as it trains here.
+    """The e2e systems of ``--targets``: QKNorm, stock, and the opt-in bucketed + bf16 profile.
 
     The cpu-proxy profile trains ``qknorm_paper`` with bucketed batching, plus bf16 autocast on
     a CPU with native bf16 (``native_bf16``:

@@ -531,7 +531,7 @@ def test_targets_preset_and_precedence(tmp_path):
         ["model", "decode"],
         ["qknorm_paper", "prenorm_fixnorm_layernorm", "stock"],
     )
-    # the profile as it trains here: + bf16 autocast only on a CPU with native bf16
+    # the opt-in bucketed profile: + bf16 autocast only on a CPU with native bf16
     profile = "qknorm_paper+bucketed" + ("+bf16" if native_bf16_support()[0] else "")
     assert a.e2e_systems == ["qknorm_paper", "stock", profile]
     assert (a.reps, a.min_of, a.decode_reps, a.batches, a.e2e_rounds, a.e2e_updates) == (

@@ -30,6 +30,14 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
+def _broken_record(tmp: Path) -> Path:
+    """A results tree whose committed record is not JSON: a data failure."""
+    rec = tmp / "results" / "cpu-converge-d128" / "gl-en" / "records" / "twt" / "seed1"
+    rec.mkdir(parents=True)
+    _write(rec / "record.json", "{not json")
+    return tmp / "results"
+
+
 def _config_repo(tmp: Path) -> Path:
     """A repository whose gl-en pair and cpu-proxy profile are not TOML: a data failure."""
     for kind, name in (("pairs", "gl-en"), ("profiles", "cpu-proxy")):
@@ -96,6 +104,10 @@ CASES = {
             "--tgt",
             "en",
         ],  # fmt: skip  (no such directories)
+    ),
+    "qknorm_tools.pilot": (
+        lambda t: ["--bogus"],
+        lambda t: ["--results", str(_broken_record(t))],
     ),
     "qknorm_tools.unicode_forms": (
         lambda t: ["normalize", "--form", "NFKC", "x"],

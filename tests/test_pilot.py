@@ -1,0 +1,95 @@
+"""qknorm_tools.pilot: the decisive 2x2's pilot measure and declared choice
+(docs/decisive-2x2.md, "The pilot and the choice"), against numpy and statsmodels."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import numpy as np
+import pytest
+from statsmodels.stats.power import TTestPower
+
+from qknorm_tools import pilot
+
+from conftest import REPO
+
+RESULTS = REPO / "results"
+
+
+def test_the_plateau_runs_give_the_documented_measures():
+    """(a) from its 12 committed runs: 0.98 unpaired, 1.20 paired (docs/decisive-2x2.md)."""
+    scores = pilot.read_scores(RESULTS / "cpu-converge-d128/gl-en/records", "test")
+    twt = [scores["twt"][s] for s in (1, 2, 3)]
+    qk = [scores["qknorm_paper"][s] for s in (1, 2, 3)]
+    unpaired = pilot.measure(scores, (1, 2, 3), paired=False)
+    pooled = math.sqrt((np.var(twt, ddof=1) + np.var(qk, ddof=1)) / 2)
+    assert unpaired["se"] == pytest.approx(math.sqrt(2) * pooled, abs=1e-12)
+    assert round(unpaired["se"], 2) == 0.98 and round(unpaired["mean_twt"], 2) == 12.93
+    assert round(unpaired["se_mean_twt"], 2) == 0.15
+    assert unpaired["mean_difference"] == pytest.approx(np.mean(qk) - np.mean(twt), abs=1e-12)
+    paired = pilot.measure(scores, (1, 2, 3), paired=True)
+    assert paired["se"] == pytest.approx(np.std(np.subtract(qk, twt), ddof=1), abs=1e-12)
+    assert round(paired["se"], 2) == 1.20
+
+
+def rows(**se_and_mean):
+    """Measured candidates: key -> (se, mean_twt), every pilot seed present."""
+    out = {}
+    for c in pilot.CANDIDATES:
+        se, mean = se_and_mean[c.key.replace("-", "_")]
+        out[c.key] = {"seeds": list(c.seeds), "se": se, "mean_twt": mean,
+                      "se_mean_twt": 0.15, "sd": se if c.paired else se / math.sqrt(2)}  # fmt: skip
+    return out
+
+
+def test_choice_follows_the_declared_rule():
+    # the lowest measure wins among candidates whose TWT mean is within one se of (a)'s
+    r = rows(a=(0.98, 12.93), b=(0.60, 12.90), c=(0.70, 12.95), d_b=(0.40, 12.90),
+             d_c=(0.50, 12.95))  # fmt: skip
+    ch = pilot.choose(r)
+    assert ch["complete"] and ch["chosen"] == "d-b" and ch["design"] == "paired"
+    # a weaker baseline is not eligible, however quiet
+    r = rows(a=(0.98, 12.93), b=(0.30, 12.70), c=(0.70, 12.80), d_b=(0.20, 12.70),
+             d_c=(0.90, 12.80))  # fmt: skip
+    ch = pilot.choose(r)
+    assert ch["eligible"] == ["c", "a", "d-c"] and ch["chosen"] == "c"
+    assert ch["mean_twt_floor"] == pytest.approx(12.78)
+    # within 5% of the lowest: unpaired before paired, (c) before (b)
+    r = rows(a=(0.98, 12.93), b=(0.62, 12.93), c=(0.63, 12.93), d_b=(0.60, 12.93),
+             d_c=(0.90, 12.93))  # fmt: skip
+    assert pilot.choose(r)["chosen"] == "c"
+
+
+def test_seeds_are_the_fewest_whose_mde_reaches_the_target():
+    r = rows(a=(0.98, 12.93), b=(2, 12.93), c=(2, 12.93), d_b=(0.74, 12.93), d_c=(2, 12.93))
+    ch = pilot.choose(r)
+    assert ch["chosen"] == "d-b"
+    n = ch["seeds"]
+    power = TTestPower()  # paired: one-sample t over the per-seed differences, df n - 1
+    assert power.power(0.93 / 0.74, n, 0.05) >= 0.8 > power.power(0.93 / 0.74, n - 1, 0.05)
+    # never fewer than the pilot's 4
+    r = rows(a=(0.98, 12.93), b=(2, 12.93), c=(2, 12.93), d_b=(0.05, 12.93), d_c=(2, 12.93))
+    assert pilot.choose(r)["seeds"] == pilot.MIN_SEEDS
+
+
+def test_an_incomplete_pilot_chooses_nothing_and_names_the_missing_seeds(tmp_path, capsys):
+    res = tmp_path / "results"
+    shutil.copytree(RESULTS / "cpu-converge-d128/gl-en/records",
+                    res / "cpu-converge-d128/gl-en/records")  # fmt: skip
+    rec = res / "cpu-fixed-d128/gl-en/records"
+    for system in pilot.SYSTEMS:
+        shutil.copytree(RESULTS / f"cpu-fixed-d128/gl-en/records/{system}/seed1",
+                        rec / system / "seed1")  # fmt: skip
+    assert pilot.main(["--results", str(res), "--out", str(tmp_path / "out/pilot")]) == 0
+    doc = json.loads((tmp_path / "out/pilot.json").read_text())
+    assert not doc["choice"]["complete"] and "chosen" not in doc["choice"]
+    assert "(c) cpu-fixed-d128: seeds [2, 3, 4]" in doc["choice"]["missing"]
+    assert doc["candidates"]["c"]["n"] == 1 and doc["candidates"]["c"]["se"] is None
+    md = (tmp_path / "out/pilot.md").read_text()
+    assert "**Pilot incomplete: nothing chosen.**" in md
+    # a refused record: exit 1, named
+    (rec / "twt/seed1/test.hyp").write_text("cut short\n")
+    assert pilot.main(["--results", str(res)]) == 1
+    assert "error: " in capsys.readouterr().err

@@ -242,13 +242,13 @@ def averageable(save_dir: Path) -> Optional[int]:
 def bad_character_warning(lines: Sequence[str], name: str) -> Optional[str]:
     """What an input to translate holds that the pipeline refuses in a corpus, or ``None``.
 
-    The characters of :func:`qknorm_tools.corpus.bad_character_problem` (tab, no-break and
+    The characters of :func:`qknorm_tools.corpus_check.bad_character_problem` (tab, no-break and
     other space separators, control characters): BPE splits words on U+0020 only, so they
     reach the model as parts of words (stray ``@@`` tokens). A translation input is translated
     as it is, so this is a warning, naming the first such line (``NAME:LINE``, 1-based) and how
     many lines hold one.
     """
-    from qknorm_tools.corpus import bad_character_problem
+    from qknorm_tools.corpus_check import bad_character_problem
 
     def problem(line: str) -> Optional[str]:
         if line.startswith("\ufeff"):  # the corpus checks refuse it at the start of a file

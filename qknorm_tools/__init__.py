@@ -16,7 +16,12 @@ Modules, one role each:
 * :mod:`.tables` - Markdown, LaTeX and CSV tables
 * :mod:`.ablation` - the 2x2 {LayerNorm, ScaleNorm} x {dot product, QKNorm} report
 * :mod:`.lr_sweep` - the learning-rate sweep: LR sensitivity, divergence, loss and BLEU per LR
-* :mod:`.corpus` - raw-corpus checks, checksums, safe extraction, length percentile ``L``
+* :mod:`.corpus` - the corpus command line of the data pipeline (``python -m qknorm_tools.corpus``)
+* :mod:`.corpus_check` - raw-corpus checks (pair alignment, characters, overlap) and their errors
+* :mod:`.archives` - checksums of downloads and safe tar extraction
+* :mod:`.corpus_extract` - a pair from the TED TSVs or a pair folder; what a data dir holds
+* :mod:`.lengths` - sentence lengths and their percentile, QKNorm's ``L``
+* :mod:`.spm` - joint sentencepiece BPE of a pair
 * :mod:`.progress` - time estimates (ETA) of training and decoding for the scripts
 * :mod:`.freshness` - made-by records: an output is reused only if what made it is unchanged
 

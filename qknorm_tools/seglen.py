@@ -31,7 +31,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from .committed import command_settings
-from .corpus import CorpusError, line_lengths
+from .corpus_check import CorpusError
+from .lengths import line_lengths
 from .textio import OutputError, ResultsError, write_lines, write_text_atomic
 
 #: fairseq's max positions per sentence (``DEFAULT_MAX_SOURCE_POSITIONS`` and

@@ -16,7 +16,7 @@ import unicodedata
 
 import pytest
 
-from qknorm_tools import corpus
+from qknorm_tools import corpus_check
 
 from conftest import FAR_BOUND, cli_env, make_env, make_tiny_ted, out, run_script, write_sums
 
@@ -35,7 +35,7 @@ def run_corpus(*args):
 
 # ------------------------------------------------------------------------------ characters
 ALL_CHARS = [chr(i) for i in range(0x110000)]
-#: derived independently of corpus.py: where str.splitlines ends a line, and Unicode's Cc
+#: derived independently of corpus_check.py: where str.splitlines ends a line, and Unicode's Cc
 SPLITLINES_BREAKS = {c for c in ALL_CHARS if len(f"a{c}b".splitlines()) == 2}
 CONTROL = {c for c in ALL_CHARS if unicodedata.category(c) == "Cc"}
 #: \n ends the line; \r and NUL are reported on the raw bytes (their own messages)
@@ -56,8 +56,8 @@ BOM = "\N{ZERO WIDTH NO-BREAK SPACE}"
 
 
 def test_line_breaks_are_exactly_the_ones_of_str_splitlines():
-    assert SPLITLINES_BREAKS - {"\n", "\r"} == set(corpus.LINE_BREAK_CHARS)
-    assert len(corpus.LINE_BREAK_CHARS) == 8  # \v \f \x1c \x1d \x1e \x85 \u2028 \u2029
+    assert SPLITLINES_BREAKS - {"\n", "\r"} == set(corpus_check.LINE_BREAK_CHARS)
+    assert len(corpus_check.LINE_BREAK_CHARS) == 8  # \v \f \x1c \x1d \x1e \x85 \u2028 \u2029
 
 
 def test_every_refused_character_and_only_those():
@@ -69,11 +69,11 @@ def test_every_refused_character_and_only_those():
     wrong = [
         f"U+{ord(c):04X}"
         for c in ALL_CHARS
-        if (corpus.bad_character_problem(f"x y{c}") is not None) != (c in refused)
+        if (corpus_check.bad_character_problem(f"x y{c}") is not None) != (c in refused)
     ]
     assert wrong == []
     for c in refused:
-        problem = corpus.bad_character_problem(f"ab c{c}d {c}")
+        problem = corpus_check.bad_character_problem(f"ab c{c}d {c}")
         assert f"(U+{ord(c):04X}) at character 5" in problem or (
             f"character U+{ord(c):04X} at character 5" in problem
         ), problem
@@ -123,8 +123,8 @@ def test_a_byte_order_mark_is_refused_anywhere_naming_file_line_and_character(tm
         f"{BOM}ola .\nola{BOM} mundo .\n{BOM}outra .\na{BOM}b{BOM} .\n", encoding="utf-8"
     )
     tgt.write_text("hello .\n" * 4, encoding="utf-8")
-    with pytest.raises(corpus.CorpusErrors) as err:
-        corpus.check_pair(str(src), str(tgt))
+    with pytest.raises(corpus_check.CorpusErrors) as err:
+        corpus_check.check_pair(str(src), str(tgt))
     assert [(e.path, e.line) for e in err.value.errors] == [(str(src), n) for n in (1, 2, 3, 4)]
     problems = [e.problem for e in err.value.errors]
     assert problems[0] == "UTF-8 byte order mark (BOM) at start of file"
@@ -152,7 +152,7 @@ def test_every_pair_of_the_six_files_that_is_one_file_is_refused(tmp_path, link)
             if k != j:
                 p.write_text(f"line of {SIX[k]}\n")
         (os.symlink if link == "symlink" else os.link)(paths[i], paths[j])
-        errors = corpus.same_file_errors([(SIX[k], str(p)) for k, p in enumerate(paths)])
+        errors = corpus_check.same_file_errors([(SIX[k], str(p)) for k, p in enumerate(paths)])
         assert [str(e) for e in errors] == [
             f"{SIX[j]}: the same file as {SIX[i]} (the same path, a symlink or a hard link: "
             "os.path.samefile); every side and split needs its own file"
@@ -261,8 +261,8 @@ def test_an_overlap_seen_more_often_than_its_lines_listed_says_so(tmp_path):
     train[1].write_text("hello .\nbye .\n")
     dev[0].write_text("ola .\n" * 6 + "outra .\n")
     dev[1].write_text("hello .\n" * 6 + "other .\n")
-    report = corpus.overlap_report(
+    report = corpus_check.overlap_report(
         (str(train[0]), str(train[1])), [("dev", str(dev[0]), str(dev[1]))]
     )
-    (line,) = corpus.overlap_warnings(report, "gl-en")
+    (line,) = corpus_check.overlap_warnings(report, "gl-en")
     assert line.endswith("most frequent: 'ola .' / 'hello .' (6x, lines 1, 2, 3, 4, 5, ...)")

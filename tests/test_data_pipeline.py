@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from qknorm_tools import corpus
+from qknorm_tools import archives, corpus, lengths
 
 from conftest import (
     EN_WORDS,
@@ -180,7 +180,7 @@ def test_real_gl_en_prepare_verifies_checksums_and_plausible_L(tmp_path):
     assert p.returncode == 0, out(p)
     assert out(p).count("sha256 verified") == 6
     raw = work / "data" / "raw" / "gl-en"
-    sums = corpus.read_sums(str(SHARED / "SHA256SUMS"))
+    sums = archives.read_sums(str(SHARED / "SHA256SUMS"))
     for split, n in zip(SPLITS, (11233, 742, 1112)):
         for lang in ("gl", "en"):
             assert count_lines(raw / f"{split}.{lang}") == n
@@ -693,7 +693,7 @@ def test_g0_formula_is_the_models():
         assert qk_norm_initial_scale(L) == pytest.approx(g, abs=0.01)
     with pytest.raises(ValueError):
         qk_norm_initial_scale(1)
-    assert not hasattr(corpus, "g0_from_length")
+    assert not any(hasattr(m, "g0_from_length") for m in (corpus, lengths))
     assert run_corpus("g0", "--L", "79").returncode == 2  # no such command
 
 
@@ -760,10 +760,10 @@ def test_length_percentile_definition(tmp_path):
     full = json.loads((tmp_path / "s.json").read_text())
     assert full["percentile"] == pytest.approx(9.775) and full["rounding"] == "ceil"
     assert full["per_file"][str(a)]["L"] == 5
-    assert corpus.percentile_linear(list(range(1, 11)), 50) == pytest.approx(5.5)
+    assert lengths.percentile_linear(list(range(1, 11)), 50) == pytest.approx(5.5)
     np = pytest.importorskip("numpy")
     vals = [random.Random(3).randint(1, 200) for _ in range(1001)]
-    assert corpus.percentile_linear(vals, 97.5) == pytest.approx(float(np.percentile(vals, 97.5)))
+    assert lengths.percentile_linear(vals, 97.5) == pytest.approx(float(np.percentile(vals, 97.5)))
 
 
 def test_check_cli_reports_every_problem_with_file_and_line(tmp_path):

@@ -216,7 +216,7 @@ def test_real_gl_en_sentencepiece_round_trip(tmp_path):
     pytest.importorskip("sentencepiece")
     from fairseq.data.data_utils import post_process
 
-    from qknorm_tools.corpus import spm_segment
+    from qknorm_tools.spm import spm_segment
 
     spm_segment(str(SHARED / "ted-gl-en"), str(tmp_path), "gl", "en", 3000)
     for split in ("train", "dev", "test"):

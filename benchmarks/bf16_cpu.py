@@ -19,7 +19,7 @@ drift hits both alike:
   short lengths (torch 2.13): what a model-side dispatch by dtype would gain.
 * ``e2e``: ``fairseq-train`` words/s (fairseq's ``wps``, target tokens/s; median of the
   logged intervals after the first) on real gl-en with the cpu-proxy training settings
-  (``benchmarks.run.train_cmd``: 4,096-token batches, validation off), fp32 and
+  (``benchmarks.e2e.train_cmd``: 4,096-token batches, validation off), fp32 and
   ``--bf16-autocast`` alternating, ``--e2e-rounds`` rounds. Data: ``--e2e-data``, else
   ``data/bin/gl-en`` of the repository, else built from the raw corpus
   (``scripts/prepare_data.sh``, ``bpe.sh``, ``binarize.sh``, about 20 s) under ``--work-dir``.
@@ -65,7 +65,7 @@ from qknorm_model_tools import bf16_timing as bt
 from qknorm_model_tools.bf16_timing import EXPLICIT, MODES, speedup
 
 from . import common as c
-from . import run as bench
+from . import e2e, options, summary
 
 SECTIONS = ("model", "e2e")
 
@@ -77,13 +77,13 @@ def parse_args(argv=None):
     )
     p.add_argument(
         "--sections",
-        type=bench.csv(),
+        type=options.csv(),
         default=list(SECTIONS),
         help=f"comma list of {','.join(SECTIONS)}",
     )
     p.add_argument(
         "--systems",
-        type=bench.csv(),
+        type=options.csv(),
         default=["twt", "qknorm_paper"],
         help=f"comma list of {','.join(c.SYSTEMS)} (default: the demo's two)",
     )
@@ -163,7 +163,7 @@ def prepare_gl_en(work: Path) -> Path:
     """
     env = dict(c.cli_env(1), QKNORM_WORK_DIR=str(work))
     for script in ("prepare_data.sh", "bpe.sh", "binarize.sh"):
-        bench.log(f"{script} gl-en -> {work}")
+        options.log(f"{script} gl-en -> {work}")
         proc = subprocess.run(
             [str(c.REPO / "scripts" / script), "gl-en"], env=env, capture_output=True, text=True
         )
@@ -179,8 +179,10 @@ def section_e2e(a, work: Path, bf16_ok: bool, out: dict) -> None:
     """
     data = a.e2e_data
     if data is None:
-        data = bench.DEFAULT_E2E_DATA if bench.DEFAULT_E2E_DATA.is_dir() else prepare_gl_en(work)
-    src, tgt = bench._guess_langs(data)
+        data = (
+            options.DEFAULT_E2E_DATA if options.DEFAULT_E2E_DATA.is_dir() else prepare_gl_en(work)
+        )
+    src, tgt = options._guess_langs(data)
     stats = data.parent.parent / "bpe" / data.name / "length_stats.json"
     qk_length = (
         float(json.loads(stats.read_text())["L"]) if stats.is_file() else c.DEFAULT_QK_LENGTH
@@ -199,15 +201,15 @@ def section_e2e(a, work: Path, bf16_ok: bool, out: dict) -> None:
     for r in range(a.e2e_rounds):
         for system in a.systems:
             for mode in modes:
-                bench.log(f"fairseq-train {system} {mode}, round {r + 1}/{a.e2e_rounds}")
+                options.log(f"fairseq-train {system} {mode}, round {r + 1}/{a.e2e_rounds}")
                 save = work / "e2e" / f"{system}-{mode}-{r}"
-                cmd = bench.train_cmd(cfg, system, save, a.e2e_updates, a.size, extra[mode])
+                cmd = e2e.train_cmd(cfg, system, save, a.e2e_updates, a.size, extra[mode])
                 res = c.run_with_rusage(cmd, c.cli_env(a.threads), save / "train.log")
-                parsed = bench.parse_train_log(res["output"])
+                parsed = e2e.parse_train_log(res["output"])
                 run = {
                     "rc": res["rc"],
                     "wall_s": res["wall_s"],
-                    "steady_wps": bench.steady_wps(parsed),
+                    "steady_wps": e2e.steady_wps(parsed),
                     "final_train_loss": parsed["summary"].get("loss"),
                 }
                 if res["rc"] != 0:
@@ -237,7 +239,7 @@ def section_e2e(a, work: Path, bf16_ok: bool, out: dict) -> None:
             "threads": a.threads,
             "qk_length": qk_length,
             "what": "fairseq-train wps (target tokens/s), median of the logged intervals "
-            "after the first; cpu-proxy settings (benchmarks.run.train_cmd)",
+            "after the first; cpu-proxy settings (benchmarks.e2e.train_cmd)",
             "systems": res,
         }
     )
@@ -250,7 +252,7 @@ def _table(title: str, unit: str, rows: dict[str, dict], cell) -> list[str]:
     Per mode ``cell(entry)`` and, for the bf16 modes, the speed-up over fp32
     (:func:`speedup`).
     """
-    fmt = bench.fmt
+    fmt = summary.fmt
     modes = [m for m in (*MODES, EXPLICIT) if any(m in r for r in rows.values())]
     head = ["system", f"fp32 {unit}"]
     for m in modes[1:]:
@@ -304,7 +306,7 @@ def markdown(res: dict) -> str:
             "words/s (runs)",
             e["systems"],
             lambda t: (
-                f"{bench.fmt(t['wps_median'], 0)} ({', '.join(f'{w:.0f}' for w in t['wps'])})"
+                f"{summary.fmt(t['wps_median'], 0)} ({', '.join(f'{w:.0f}' for w in t['wps'])})"
                 if t["wps_median"]
                 else "failed"
             ),
@@ -324,9 +326,9 @@ def main(argv=None) -> int:
     res = bt.new_result(command)
     reason = res["bf16_detector"]
     bf16_ok = res["native_bf16"] or a.allow_emulated
-    bench.log(f"{res['machine']['cpu_model']}: {reason}; {res['uptime_start']}")
+    options.log(f"{res['machine']['cpu_model']}: {reason}; {res['uptime_start']}")
     if not bf16_ok:
-        bench.log("no native bf16: bf16 entries skipped (--allow-emulated to time them)")
+        options.log("no native bf16: bf16 entries skipped (--allow-emulated to time them)")
     t0 = time.perf_counter()
     a.out.parent.mkdir(parents=True, exist_ok=True)
     if a.work_dir is not None:
@@ -343,16 +345,16 @@ def main(argv=None) -> int:
                     fn(a, Path(work), bf16_ok, res[name])
                 except Exception as exc:  # noqa: BLE001  (report it, keep the other section)
                     res["errors"][name] = traceback.format_exc()
-                    bench.log(f"section {name} failed: {exc}")
+                    options.log(f"section {name} failed: {exc}")
                 res["uptime_end"] = bt.uptime()
                 a.out.write_text(json.dumps(res, indent=1, default=str) + "\n")  # partial
-                bench.log(f"section {name} done:\n{markdown(res)}")
+                options.log(f"section {name} done:\n{markdown(res)}")
     res["total_wall_s"] = time.perf_counter() - t0
     a.out.write_text(json.dumps(res, indent=1, default=str) + "\n")
     md = markdown(res)
     a.out.with_suffix(".md").write_text(md + "\n")
     print(md)
-    bench.log(f"wrote {a.out} and {a.out.with_suffix('.md')} in {res['total_wall_s']:.0f}s")
+    options.log(f"wrote {a.out} and {a.out.with_suffix('.md')} in {res['total_wall_s']:.0f}s")
     return 1 if res["errors"] else 0
 
 

@@ -145,7 +145,7 @@ def decode_run(
     task, system: str, size: str, qk_length: float, bsz: int, beam: int = 4, steps: int = 30
 ) -> Callable:
     """The ``decode`` section's raw incremental loop for ``system`` (eval mode)."""
-    from .run import _incremental_loop
+    from .micro import _incremental_loop
 
     model, _ = c.build_model(task, system, size, qk_length)
     model.eval()

@@ -22,10 +22,14 @@ if str(REPO) not in sys.path:  # benchmarks/ is not an installed package
 from benchmarks import (
     authors_code,  # noqa: E402
     common,  # noqa: E402
+    micro,  # noqa: E402
+    options,  # noqa: E402
     profile_e2e,  # noqa: E402
     profile_step,  # noqa: E402
     stats,  # noqa: E402
+    summary,  # noqa: E402
 )
+from benchmarks import e2e as bench_e2e  # noqa: E402
 from benchmarks import run as bench  # noqa: E402
 
 
@@ -224,11 +228,11 @@ def test_parse_fairseq_logs():
         "2026-01-01 | INFO | train | epoch 001 | loss 10.5 | wps 1500.1 | wpb 3450 | "
         "num_updates 30 | train_wall 24\n"
     )
-    parsed = bench.parse_train_log(log)
+    parsed = bench_e2e.parse_train_log(log)
     assert [d["num_updates"] for d in parsed["inner"]] == [10, 20, 30]
     assert parsed["summary"]["wps"] == 1500.1
-    assert bench.steady_wps(parsed) == pytest.approx(1900.5)  # first interval dropped
-    m = bench.GEN_RE.search(
+    assert bench_e2e.steady_wps(parsed) == pytest.approx(1900.5)  # first interval dropped
+    m = bench_e2e.GEN_RE.search(
         "Translated 1,112 sentences (35,210 tokens) in 41.2s (26.99 sentences/s, 854.61 tokens/s)"
     )
     assert m and m.group(1) == "1,112" and float(m.group(5)) == 854.61
@@ -264,12 +268,12 @@ def test_e2e_from_batches_scales_each_pair_by_the_share_ratio():
             "stock": {"runs": [{"model_step_share": 0.96}, {"model_step_share": 0.96}]},
         },
     }
-    out = bench.e2e_from_batches(batches, e2e)
+    out = summary.e2e_from_batches(batches, e2e)
     assert out["share_ratio"] == pytest.approx(0.98 / 0.96)
     assert out["values"] == pytest.approx([0.9 * 0.98 / 0.96, 0.98 / 0.96, 1.1 * 0.98 / 0.96],
                                           abs=1e-5)  # fmt: skip
-    assert bench.e2e_from_batches({**batches, "size": "small"}, e2e) is None
-    assert bench.e2e_from_batches(batches, {"size": "proxy", "systems": {}}) is None
+    assert summary.e2e_from_batches({**batches, "size": "small"}, e2e) is None
+    assert summary.e2e_from_batches(batches, {"size": "proxy", "systems": {}}) is None
 
 
 def test_batches_section_adds_batches_until_decided_or_its_cap(toy_data, tmp_path):
@@ -508,13 +512,13 @@ def test_paired_speed_stats_orientation_and_missing_rounds():
         "stock": [1.0, 1.0, 2.0],
         "prenorm_fixnorm_layernorm": [1.0, None, 2.0],
     }
-    st = bench.paired_speed_stats(times)
+    st = micro.paired_speed_stats(times)
     assert st["qknorm_paper/stock"]["values"] == [0.5, 1.0, 0.5]
     assert (
         st["qknorm_paper/prenorm_fixnorm_layernorm"]["values"] == [0.5, 0.5]
         and st["qknorm_paper/prenorm_fixnorm_layernorm"]["n"] == 2
     )
-    wps = bench.paired_speed_stats(
+    wps = micro.paired_speed_stats(
         {"qknorm_paper": [900.0, 1100.0], "stock": [1000.0, 1000.0]}, throughput=True
     )
     assert wps["qknorm_paper/stock"]["values"] == [0.9, 1.1]
@@ -526,7 +530,7 @@ def test_targets_preset_and_precedence(tmp_path):
     --smoke's sizes win; given --e2e-data, no data is built."""
     from fairseq_qknorm.tasks.cpu_bf16 import native_bf16_support
 
-    a = bench.parse_args(["--targets", "--sections", "model,decode"])
+    a = options.parse_args(["--targets", "--sections", "model,decode"])
     assert (a.sections, a.systems) == (
         ["model", "decode"],
         ["qknorm_paper", "prenorm_fixnorm_layernorm", "stock"],
@@ -540,14 +544,14 @@ def test_targets_preset_and_precedence(tmp_path):
     data = tmp_path / "bin"
     data.mkdir()
     (data / "train.gl-en.gl.idx").touch()  # a binarized training split (read only by name)
-    a = bench.parse_args(["--targets", "--smoke", "--e2e-data", str(data), "--reps", "7"])
+    a = options.parse_args(["--targets", "--smoke", "--e2e-data", str(data), "--reps", "7"])
     assert a.sections == ["model", "decode", "batches", "e2e"] and a.e2e_data == data
     assert (a.reps, a.sizes, a.decode_reps, a.batches, a.e2e_rounds, a.min_of) == (
         7, ["smoke"], 1, 2, 1, 1)  # fmt: skip
     assert a.e2e_systems == ["qknorm_paper", "stock", "qknorm_paper+bucketed"]  # smoke: fp32
     assert a.batches_max == 2  # smoke: no batches added
-    a = bench.parse_args([])
-    assert a.sections == list(bench.ALL_SECTIONS) and a.e2e_systems == list(common.SYSTEMS)
+    a = options.parse_args([])
+    assert a.sections == list(options.ALL_SECTIONS) and a.e2e_systems == list(common.SYSTEMS)
 
 
 # ------------------------------------------------------------------ benchmarks/gpu_check.sh
@@ -752,7 +756,7 @@ def test_bad_benchmark_arguments_are_usage_errors(args, message, capsys):
     """Refused when parsed (exit 2, the option named), before any section runs: helper-12's
     ``--sizes huge`` ran every other section for minutes and exited 0."""
     with pytest.raises(SystemExit) as e:
-        bench.parse_args(["--smoke", *args])
+        options.parse_args(["--smoke", *args])
     assert e.value.code == 2
     last = capsys.readouterr().err.splitlines()[-1]
     assert last.startswith(f"python -m benchmarks.run: error: {message}"), last
@@ -768,7 +772,7 @@ def test_bad_benchmark_arguments_are_usage_errors(args, message, capsys):
 def test_missing_benchmark_data_is_a_data_failure(args, message, capsys):
     """Data that are not there (a directory named, or not prepared) exit 1, when parsed."""
     with pytest.raises(SystemExit) as e:
-        bench.parse_args(["--smoke", *args])
+        options.parse_args(["--smoke", *args])
     assert e.value.code == 1
     last = capsys.readouterr().err.splitlines()[-1]
     assert last.startswith(f"error: {message}"), last
@@ -776,28 +780,32 @@ def test_missing_benchmark_data_is_a_data_failure(args, message, capsys):
 
 def test_e2e_variants_train_with_the_plugin_task_option(tmp_path, capsys):
     with pytest.raises(SystemExit):  # a directory without a binarized training split
-        bench.parse_args(["--targets", "--e2e-data", str(tmp_path)])
+        options.parse_args(["--targets", "--e2e-data", str(tmp_path)])
     assert f"--e2e-data {tmp_path}: no binarized training split" in capsys.readouterr().err
     (tmp_path / "train.gl-en.gl.idx").touch()
-    a = bench.parse_args(["--targets", "--e2e-data", str(tmp_path)])
-    cmd = [str(x) for x in bench.train_cmd(a, "qknorm_paper+bucketed", tmp_path, 8, "proxy")]
+    a = options.parse_args(["--targets", "--e2e-data", str(tmp_path)])
+    cmd = [str(x) for x in bench_e2e.train_cmd(a, "qknorm_paper+bucketed", tmp_path, 8, "proxy")]
     assert cmd[cmd.index("--task") + 1] == "translation_word_dropout"
     assert cmd[cmd.index("--batching") + 1] == "bucketed"
     assert cmd[cmd.index("--arch") + 1] == "transformer_qknorm_paper_proxy"
-    plain = [str(x) for x in bench.train_cmd(a, "qknorm_paper", tmp_path, 8, "proxy")]
+    plain = [str(x) for x in bench_e2e.train_cmd(a, "qknorm_paper", tmp_path, 8, "proxy")]
     assert plain[plain.index("--task") + 1] == "translation" and "--batching" not in plain
-    assert bench.split_variant("twt+bucketed+compile") == (
+    assert options.split_variant("twt+bucketed+compile") == (
         "twt", ["--batching", "bucketed", "--torch-compile"])  # fmt: skip
-    assert bench.split_variant(bench.PROFILE_BF16_ENTRY) == (
+    assert options.split_variant(options.PROFILE_BF16_ENTRY) == (
         "qknorm_paper", ["--batching", "bucketed", "--bf16-autocast"])  # fmt: skip
     # --targets reads the 1.4x target for the profile as it trains: with bf16 autocast only
     # where the CPU has native bf16 (the profile's auto never chooses it elsewhere)
-    assert bench.target_e2e_systems(False) == ["qknorm_paper", "stock", "qknorm_paper+bucketed"]
-    assert bench.target_e2e_systems(True) == ["qknorm_paper", "stock", "qknorm_paper+bucketed+bf16"]
-    assert "qknorm_paper+bucketed+bf16" not in bench.TARGET_PRESET["e2e_systems"]
+    assert options.target_e2e_systems(False) == ["qknorm_paper", "stock", "qknorm_paper+bucketed"]
+    assert options.target_e2e_systems(True) == [
+        "qknorm_paper",
+        "stock",
+        "qknorm_paper+bucketed+bf16",
+    ]
+    assert "qknorm_paper+bucketed+bf16" not in options.TARGET_PRESET["e2e_systems"]
     with pytest.raises(SystemExit):
-        bench.parse_args(["--e2e-systems", "twt+bogus"])
-    st = bench.paired_speed_stats(
+        options.parse_args(["--e2e-systems", "twt+bogus"])
+    st = micro.paired_speed_stats(
         {"stock": [100.0] * 5, "qknorm_paper": [100.0] * 5,
          "qknorm_paper+bucketed": [150.0, 140.0, 160.0, 150.0, 145.0]}, throughput=True,
     )  # fmt: skip
@@ -805,7 +813,7 @@ def test_e2e_variants_train_with_the_plugin_task_option(tmp_path, capsys):
     assert st["qknorm_paper+bucketed/qknorm_paper"]["median"] == pytest.approx(1.5)
     res = {"e2e": {"size": "proxy", "systems": {"stock": {"runs": []},
                    "qknorm_paper+bucketed": {"runs": []}}, "ratio_stats": st}}  # fmt: skip
-    t = [x for x in bench.targets(res) if "qknorm_paper+bucketed >= 1.4x" in x["target"]]
+    t = [x for x in summary.targets(res) if "qknorm_paper+bucketed >= 1.4x" in x["target"]]
     assert len(t) == 1 and t[0]["threshold"] == 1.4 and t[0]["verdict"] == "met"
 
 
@@ -872,43 +880,43 @@ def test_authors_code_intervals_as_fairseq_logs_them():
         "train_inner | epoch 001:      2 | wps=120.0, wpb=150.0, num_updates=2",  # 300 / 2.5 s
         "train_inner | epoch 001:      4 | wps=160.0, wpb=400.0, num_updates=4",  # 800 / 5 s
     ]  # update 5 is an incomplete interval: no line
-    parsed = bench.parse_train_log("\n".join(lines))
-    assert bench.steady_wps(parsed) == 160.0  # the first interval is the warm-up
+    parsed = bench_e2e.parse_train_log("\n".join(lines))
+    assert bench_e2e.steady_wps(parsed) == 160.0  # the first interval is the warm-up
 
 
 def test_authors_dir_must_hold_the_assembled_code(tmp_path, capsys):
     """--authors-dir names what is missing; without CyndxAI's files (no QKNorm switch) too."""
     with pytest.raises(SystemExit) as e:
-        bench.parse_args(["--sections", "e2e", "--authors-dir", str(tmp_path)])
+        options.parse_args(["--sections", "e2e", "--authors-dir", str(tmp_path)])
     assert e.value.code == 1  # a directory named that is not the authors' code: data
     err = capsys.readouterr().err
     assert f"--authors-dir: {tmp_path}: not the authors' code (missing main.py," in err
     for f in authors_code.REQUIRED_FILES:
         (tmp_path / f).write_text("config = {}\n")
     with pytest.raises(SystemExit):
-        bench.parse_args(["--sections", "e2e", "--authors-dir", str(tmp_path)])
+        options.parse_args(["--sections", "e2e", "--authors-dir", str(tmp_path)])
     assert "configurations.py has no 'mha_sup' (QKNorm)" in capsys.readouterr().err
     (tmp_path / "configurations.py").write_text("config['mha_sup'] = True\n")
     with pytest.raises(SystemExit):
-        bench.parse_args(["--sections", "model", "--authors-dir", str(tmp_path)])
+        options.parse_args(["--sections", "model", "--authors-dir", str(tmp_path)])
     assert "timed in the e2e section" in capsys.readouterr().err
     data = tmp_path / "bin" / "gl-en"
     data.mkdir(parents=True)  # data present: the BPE text beside it is checked
     (data / "train.gl-en.gl.idx").touch()
     with pytest.raises(SystemExit):
-        bench.parse_args(["--sections", "e2e", "--e2e-data", str(data),
+        options.parse_args(["--sections", "e2e", "--e2e-data", str(data),
                           "--authors-dir", str(tmp_path)])  # fmt: skip
     err = capsys.readouterr().err
     assert f"--authors-bpe {tmp_path / 'bpe' / 'gl-en'}: missing train.gl, train.en, dev.gl" in err
     (tmp_path / "bpe" / "gl-en").mkdir(parents=True)
     for name in authors_code.missing_bpe_files(tmp_path / "bpe" / "gl-en", "gl", "en"):
         (tmp_path / "bpe" / "gl-en" / name).write_text("a b\n")
-    a = bench.parse_args(["--sections", "e2e", "--e2e-data", str(data),
+    a = options.parse_args(["--sections", "e2e", "--e2e-data", str(data),
                           "--authors-dir", str(tmp_path)])  # fmt: skip
-    assert a.e2e_systems[-1] == bench.AUTHORS_SYSTEM
+    assert a.e2e_systems[-1] == options.AUTHORS_SYSTEM
     assert a.authors_bpe == tmp_path / "bpe" / "gl-en"  # beside the binarized data
     with pytest.raises(SystemExit):
-        bench.parse_args(["--sections", "e2e", "--authors-dir", str(tmp_path / "nowhere")])
+        options.parse_args(["--sections", "e2e", "--authors-dir", str(tmp_path / "nowhere")])
     assert f"--authors-dir: {tmp_path / 'nowhere'}: not a directory" in capsys.readouterr().err
 
 
@@ -959,7 +967,7 @@ def test_a_failing_authors_run_is_reported_and_not_scored(toy_data, tmp_path):
         assert rc == 0 and res["errors"] == {}, res["errors"]
         runs = res["e2e"]["systems"]
         assert positive(runs["qknorm_paper"]["wps_median"])
-        theirs = runs[bench.AUTHORS_SYSTEM]
+        theirs = runs[options.AUTHORS_SYSTEM]
         assert theirs["wps_median"] is None and theirs["runs"][0]["steady_wps"] is None
         if case == "preparation":
             assert theirs["failed_runs"][0].startswith("round 1: rc None: data preparation failed")
@@ -993,11 +1001,11 @@ def test_authors_code_trains_beside_ours_on_toy_data(toy_data, tmp_path):
     res = json.loads(out.read_text())
     assert res["errors"] == {}, res["errors"]
     runs = res["e2e"]["systems"]
-    theirs = runs[bench.AUTHORS_SYSTEM]["runs"][0]
+    theirs = runs[options.AUTHORS_SYSTEM]["runs"][0]
     assert theirs["rc"] == 0, theirs.get("error")
     assert positive(theirs["steady_wps"]) and theirs["model_step_share"] is None
     ours = runs["qknorm_paper"]["runs"][0]["steady_wps"]
-    assert res["e2e"]["ratio_stats"][f"qknorm_paper/{bench.AUTHORS_SYSTEM}"]["values"] == [
+    assert res["e2e"]["ratio_stats"][f"qknorm_paper/{options.AUTHORS_SYSTEM}"]["values"] == [
         round(ours / theirs["steady_wps"], 5)
     ]
     (t,) = [t for t in res["targets"] if "1.5x the QKNorm authors' code" in t["target"]]

@@ -179,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sweeps[int(d)] = path
         res = size_axis(sweeps, pair=a.pair)
         write_markdown_and_json(a.out_dir, "lr_sweep_sizes", size_axis_markdown(res), res)
-        from .plots import plot_lr_sizes
+        from .plots_lr import plot_lr_sizes
 
         png = plot_lr_sizes(res, Path(a.out_dir) / "lr_sweep_sizes.png", title=a.title)
     except OutputError as exc:

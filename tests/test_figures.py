@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from qknorm_tools import plots
+from qknorm_tools import plots_bleu, plots_common, plots_training
 
 from conftest import FAR_BOUND, FIXTURES, REPO, cli_env
 
@@ -25,10 +25,11 @@ def figures(monkeypatch):
         made.append(fig)
         return str(out)
 
-    monkeypatch.setattr(plots, "_save", keep)
+    for module in (plots_bleu, plots_training):
+        monkeypatch.setattr(module, "_save", keep)
     yield made
     for fig in made:
-        plots._pyplot().close(fig)
+        plots_common._pyplot().close(fig)
 
 
 COMPARE = {  # evaluate compare --json, as demo.sh writes it (the committed demo's numbers)
@@ -86,7 +87,7 @@ def _texts(ax):
 
 def test_compare_bars_start_at_zero_name_systems_and_the_test(tmp_path, figures):
     (tmp_path / "c.json").write_text(json.dumps(COMPARE))
-    plots.plot_bleu_bars(tmp_path / "c.json", tmp_path / "b.png")
+    plots_bleu.plot_bleu_bars(tmp_path / "c.json", tmp_path / "b.png")
     (fig,) = figures
     (ax,) = fig.axes
     assert ax.get_ylim()[0] == 0.0  # a 0.19 difference is not drawn as a large one
@@ -102,7 +103,7 @@ def test_compare_bars_start_at_zero_name_systems_and_the_test(tmp_path, figures)
 
 def test_aggregate_bars_group_pairs_on_the_x_axis(tmp_path, figures):
     (tmp_path / "a.json").write_text(json.dumps(_aggregate(["gl-en", "en-vi"])))
-    plots.plot_bleu_bars(tmp_path / "a.json", tmp_path / "b.png")
+    plots_bleu.plot_bleu_bars(tmp_path / "a.json", tmp_path / "b.png")
     (fig,) = figures
     (ax,) = fig.axes
     assert ax.get_ylim()[0] == 0.0
@@ -119,7 +120,7 @@ def test_aggregate_bars_group_pairs_on_the_x_axis(tmp_path, figures):
 
 def test_aggregate_bars_one_pair_and_mean_sd(tmp_path, figures):
     (tmp_path / "a.json").write_text(json.dumps(_aggregate(["gl-en"], concat=False)))
-    plots.plot_bleu_bars(tmp_path / "a.json", tmp_path / "b.png", value="mean")
+    plots_bleu.plot_bleu_bars(tmp_path / "a.json", tmp_path / "b.png", value="mean")
     (fig,) = figures
     (ax,) = fig.axes
     assert ax.get_ylim()[0] == 0.0
@@ -163,7 +164,7 @@ def test_g_panels_show_one_record_kind_and_plain_tick_labels(tmp_path, figures):
         [("train_inner", u, {"loss": 5}) for u in range(10, 60, 10)]
         + [("valid", u, {"loss": 5, "qknorm_g_enc0_self": 13.03 + 1e-4 * u}) for u in (25, 50)],
     )
-    plots.plot_g({"a": a, "b": b}, tmp_path / "g.png")
+    plots_training.plot_g({"a": a, "b": b}, tmp_path / "g.png")
     (fig,) = figures
     fig.canvas.draw()
     titles = [ax.get_title() for ax in fig.axes]
@@ -175,7 +176,7 @@ def test_g_panels_show_one_record_kind_and_plain_tick_labels(tmp_path, figures):
 
 
 def test_health_split_valid_names_validation_in_every_panel(figures, tmp_path):
-    plots.plot_health(
+    plots_training.plot_health(
         {"qk": str(FIXTURES / "train_qknorm.log"), "base": str(FIXTURES / "train_baseline.log")},
         tmp_path / "h.png",
         split="valid",
@@ -216,7 +217,7 @@ def test_aggregate_bars_show_each_seed(tmp_path, figures):
     for s, vals in per_seed.items():
         d["pairs"]["gl-en"]["systems"][s]["bleu_tok"]["values"] = vals
     (tmp_path / "a.json").write_text(json.dumps(d))
-    plots.plot_bleu_bars(tmp_path / "a.json", tmp_path / "b.png")
+    plots_bleu.plot_bleu_bars(tmp_path / "a.json", tmp_path / "b.png")
     (fig,) = figures
     (ax,) = fig.axes
     dots = [ln for ln in ax.lines if ln.get_marker() == "o"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from qknorm_tools import lr_sweep, plots, records, trainlog
+from qknorm_tools import lr_sweep, plots_lr, records, trainlog
 from qknorm_tools.records import RunRecord
 from qknorm_tools.textio import ResultsError
 
@@ -474,7 +474,7 @@ def test_tiny_sweep_figures_show_the_sweep(tiny_sweep):
     assert proc.returncode == 0, out(proc)[-4000:]
     sweep = work / "results/cpu-proxy-fast-max-update-5/gl-en/lr-sweep/lr_sweep.json"
     doc = json.loads(sweep.read_text())
-    fig = plots.lr_loss_figure(sweep)
+    fig = plots_lr.lr_loss_figure(sweep)
     (ax,) = fig.axes
     assert ax.get_xscale() == "log" and "learning rate" in ax.get_xlabel()
     assert "dev loss" in ax.get_ylabel()
@@ -482,11 +482,11 @@ def test_tiny_sweep_figures_show_the_sweep(tiny_sweep):
     for s in doc["systems"]:  # a line per system through the mean capped loss per lr
         line = next(ln for ln in ax.get_lines() if ln.get_label() == s["system"])
         assert list(line.get_ydata()) == pytest.approx([p["capped_loss_mean"] for p in s["points"]])
-    fig = plots.lr_max_logit_figure(sweep)
+    fig = plots_lr.lr_max_logit_figure(sweep)
     panels = [a for a in fig.axes if a.get_visible()]
     assert len(panels) == 2 and [a.get_title() for a in panels] == ["lr 0.001", "lr 1e+06"]
     assert all(a.get_yscale() == "log" and a.get_xlabel() == "num_updates" for a in panels)
-    fig = plots.lr_bleu_figure(sweep)
+    fig = plots_lr.lr_bleu_figure(sweep)
     (ax,) = fig.axes
     assert ax.get_xscale() == "log" and "BLEU" in ax.get_ylabel()
     twt = next(ln for ln in ax.get_lines() if ln.get_label() == "twt")

@@ -9,7 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qknorm_tools import plots, trainlog
+from qknorm_tools import (
+    plots,
+    plots_attention,
+    plots_bleu,
+    plots_common,
+    plots_training,
+    trainlog,
+)
 
 from conftest import FAR_BOUND
 
@@ -90,13 +97,17 @@ def test_parse_fixture_logs():
 
 def test_curves_g_health_png(tmp_path):
     logs = {"baseline": str(BASE_LOG), "qknorm": str(QK_LOG), "qknorm-json": str(QK_JSON_LOG)}
-    _png_ok(plots.plot_curves(logs, tmp_path / "curves.png"))
+    _png_ok(plots_training.plot_curves(logs, tmp_path / "curves.png"))
     _png_ok(
-        plots.plot_g({"qknorm": str(QK_LOG), "qknorm-json": str(QK_JSON_LOG)}, tmp_path / "g.png")
+        plots_training.plot_g(
+            {"qknorm": str(QK_LOG), "qknorm-json": str(QK_JSON_LOG)}, tmp_path / "g.png"
+        )
     )
-    _png_ok(plots.plot_health({"qknorm": str(QK_LOG)}, tmp_path / "health.png", split="valid"))
-    with pytest.raises(plots.PlotInputError, match="qknorm_g_"):
-        plots.plot_g({"baseline": str(BASE_LOG)}, tmp_path / "none.png")
+    _png_ok(
+        plots_training.plot_health({"qknorm": str(QK_LOG)}, tmp_path / "health.png", split="valid")
+    )
+    with pytest.raises(plots_common.PlotInputError, match="qknorm_g_"):
+        plots_training.plot_g({"baseline": str(BASE_LOG)}, tmp_path / "none.png")
 
 
 def test_heatmap_png(tmp_path):
@@ -130,10 +141,10 @@ def test_heatmap_png(tmp_path):
             }
         )
     )
-    m, src, tgt = plots.load_attention(tmp_path / "attn.json")
+    m, src, tgt = plots_attention.load_attention(tmp_path / "attn.json")
     assert m.shape == (4, 5) and len(src) == 5 and tgt[1] == "cat"
-    with pytest.raises(plots.PlotInputError, match="3 source tokens"):
-        plots.plot_heatmap(a, ["a", "b", "c"], None, tmp_path / "bad.png")
+    with pytest.raises(plots_common.PlotInputError, match="3 source tokens"):
+        plots_attention.plot_heatmap(a, ["a", "b", "c"], None, tmp_path / "bad.png")
 
 
 def test_bleu_bars_png(tmp_path):
@@ -146,7 +157,7 @@ def test_bleu_bars_png(tmp_path):
         ],
     }
     (tmp_path / "cmp.json").write_text(json.dumps(compare))
-    _png_ok(plots.plot_bleu_bars(tmp_path / "cmp.json", tmp_path / "bars.png"))
+    _png_ok(plots_bleu.plot_bleu_bars(tmp_path / "cmp.json", tmp_path / "bars.png"))
     agg = {
         "metric": "bleu_tok",
         "avg_delta": {"base": {}, "qk": {}},
@@ -161,10 +172,10 @@ def test_bleu_bars_png(tmp_path):
         },
     }
     (tmp_path / "agg.json").write_text(json.dumps(agg))
-    _png_ok(plots.plot_bleu_bars(tmp_path / "agg.json", tmp_path / "bars2.png"))
+    _png_ok(plots_bleu.plot_bleu_bars(tmp_path / "agg.json", tmp_path / "bars2.png"))
     (tmp_path / "other.json").write_text("{}")
-    with pytest.raises(plots.PlotInputError):
-        plots.plot_bleu_bars(tmp_path / "other.json", tmp_path / "x.png")
+    with pytest.raises(plots_common.PlotInputError):
+        plots_bleu.plot_bleu_bars(tmp_path / "other.json", tmp_path / "x.png")
 
 
 def test_cli_module(tmp_path):
@@ -226,8 +237,10 @@ def test_calibration_figure_from_dev_curves(tmp_path):
         (264, 80.0, 7.363),
         (528, 160.0, 6.877),
     ]
-    _png_ok(plots.plot_calibration({"d128": str(log), "qk": str(QK_LOG)}, tmp_path / "c.png"))
+    _png_ok(
+        plots_training.plot_calibration({"d128": str(log), "qk": str(QK_LOG)}, tmp_path / "c.png")
+    )
     no_valid = tmp_path / "train_only.log"
     no_valid.write_text(lines[0] + "\n")
-    with pytest.raises(plots.PlotInputError, match="no dev loss"):
-        plots.plot_calibration({"d128": str(no_valid)}, tmp_path / "d.png")
+    with pytest.raises(plots_common.PlotInputError, match="no dev loss"):
+        plots_training.plot_calibration({"d128": str(no_valid)}, tmp_path / "d.png")

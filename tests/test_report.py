@@ -511,7 +511,8 @@ def report_dirs() -> list[Path]:
 
 
 def test_one_colour_per_system_in_every_figure_and_markers_where_lines_cannot_show():
-    from qknorm_tools.report import SYSTEM_COLORS, build_report
+    from qknorm_tools.report import build_report
+    from qknorm_tools.report_style import SYSTEM_COLORS
 
     systems = sorted(p.stem for p in (REPO / "configs" / "systems").glob("*.toml"))
     assert len(systems) == 12 and set(systems) <= set(SYSTEM_COLORS)
@@ -541,7 +542,7 @@ def test_one_colour_per_system_in_every_figure_and_markers_where_lines_cannot_sh
 
 def test_attention_is_checked_against_the_dumps_schema(tmp_path):
     from qknorm_model_tools.attention_dump import FORMAT
-    from qknorm_tools.report import ATTENTION_FORMAT
+    from qknorm_tools.report_sources import ATTENTION_FORMAT
 
     assert ATTENTION_FORMAT == FORMAT
     src = RESULTS / "calibration" / "gl-en" / "attention.json"

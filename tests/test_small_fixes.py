@@ -338,7 +338,7 @@ def test_translate_checkpoint_names_are_evaluate_shs():
 
 
 def test_train_loss_panel_shows_a_run_with_one_point(tmp_path, monkeypatch):
-    from qknorm_tools import plots
+    from qknorm_tools import plots_training
 
     log = tmp_path / "train.log"
     log.write_text(
@@ -348,15 +348,15 @@ def test_train_loss_panel_shows_a_run_with_one_point(tmp_path, monkeypatch):
         "num_updates 1\n"
     )
     figs = []
-    monkeypatch.setattr(plots, "_save", lambda fig, out: figs.append(fig) or str(out))
-    plots.plot_curves({"demo": str(log)}, tmp_path / "c.png")
+    monkeypatch.setattr(plots_training, "_save", lambda fig, out: figs.append(fig) or str(out))
+    plots_training.plot_curves({"demo": str(log)}, tmp_path / "c.png")
     (line,) = figs[0].axes[0].lines
     assert (list(line.get_xdata()), list(line.get_ydata()), line.get_marker()) == ([1], [9.0], "o")
     two = tmp_path / "two.log"
     two.write_text(log.read_text().replace("loss=9.0, num_updates=1", "loss=9.0, num_updates=1\n"
                    "2026-12-01 00:00:00 | INFO | train_inner | epoch 001: 2 / 10 loss=8.0, "
                    "num_updates=2"))  # fmt: skip
-    plots.plot_curves({"demo": str(two)}, tmp_path / "c2.png")
+    plots_training.plot_curves({"demo": str(two)}, tmp_path / "c2.png")
     (line,) = figs[1].axes[0].lines
     assert list(line.get_xdata()) == [1, 2] and line.get_marker() in ("", "None")
 

@@ -93,3 +93,12 @@ def test_an_incomplete_pilot_chooses_nothing_and_names_the_missing_seeds(tmp_pat
     (rec / "twt/seed1/test.hyp").write_text("cut short\n")
     assert pilot.main(["--results", str(res)]) == 1
     assert "error: " in capsys.readouterr().err
+
+
+def test_the_committed_pilot_table_is_what_the_records_give():
+    """results/decisive-pilot.{json,md} (quoted by docs/decisive-2x2.md) recompute from the
+    committed records: regenerate with `python -m qknorm_tools.pilot --out
+    results/decisive-pilot` when records are added."""
+    doc = pilot.pilot(RESULTS)
+    assert json.loads((RESULTS / "decisive-pilot.json").read_text()) == json.loads(json.dumps(doc))
+    assert (RESULTS / "decisive-pilot.md").read_text() == pilot.markdown(doc)

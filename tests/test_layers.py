@@ -132,3 +132,17 @@ def test_the_bpe_manifest_contract_is_one_table_on_both_sides():
     for text in ("a@@ b c@@", "\u2581a b \u2581c"):
         for symbol in BPE_TOOL_SYMBOL.values():
             assert remove_bpe(text, symbol) == post_process(text, symbol)
+
+
+#: one role per file (issue 36): no module of the tooling or the benchmarks above this size
+MAX_LINES = 800
+
+
+def test_no_tooling_or_benchmark_file_over_800_lines():
+    longer = [
+        f"{path.relative_to(REPO)}: {n} lines"
+        for package in ("qknorm_tools", "benchmarks")
+        for path in _files(package)
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    ]
+    assert longer == []

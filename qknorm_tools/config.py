@@ -291,13 +291,14 @@ def _work_dir(work_dir: Path | None) -> Path:
 def names(kind: str, work_dir: Path | None = None, in_all: bool = False) -> list:
     """Names of configs/KIND.
 
-    Names of configs/KIND/*.toml (and leftover bash pair configs *.sh of the work dir, which
-    load_pair then asks to convert), sorted. ``in_all``: systems only those of `--systems all`.
+    Names of configs/KIND/*.toml (and leftover bash pair configs *.sh, in the repository or
+    the work dir, which load_pair then asks to convert), sorted. ``in_all``: systems only those
+    of `--systems all`.
     """
     out = set()
     for d in config_dirs(kind, _work_dir(work_dir)):
         out.update(p.stem for p in d.glob("*.toml"))
-        if kind == "pairs" and d != REPO / "configs" / "pairs":
+        if kind == "pairs":
             out.update(p.stem for p in d.glob("*.sh"))
     found = sorted(out, key=lambda n: n + ".toml")  # as the files sort (the .sh era's order)
     if in_all and kind == "systems":
@@ -316,9 +317,7 @@ def config_file(kind: str, name: str, work_dir: Path | None = None) -> Path | No
     found = []
     for d in config_dirs(kind, _work_dir(work_dir)):
         for ext in (".toml", ".sh") if kind == "pairs" else (".toml",):
-            if (d / f"{name}{ext}").is_file() and not (
-                ext == ".sh" and d == REPO / "configs" / kind
-            ):
+            if (d / f"{name}{ext}").is_file():
                 found.append(d / f"{name}{ext}")
     if len(found) > 1:
         raise ConfigError(f"pair {name} is defined twice: {' '.join(map(str, found))} (keep one)")

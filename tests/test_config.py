@@ -504,3 +504,25 @@ def test_bpe_sh_refuses_bpe_dropout_out_of_range_before_anything(tmp_path, value
         f"error: --bpe-dropout must be 0 (off) or a number strictly between 0 and 1, got "
         f"'{value}' (scripts/bpe.sh --help lists every option)"
     )
+
+
+def test_a_bash_pair_config_in_the_repository_names_the_converter(tmp_path, monkeypatch):
+    """An old ``configs/pairs/NAME.sh`` left in the repository itself (not only the work dir) is
+    listed and refused with the one convert command, not reported as an unknown pair."""
+    repo = tmp_path / "repo"
+    (repo / "configs" / "pairs").mkdir(parents=True)
+    for shared in ("base.toml", "systems", "profiles"):
+        (repo / "configs" / shared).symlink_to(REPO / "configs" / shared)
+    (repo / "configs" / "pairs" / "gl-en.toml").symlink_to(REPO / "configs/pairs/gl-en.toml")
+    sh = repo / "configs" / "pairs" / "de-en.sh"
+    sh.write_text(USER_SH)
+    monkeypatch.setattr(config, "REPO", repo)
+    assert config.names("pairs", repo) == ["de-en", "gl-en"]
+    with pytest.raises(config.ConfigError) as e:
+        config.load_pair("de-en", repo)
+    assert str(e.value).startswith(f"{sh} is a bash pair config; convert it once with")
+    assert f"python -m qknorm_tools.config convert {sh}" in str(e.value)
+    # both formats of one pair: refused, naming both files
+    (repo / "configs" / "pairs" / "gl-en.sh").write_text(USER_SH)
+    with pytest.raises(config.ConfigError, match="pair gl-en is defined twice"):
+        config.load_pair("gl-en", repo)

@@ -49,6 +49,9 @@ from qknorm_tools import exits
 
 REPO = Path(__file__).resolve().parents[1]
 KINDS = ("pairs", "systems", "profiles")
+#: the pairs of the papers' tables (TWT Table 1, QKNorm Table 1), shipped in configs/pairs:
+#: what ``--pairs all`` means. A researcher's own pairs (docs/own-data.md) run only when named.
+PAPER_PAIRS = ("ar-en", "en-vi", "gl-en", "he-en", "sk-en")
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 LANG_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,15}$")
 UINT_RE = re.compile(r"^(0|[1-9][0-9]{0,8})$")
@@ -540,7 +543,9 @@ def names(kind: str, work_dir: Path | None = None, in_all: bool = False) -> list
     """Names of configs/KIND.
 
     Names of configs/KIND/*.toml (and leftover bash pair configs *.sh of the work dir, which
-    load_pair then asks to convert), sorted. ``in_all``: systems only those of `--systems all`.
+    load_pair then asks to convert), sorted. ``in_all``: only those that ``all`` means: the
+    systems of `--systems all` (``in_all`` true), the pairs of :data:`PAPER_PAIRS` (never an own
+    pair of the repository's or the work dir's configs/pairs).
     """
     out = set()
     for d in config_dirs(kind, _work_dir(work_dir)):
@@ -550,6 +555,8 @@ def names(kind: str, work_dir: Path | None = None, in_all: bool = False) -> list
     found = sorted(out, key=lambda n: n + ".toml")  # as the files sort (the .sh era's order)
     if in_all and kind == "systems":
         found = [n for n in found if load_system(n).in_all]
+    if in_all and kind == "pairs":
+        found = [n for n in found if n in PAPER_PAIRS]
     return found
 
 
@@ -1133,7 +1140,11 @@ def main(argv: list | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("names", help="the configured names of a kind, space-separated")
     p.add_argument("kind", choices=KINDS)
-    p.add_argument("--in-all", action="store_true", help="systems: only those of `--systems all`")
+    p.add_argument(
+        "--in-all",
+        action="store_true",
+        help="only those `all` means: the papers' systems and pairs",
+    )
     p.add_argument("--work-dir", type=Path)
     p = sub.add_parser("known", help="exit 0 if NAME is configured, else 3 and the hint")
     p.add_argument("kind", choices=KINDS)

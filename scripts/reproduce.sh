@@ -40,7 +40,8 @@ usage: scripts/reproduce.sh --pairs P1,P2,...|all --systems S1,S2,...|all [--see
                             [--nodes M] [--partition P] [--account A] [--sbatch-args="OPTS"]
                             [-- EXTRA_FAIRSEQ_TRAIN_ARGS...]
        scripts/reproduce.sh --list
-  --pairs L      comma-separated pairs, or all: $(qk_known_pairs)
+  --pairs L      comma-separated pairs ($(qk_known_pairs)), or all: the papers' pairs
+                 ($(qk_config_names pairs --in-all); own pairs only by name)
   --systems L    comma-separated systems, or all (the papers' systems; qk_layernorm only by name):
                  $(qk_known_systems)
   --seeds L      comma-separated non-negative integer seeds (default 1)

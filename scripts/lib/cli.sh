@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/lib/cli.sh: messages and command-line parsing of the scripts. Sourced by scripts/lib.sh
 # (which sets QK_SCRIPT_NAME); scripts/gpu_grid.sh alone sources it by itself (setting
-# QK_SCRIPT_NAME), for its parsing and messages.
+# QK_SCRIPT_NAME), for its parsing and messages (and scripts/lib/config.sh for the names).
 #
 # Offers
 #   die MSG                        error on stderr, exit 1

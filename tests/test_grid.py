@@ -637,6 +637,19 @@ def test_ablation_dry_run_names_the_four_cells(work):
     assert not any(work.iterdir())
 
 
+def test_ablation_status_of_the_pilot_profile_shows_the_pilots_seeds(work):
+    """Without --seeds, ``ablation.sh --status`` of cpu-fixed-d128 (no [design] seeds yet)
+    lists the declared pilot's seeds 1-4 and says how the seeds per cell get chosen
+    (qknorm_tools.pilot.default_seeds); it used to list seeds 1,2 without a word."""
+    proc = script("ablation.sh", "gl-en", "--status", "--profile", "cpu-fixed-d128", work_dir=work)
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("# seeds 1,2,3,4: cpu-fixed-d128 has no [design] seeds yet")
+    assert "python -m qknorm_tools.pilot" in lines[0]
+    cells = {m.group(1) for m in re.finditer(r"gl-en/\w+/seed(\d+)", proc.stdout)}
+    assert cells == {"1", "2", "3", "4"}
+    assert "16 cells:" in proc.stdout
+
+
 def test_ablation_rejects_unknown_pair(work):
     proc = script("ablation.sh", "xx-yy", "--dry-run", work_dir=work, check=False)
     assert proc.returncode == 2 and "known pairs: ar-en en-vi gl-en he-en sk-en" in proc.stderr

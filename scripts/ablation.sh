@@ -54,7 +54,8 @@ usage: scripts/ablation.sh PAIR [--seeds 1,2] [--profile P] [--max-update N] [--
                  PROFILE-max-update-N/)
   --data-dir D   local corpus copy for scripts/prepare_data.sh
   --no-significance  skip the paired tests
-  --aggregate-only   no training: report on the finished runs only
+  --aggregate-only   no training: report on the finished runs only; each of the four cells
+                     needs one (of any seed, or a committed record), else nothing is written
   --dry-run      print the four systems' training commands and the report steps
   -- ARGS        passed on to every cell's fairseq-train (e.g. -- --fp16)
 $(qk_precision_usage)
@@ -86,7 +87,7 @@ if [[ -z "$SEEDS_ARG" ]]; then
     seeds_out="$("$QK_PY" -m qknorm_tools.pilot --default-seeds "$PROFILE" --pair "$PAIR")" \
         || die "cannot read the declared seeds of profile $PROFILE (above)"
     SEEDS_ARG="${seeds_out%%$'\n'*}"
-    SEEDS_WHY="${seeds_out#*$'\n'}"
+    [[ "$seeds_out" != *$'\n'* ]] || SEEDS_WHY="${seeds_out#*$'\n'}"
 fi
 qk_parse_seeds SEED_LIST "$SEEDS_ARG"
 
@@ -131,6 +132,7 @@ done
 # collection of the finished cells (runs.json, aggregate.*): scripts/reproduce.sh --aggregate-only
 REPRO=(bash "$SCRIPT_DIR/reproduce.sh" --pairs "$PAIR" --systems "$(IFS=,; echo "${SYSTEMS[*]}")"
     --seeds "$SEEDS_ARG" --profile "$PROFILE" --precision "$QK_PRECISION" --baseline twt --results-dir "$OUT" --aggregate-only
+    --require-every-system
     ${MAXU:+--max-update "$MAXU"})
 ((NO_SIG == 0)) || REPRO+=(--no-significance)
 # the report as a Slurm job after the cells: this script again, reporting only

@@ -5,6 +5,7 @@ In-process (collect, evaluate); the clone is a ``git clone`` of this checkout's 
 
 import hashlib
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -119,3 +120,18 @@ def test_the_figure_steps_log_is_never_part_of_a_results_set():
     for path in ("results/cpu-converge-d128/gl-en/plots.log", f"{sweep}/plots.log"):
         ignored = subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=REPO)
         assert ignored.returncode == 0, path
+
+
+#: the start of an absolute path of a build machine (a work dir, a home, a temporary dir)
+MACHINE_PATH = re.compile(r"(?<![\w.])/(work|home|tmp|root|Users)/")
+
+
+def test_no_committed_result_holds_a_path_of_the_machine_that_made_it():
+    """Committed records (command.txt, record.json), plots.log and the calibration attention
+    dump used to hold /work/... paths: every committed file under results/ is free of them
+    (records store the command relative to the work dir: committed.portable_command)."""
+    texts = {
+        p: (REPO / p).read_text(encoding="utf-8", errors="replace") for p in _tracked("results")
+    }
+    found = [p for p, text in texts.items() if MACHINE_PATH.search(text)]
+    assert found == []

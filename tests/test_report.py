@@ -65,6 +65,20 @@ def dump(checkpoints, toy_data, tmp_path_factory):
     return json.loads(path.read_text())
 
 
+def test_a_dump_stores_paths_relative_to_the_work_dir(tmp_path, monkeypatch):
+    """attention.json's data and checkpoint paths used to be absolute (the committed
+    calibration dump named /work/...): below the work dir they are stored relative to it."""
+    from qknorm_model_tools.attention_dump import _portable
+
+    monkeypatch.setenv("QKNORM_WORK_DIR", str(tmp_path))
+    ckpt = tmp_path / "runs/gl-en/cpu-converge-d128/twt/seed1/checkpoints/checkpoint_best.pt"
+    assert (
+        _portable(ckpt) == "runs/gl-en/cpu-converge-d128/twt/seed1/checkpoints/checkpoint_best.pt"
+    )
+    assert _portable(tmp_path / "data/bin/gl-en") == "data/bin/gl-en"
+    assert _portable("/elsewhere/bin") == "/elsewhere/bin"
+
+
 def _tensor(nested):
     import torch
 

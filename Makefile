@@ -79,11 +79,11 @@ lr-sweep: install
 	    $(LR_SWEEP_ARGS)
 
 # the interactive report (docs/report.md): DIR/report.html for every results/<profile>/<pair>/
-# (or REPORT_DIRS="results/cpu-proxy/gl-en ..."); an attention.json in a DIR adds the viewer
-REPORT_DIRS ?= $(sort $(patsubst %/,%,$(dir $(wildcard results/*/*/*.json))) \
-    $(patsubst %/,%,$(dir $(patsubst %/,%,$(dir $(wildcard results/*/*/*/*.json))))))
+# with something to show, a line naming each one skipped and why (qknorm_tools.report --all;
+# or REPORT_DIRS="results/cpu-proxy/gl-en ..."); an attention.json in a DIR adds the viewer
+REPORT_DIRS ?=
 report: install
-	$(PY) -m qknorm_tools.report $(REPORT_DIRS)
+	$(PY) -m qknorm_tools.report $(or $(REPORT_DIRS),--all results)
 
 bench: install
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m benchmarks.run

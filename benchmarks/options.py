@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from qknorm_tools import config
-from qknorm_tools.exits import die_data
+from qknorm_tools.exits import die_data, positive_int
 
 from . import authors_code, stats
 from . import common as c
@@ -122,21 +122,6 @@ def split_variant(system: str) -> tuple[str, list[str]]:
 def csv(type_=str):
     """An argparse ``type=`` for a comma list of ``type_`` values."""
     return lambda s: [type_(x) for x in s.split(",") if x.strip()]
-
-
-def positive_int(s: str) -> int:
-    """An argparse ``type=``: an integer >= 1 (repetitions, threads, sizes of batches).
-
-    Raises:
-        argparse.ArgumentTypeError: not an integer, or below 1 (argparse: exit 2).
-    """
-    try:
-        v = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {s!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {s!r}")
-    return v
 
 
 def nonnegative_seconds(s: str) -> float:

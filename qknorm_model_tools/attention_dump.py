@@ -41,6 +41,7 @@ import argparse
 import json
 import logging
 import math
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -253,6 +254,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _portable(path) -> str:
+    """``path`` as the dump stores it: relative to the work dir when below it.
+
+    The work dir is ``QKNORM_WORK_DIR``, else the repository: a committed dump holds no path
+    of the machine that made it.
+    """
+    from qknorm_tools.config import REPO
+    from qknorm_tools.records import relative_path
+
+    return relative_path(str(path), os.environ.get("QKNORM_WORK_DIR") or str(REPO))
+
+
 def _default_name(checkpoint: str) -> str:
     path = Path(checkpoint).resolve()
     parent = path.parent.parent if path.parent.name == "checkpoints" else path.parent
@@ -275,11 +288,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 2
         result = {"format": FORMAT, "subset": args.subset, "target": "reference (teacher-forced)",
-                  "data": str(args.data), "models": []}  # fmt: skip
+                  "data": _portable(args.data), "models": []}  # fmt: skip
         for name, ckpt in zip(names, args.checkpoints):
             model, task, arch = load_model(ckpt, args.data)
             d = dump_model(model, task, args.subset, sentences, args.decimals)
-            result["models"].append({"name": name, "checkpoint": str(ckpt), "arch": arch, **d})
+            result["models"].append(
+                {"name": name, "checkpoint": _portable(ckpt), "arch": arch, **d}
+            )
         out = Path(args.output)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(out.name + ".part")

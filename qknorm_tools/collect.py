@@ -132,6 +132,30 @@ def refuse_degrading(out: Path, records, refs, significance: bool) -> None:
         )
 
 
+def _require_systems(runs, cells, systems) -> None:
+    """Refuse, before any write, a collection lacking one of ``systems`` in a pair.
+
+    Each of ``systems`` needs a finished run or a committed record in every pair of ``runs``
+    (``runs/PAIR/LABEL/SYSTEM/seedN``).
+
+    Raises:
+        EvaluationError: naming each pair's systems without one.
+    """
+    have = set()
+    for live, rec, _ in cells:
+        r = live or rec
+        have.add((str(r.pair), str(r.system)))
+    pairs = sorted({Path(run).parents[2].name for run in runs})
+    lacking = [(p, s) for p in pairs for s in systems if (p, s) not in have]
+    if lacking:
+        raise EvaluationError(
+            ", ".join(f"{p}/{s}" for p, s in lacking)
+            + f": no finished run or committed record among the {len(runs)} runs given (each "
+            "needs train.json, test.score.json and test.hyp, or a committed record); every "
+            f"system of {','.join(systems)} needs one: nothing was written"
+        )
+
+
 def _cmd_runs(a) -> int:
     refs = parse_kv(a.ref, "--ref")
     cells, unfinished, n_recorded = [], [], 0
@@ -162,6 +186,8 @@ def _cmd_runs(a) -> int:
         cells.append((live, rec, rec_dir))
     if unfinished and a.require_all:
         raise EvaluationError("unfinished runs: " + "; ".join(unfinished))
+    if a.require_systems and cells:  # none at all: the message below says so
+        _require_systems(a.run, cells, a.require_systems.split(","))
     # live runs and committed records of other data, settings or profiles never mix
     records = merge_runs_and_records([(lv, rc) for lv, rc, _ in cells], profile=a.profile)
     check_one_data_version(records)  # results never mix data versions of a pair
@@ -263,6 +289,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--ref", action="append", metavar="PAIR=PATH", help="reference per pair")
     r.add_argument("--split", default="test", help="the evaluated split (default test)")
     r.add_argument("--require-all", action="store_true", help="an unfinished run is an error")
+    r.add_argument(
+        "--require-systems",
+        metavar="S1,S2,...",
+        help="each of these systems needs a finished run or a committed record in every pair, "
+        "else an error naming those without one, nothing written (scripts/ablation.sh's 2x2)",
+    )
     r.add_argument("--baseline", default=None, help="baseline system of the tables")
     r.add_argument("--runs-table", metavar="STEM", help="write the per-run table STEM.{md,json}")
     r.add_argument(

@@ -147,6 +147,44 @@ def command_settings(command: str) -> dict[str, object]:
     return out
 
 
+def portable_command(command: str) -> str:
+    """``command`` (a run's ``command.txt``) without the paths of the machine that ran it.
+
+    The work dir (what ``--save-dir`` holds before ``/runs/``) and the repository (the parent of
+    ``--user-dir``) become relative: ``data/bin/gl-en``, ``runs/...``, ``fairseq_qknorm``; the
+    ``fairseq-train`` executable loses its directory. The rest of the text is kept as it is, so
+    :func:`command_settings` (modulo paths) gives the same settings.
+
+    Raises:
+        ResultsError: not a shell command line.
+    """
+    try:
+        tokens = shlex.split(command)
+    except ValueError as exc:
+        raise ResultsError(f"not a shell command line: {exc}") from None
+    bases = []
+    for i, tok in enumerate(tokens[:-1]):
+        value = tokens[i + 1]
+        if tok == "--save-dir" and "/runs/" in value:
+            bases.append(value.split("/runs/", 1)[0])
+        elif tok == "--user-dir" and value.startswith("/"):
+            bases.append(str(Path(value).parent))
+    bases = sorted({b for b in bases if b.startswith("/") and b != "/"}, key=len, reverse=True)
+    new = {}
+    for tok in tokens:
+        if not tok.startswith("/"):
+            continue
+        if Path(tok).name == "fairseq-train":
+            new[tok] = "fairseq-train"
+            continue
+        base = next((b for b in bases if tok == b or tok.startswith(b + "/")), None)
+        if base is not None:
+            new[tok] = str(Path(tok).relative_to(base))
+    for tok in sorted(new, key=len, reverse=True):  # a token is never rewritten inside another
+        command = re.sub(rf"(?<!\S){re.escape(tok)}(?!\S)", lambda _m, t=tok: new[t], command)
+    return command
+
+
 def settings_difference(a: Mapping[str, object], b: Mapping[str, object]) -> str | None:
     """The first differing option of two :func:`command_settings`, ``None`` when equal.
 
@@ -225,10 +263,12 @@ def write_record(
         if (run / "train.log").is_file():
             log = (run / "train.log").read_text(encoding="utf-8", errors="replace")
             (tmp / "train.log").write_text(_stats_lines(log), encoding="utf-8")
-        rec = read_run(tmp, split, scored=scored)
         command = None
-        if (run / "command.txt").is_file():
-            command = (run / "command.txt").read_text(encoding="utf-8").strip()
+        if (run / "command.txt").is_file():  # committed without this machine's paths
+            text = (run / "command.txt").read_text(encoding="utf-8")
+            (tmp / "command.txt").write_text(portable_command(text), encoding="utf-8")
+            command = portable_command(text.strip())
+        rec = read_run(tmp, split, scored=scored)
         doc = {
             "format": 1,
             "scored": scored,

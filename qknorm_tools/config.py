@@ -67,6 +67,9 @@ from qknorm_tools.config_schema import (
 
 #: the repository whose configs/ are read (``--repo`` of the command line changes it)
 REPO = Path(__file__).resolve().parents[1]
+#: the pairs of the papers' tables (TWT Table 1, QKNorm Table 1), shipped in configs/pairs:
+#: what ``--pairs all`` means. A researcher's own pairs (docs/own-data.md) run only when named.
+PAPER_PAIRS = ("ar-en", "en-vi", "gl-en", "he-en", "sk-en")
 
 
 def _read(path: Path) -> dict:
@@ -292,8 +295,9 @@ def names(kind: str, work_dir: Path | None = None, in_all: bool = False) -> list
     """Names of configs/KIND.
 
     Names of configs/KIND/*.toml (and leftover bash pair configs *.sh, in the repository or
-    the work dir, which load_pair then asks to convert), sorted. ``in_all``: systems only those
-    of `--systems all`.
+    the work dir, which load_pair then asks to convert), sorted. ``in_all``: only those that
+    ``all`` means: the systems of `--systems all` (``in_all`` true), the pairs of
+    :data:`PAPER_PAIRS` (never an own pair of the repository's or the work dir's configs/pairs).
     """
     out = set()
     for d in config_dirs(kind, _work_dir(work_dir)):
@@ -303,6 +307,8 @@ def names(kind: str, work_dir: Path | None = None, in_all: bool = False) -> list
     found = sorted(out, key=lambda n: n + ".toml")  # as the files sort (the .sh era's order)
     if in_all and kind == "systems":
         found = [n for n in found if load_system(n).in_all]
+    if in_all and kind == "pairs":
+        found = [n for n in found if n in PAPER_PAIRS]
     return found
 
 
@@ -715,7 +721,11 @@ def main(argv: list | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("names", help="the configured names of a kind, space-separated")
     p.add_argument("kind", choices=KINDS)
-    p.add_argument("--in-all", action="store_true", help="systems: only those of `--systems all`")
+    p.add_argument(
+        "--in-all",
+        action="store_true",
+        help="only those `all` means: the papers' systems and pairs",
+    )
     p.add_argument("--work-dir", type=Path)
     p = sub.add_parser("known", help="exit 0 if NAME is configured, else 3 and the hint")
     p.add_argument("kind", choices=KINDS)

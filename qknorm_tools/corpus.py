@@ -68,7 +68,7 @@ from .corpus_check import (
     same_file_errors,
 )
 from .corpus_extract import SPLITS, diagnose_pair_dir, extract_pair_folder, extract_tsv
-from .exits import FAILURE, NO
+from .exits import FAILURE, NO, positive_int
 from .lengths import length_stats
 from .spm import spm_segment
 from .textio import BPE_TOOL_SYMBOL, bpe_manifest, write_bpe_manifest
@@ -272,7 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--tgt", required=True)
     c.add_argument(
         "--max-len",
-        type=int,
+        type=positive_int,
         default=DEFAULT_MAX_LEN,
         help=f"max whitespace tokens per line (default {DEFAULT_MAX_LEN})",
     )
@@ -383,7 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--get", metavar="FIELD", help="print only this field (e.g. L, tool)")
     ls.add_argument(
         "--paper-l",
-        type=lambda text: int(text) if text else None,
+        type=lambda text: positive_int(text) if text else None,
         help="the authors' L, shown next to ours (empty: none, e.g. an own corpus)",
     )
     ls.set_defaults(func=_cmd_length_stats)
@@ -411,7 +411,7 @@ def build_parser() -> argparse.ArgumentParser:
     bm.add_argument("--seed", type=int, default=1, help="the BPE-dropout seed (default 1)")
     bm.add_argument(
         "--samples",
-        type=int,
+        type=positive_int,
         default=1,
         help="BPE-dropout segmentations of the training split, one per epoch in turn (default 1)",
     )
@@ -424,7 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--out", required=True, help="output directory (spm.model, spm.vocab, splits)")
     sp.add_argument("--src", required=True)
     sp.add_argument("--tgt", required=True)
-    sp.add_argument("--vocab-size", type=int, required=True)
+    sp.add_argument("--vocab-size", type=positive_int, required=True)
     sp.add_argument(
         "--dropout",
         type=float,

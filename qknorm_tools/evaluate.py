@@ -41,7 +41,7 @@ from pathlib import Path
 
 from .ablation import ABLATION_CELLS, ablation_report, write_ablation_report
 from .aggregate import aggregate_results
-from .exits import fail, status_of
+from .exits import fail, positive_int, status_of
 from .lr_sweep import lr_sweep, write_lr_sweep_report
 from .provenance import check_one_data_version
 from .records import RunRecord, load_records, relative_path, work_dir_of
@@ -389,9 +389,11 @@ def _cmd_lr_sensitivity(a) -> int:
 
 def _add_test_args(p, bootstrap: bool = True) -> None:
     if bootstrap:
-        p.add_argument("--n-bootstrap", type=int, default=1000, help="bootstrap resamples")
-    p.add_argument("--n-ar", type=int, default=10000, help="approximate-randomization trials")
-    p.add_argument("--seed", type=int, default=12345, help="seed of the resampling")
+        p.add_argument("--n-bootstrap", type=positive_int, default=1000, help="bootstrap resamples")
+    p.add_argument(
+        "--n-ar", type=positive_int, default=10000, help="approximate-randomization trials"
+    )
+    p.add_argument("--seed", type=positive_int, default=12345, help="seed of the resampling (>= 1)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -14,7 +14,8 @@
 
 A command's ``main`` maps what it raises with :func:`status_of` (:class:`UsageError` -> 2,
 everything else it catches -> 1) and prints the message with :func:`fail`; argument checks
-that argparse cannot express call :func:`die_usage`, data checks :func:`die_data`.
+that argparse cannot express call :func:`die_usage`, data checks :func:`die_data`. An integer
+option that must be at least 1 takes ``type=``:func:`positive_int` (argparse: exit 2).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ __all__ = [
     "die_data",
     "die_usage",
     "fail",
+    "positive_int",
     "status_of",
 ]
 
@@ -66,3 +68,18 @@ def die_usage(parser: argparse.ArgumentParser | None, message: str) -> NoReturn:
     if parser is not None:
         parser.error(message)  # argparse exits with 2 == USAGE
     raise SystemExit(fail(message, USAGE))
+
+
+def positive_int(s: str) -> int:
+    """An argparse ``type=``: an integer >= 1 (lengths, counts, sizes, repetitions, threads).
+
+    Raises:
+        argparse.ArgumentTypeError: not an integer, or below 1 (argparse: exit :data:`USAGE`).
+    """
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {s!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {s!r}")
+    return v

@@ -21,6 +21,10 @@ this module computes them (``python -m qknorm_tools.pilot``), so the rule is wri
   sd (:func:`.power.seeds_needed`: Welch over the 2x2's four cells with the pooled sd, or the
   paired one-sample t with the sd of the difference).
 
+* **Default seeds** (:func:`default_seeds`, ``--default-seeds PROFILE``): what
+  ``scripts/ablation.sh`` runs and lists without ``--seeds``: the profile's ``[design] seeds``,
+  else the pilot's seeds for a pilot profile, else 1,2.
+
 Scores are tokenized BLEU (``bleu_tok``) of the gl-en test set. No torch, no fairseq.
 """
 
@@ -35,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import exits
+from . import config, exits
 from .committed import read_record
 from .power import seeds_needed
 from .textio import ResultsError
@@ -78,6 +82,30 @@ CANDIDATES = (
 )
 #: the order a tie is broken in: unpaired before paired, (c) before (b)
 TIE_ORDER = ("c", "b", "a", "d-c", "d-b")
+#: the seeds of a 2x2 whose profile declares none and is no pilot candidate (scripts/ablation.sh)
+DEFAULT_SEEDS = (1, 2)
+
+
+def default_seeds(profile: str, pair: str, design_seeds: int | None) -> tuple[tuple, str]:
+    """The seeds a 2x2 of PROFILE on PAIR trains and reports when none are given, and why.
+
+    The profile's ``[design] seeds`` N when declared (seeds 1..N); else, for a profile of the
+    declared pilot (:data:`CANDIDATES` on :data:`PAIR`), the pilot's seeds, with a note that the
+    seeds per cell are not chosen yet and how they are; else :data:`DEFAULT_SEEDS`, no note.
+    """
+    if design_seeds:
+        seeds = tuple(range(1, design_seeds + 1))
+        return seeds, f"seeds 1-{design_seeds}: the profile's [design] seeds = {design_seeds}"
+    pilot_seeds = sorted({s for c in CANDIDATES if c.profile == profile for s in c.seeds})
+    if pair == PAIR and pilot_seeds:
+        listed = ",".join(map(str, pilot_seeds))
+        return tuple(pilot_seeds), (
+            f"seeds {listed}: {profile} has no [design] seeds yet; these are the declared "
+            f"pilot's (docs/decisive-2x2.md). Once they all have records, `python -m "
+            f"qknorm_tools.pilot --out results/decisive-pilot` chooses the design and the seeds "
+            f"per cell, written into configs/profiles/{profile}.toml [design] seeds"
+        )
+    return DEFAULT_SEEDS, ""
 
 
 def read_scores(records: Path, score: str) -> dict[str, dict[int, float]]:
@@ -246,12 +274,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--results", default="results", help="the results tree (default: results)")
     p.add_argument("--out", help="write OUT.json and OUT.md (default: print the Markdown)")
+    p.add_argument(
+        "--default-seeds",
+        metavar="PROFILE",
+        help="no table: print the seeds a 2x2 of PROFILE on --pair runs when none are given "
+        "(comma-separated), then why on a second line (scripts/ablation.sh)",
+    )
+    p.add_argument("--pair", default=PAIR, help=f"with --default-seeds (default {PAIR})")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point: 0 done, 1 a refused record or an unwritable output, 2 usage."""
     a = build_parser().parse_args(argv)
+    if a.default_seeds:
+        try:
+            profile = config.load_profile(a.default_seeds)
+        except config.ConfigError as e:
+            return exits.fail(e, exits.status_of(e))
+        seeds, why = default_seeds(profile.name, a.pair, profile.design_seeds)
+        print(",".join(map(str, seeds)))
+        print(why)
+        return exits.OK
     try:
         doc = pilot(Path(a.results))
         if a.out:

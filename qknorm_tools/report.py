@@ -4,7 +4,8 @@ r"""An interactive, self-contained HTML report of one results directory.
 
     python -m qknorm_tools.report results/cpu-proxy-fast/gl-en [MORE_DIRS...] [-o OUT.html]
         [--attention attention.json]
-    make report     # one page per results/<profile>/<pair>/ directory
+    python -m qknorm_tools.report --all results   # = make report: one page per
+        # results/<profile>/<pair>/ with something to show, a line for each one skipped
 
 Each page (``DIR/report.html`` by default) opens offline: plotly.js (from the ``plotly``
 package, ``pip install -e .[report]``) and every style and script are inlined, nothing is
@@ -68,7 +69,13 @@ from .report_ablation import _ablation_figures
 from .report_bleu import _bleu_ci_figures
 from .report_lr import _lr_figures
 from .report_runs import _run_figures
-from .report_sources import ReportInputError, _clean, collect_sources, validate_attention
+from .report_sources import (
+    ReportInputError,
+    _clean,
+    collect_sources,
+    report_dirs,
+    validate_attention,
+)
 from .report_tables import _tables
 from .textio import OutputError, write_text_atomic
 
@@ -324,7 +331,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m qknorm_tools.report",
         description="Write a self-contained interactive HTML report per results directory.",
     )
-    p.add_argument("results_dirs", nargs="+", metavar="RESULTS_DIR")
+    p.add_argument("results_dirs", nargs="*", metavar="RESULTS_DIR")
+    p.add_argument(
+        "--all",
+        metavar="RESULTS_ROOT",
+        help="a page for every RESULTS_ROOT/<label>/<pair>/ with something to show; one line "
+        "on stderr for each one skipped, with why (make report: --all results)",
+    )
     p.add_argument(
         "-o", "--output", help="the page to write (one RESULTS_DIR only; default DIR/report.html)"
     )
@@ -344,13 +357,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command line (:mod:`~.exits`): 0 done, 1 bad input (a missing results dir too), 2 usage."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.output and len(args.results_dirs) > 1:
+    if bool(args.all) == bool(args.results_dirs):
+        die_usage(parser, "give RESULTS_DIR... or --all RESULTS_ROOT (one of the two)")
+    if args.output and (args.all or len(args.results_dirs) > 1):
         die_usage(
             parser,
             "-o/--output takes one RESULTS_DIR; without it each page goes to DIR/report.html",
         )
+    dirs = args.results_dirs
+    if args.all:
+        if not Path(args.all).is_dir():
+            return fail(f"results root {args.all!r} not found")
+        dirs, skipped = report_dirs(args.all)
+        for d, why in skipped:
+            print(f"skipped {d.as_posix()}: {why}", file=sys.stderr)
     status = 0
-    for d in args.results_dirs:
+    for d in dirs:
         try:
             out = write_report(d, args.output, args.attention, args.figure)
         except ReportInputError as exc:

@@ -14,7 +14,14 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["ATTENTION_FORMAT", "KNOWN", "ReportInputError", "collect_sources", "validate_attention"]
+__all__ = [
+    "ATTENTION_FORMAT",
+    "KNOWN",
+    "ReportInputError",
+    "collect_sources",
+    "report_dirs",
+    "validate_attention",
+]
 
 #: the result files a page is built from (searched in the directory and two levels below)
 KNOWN = (
@@ -37,6 +44,43 @@ class ReportInputError(ValueError):
 
 
 # ----------------------------------------------------------------------------- reading
+def _source_paths(root: Path) -> list[Path]:
+    """The :data:`KNOWN` files of ``root`` and two levels below it, in reading order."""
+    return [
+        path
+        for pattern in ("", "*/", "*/*/")
+        for name in KNOWN
+        for path in sorted(root.glob(pattern + name))
+    ]
+
+
+#: why `make report` skips a results directory that holds run records and nothing collected
+RECORDS_ONLY = (
+    "run records only (records/), none of the files a page is built from ({known}): collect "
+    "the runs first (--aggregate-only of the script that trained them)"
+)
+
+
+def report_dirs(results_root) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """The results directories a page is built for, and the others with why each is skipped.
+
+    Among ``RESULTS_ROOT/<label>/<pair>/`` (what ``make report`` builds and says), a directory
+    gets a page when it holds one of :data:`KNOWN` (in it or up to two levels
+    below: what :func:`collect_sources` reads); one with only ``records/`` (committed run
+    records of runs not collected yet) or nothing known is skipped with its reason.
+    """
+    pages: list[Path] = []
+    skipped: list[tuple[Path, str]] = []
+    for d in sorted(p for p in Path(results_root).glob("*/*") if p.is_dir()):
+        if _source_paths(d):
+            pages.append(d)
+        elif (d / "records").is_dir():
+            skipped.append((d, RECORDS_ONLY.format(known=", ".join(KNOWN))))
+        else:
+            skipped.append((d, f"none of {', '.join(KNOWN)}"))
+    return pages, skipped
+
+
 def collect_sources(results_dir) -> dict[str, object]:
     """``{path relative to results_dir: parsed JSON}`` of the :data:`KNOWN` files.
 
@@ -47,14 +91,12 @@ def collect_sources(results_dir) -> dict[str, object]:
     if not root.is_dir():
         raise ReportInputError(f"results directory {str(root)!r} not found")
     found: dict[str, object] = {}
-    for pattern in ("", "*/", "*/*/"):
-        for name in KNOWN:
-            for path in sorted(root.glob(pattern + name)):
-                rel = path.relative_to(root).as_posix()
-                try:
-                    found[rel] = json.loads(path.read_text(encoding="utf-8"))
-                except (OSError, json.JSONDecodeError) as exc:
-                    raise ReportInputError(f"cannot read {str(path)!r}: {exc}") from None
+    for path in _source_paths(root):
+        rel = path.relative_to(root).as_posix()
+        try:
+            found[rel] = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ReportInputError(f"cannot read {str(path)!r}: {exc}") from None
     if not found:
         raise ReportInputError(
             f"{str(root)!r} holds none of {', '.join(KNOWN)} (up to two levels below it)"

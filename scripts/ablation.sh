@@ -45,14 +45,17 @@ usage: scripts/ablation.sh PAIR [--seeds 1,2] [--profile P] [--max-update N] [--
                            [--nodes M] [--partition P] [--account A] [--sbatch-args="OPTS"]
                            [-- EXTRA_FAIRSEQ_TRAIN_ARGS...]
   PAIR           one of: $(qk_known_pairs)
-  --seeds L      comma-separated seeds (default 1,2)
+  --seeds L      comma-separated seeds (default: the profile's [design] seeds 1..N; without
+                 them, a profile of the declared pilot (docs/decisive-2x2.md) its pilot's
+                 seeds, e.g. cpu-fixed-d128 1,2,3,4; else 1,2: qknorm_tools.pilot.default_seeds)
   --profile P    one of: $(qk_known_profiles) (default: cpu-proxy-fast,
                  sized so that 4 cells x 2 seeds take about an hour on 2 cores with --jobs 2)
   --max-update N update budget instead of the profile's (runs and results then go to
                  PROFILE-max-update-N/)
   --data-dir D   local corpus copy for scripts/prepare_data.sh
   --no-significance  skip the paired tests
-  --aggregate-only   no training: report on the finished runs only
+  --aggregate-only   no training: report on the finished runs only; each of the four cells
+                     needs one (of any seed, or a committed record), else nothing is written
   --dry-run      print the four systems' training commands and the report steps
   -- ARGS        passed on to every cell's fairseq-train (e.g. -- --fp16)
 $(qk_precision_usage)
@@ -67,7 +70,7 @@ environment: QKNORM_WORK_DIR, QKNORM_MAX_UPDATE, QKNORM_DATA_DIR, QKNORM_SLURM_P
 EOF
 }
 
-SEEDS_ARG=1,2 PROFILE_ARG=cpu-proxy-fast MAXU="" DATA_DIR_ARG="" NO_SIG=0 AGG_ONLY=0 DRY_RUN=0
+SEEDS_ARG="" PROFILE_ARG=cpu-proxy-fast MAXU="" DATA_DIR_ARG="" NO_SIG=0 AGG_ONLY=0 DRY_RUN=0
 qk_parse_args "@PAIR_ARG" "--seeds SEEDS_ARG" "--profile PROFILE_ARG" "--max-update MAXU" \
     "--data-dir DATA_DIR_ARG" "--no-significance NO_SIG=1" "--aggregate-only AGG_ONLY=1" \
     "--dry-run DRY_RUN=1" "$QK_PRECISION_SPEC" "${QK_LAUNCH_SPECS[@]}" -- "$@"
@@ -75,9 +78,18 @@ EXTRA=("${QK_REST[@]+"${QK_REST[@]}"}")
 [[ -z "$MAXU" ]] || qk_check_uint --max-update "$MAXU"
 ((DRY_RUN == 0 || QK_STATUS == 0)) || qk_usage_error "--dry-run and --status exclude each other"
 qk_launch_check
-qk_parse_seeds SEED_LIST "$SEEDS_ARG"
 load_pair_config "$PAIR_ARG"
 load_profile_config "$PROFILE_ARG"
+# no --seeds: the profile's declared seeds, or its declared pilot's, or 1,2 (the rule and why:
+# qknorm_tools.pilot.default_seeds; line 1 the seeds, line 2 why)
+SEEDS_WHY=""
+if [[ -z "$SEEDS_ARG" ]]; then
+    seeds_out="$("$QK_PY" -m qknorm_tools.pilot --default-seeds "$PROFILE" --pair "$PAIR")" \
+        || die "cannot read the declared seeds of profile $PROFILE (above)"
+    SEEDS_ARG="${seeds_out%%$'\n'*}"
+    [[ "$seeds_out" != *$'\n'* ]] || SEEDS_WHY="${seeds_out#*$'\n'}"
+fi
+qk_parse_seeds SEED_LIST "$SEEDS_ARG"
 
 [[ -z "$MAXU" ]] || MAX_UPDATE="$MAXU"
 qk_check_stops  # before any cell (dry runs too): the cells' train.sh would refuse it
@@ -105,9 +117,11 @@ for seed in "${SEED_LIST[@]}"; do  # seed-major, as scripts/reproduce.sh
     done
 done
 if ((QK_STATUS)); then
+    [[ -z "$SEEDS_WHY" ]] || echo "# $SEEDS_WHY"
     qk_launch_status
     exit 0
 fi
+[[ -z "$SEEDS_WHY" ]] || qk_log "$SEEDS_WHY"
 echo "# 2x2 ablation on $PAIR ($SRC->$TGT), profile $PROFILE, seeds $SEEDS_ARG; all cells PreNorm + FixNorm:"
 for c in "${CELLS[@]}"; do
     s="${CELL_SYSTEM[$c]}"
@@ -118,6 +132,7 @@ done
 # collection of the finished cells (runs.json, aggregate.*): scripts/reproduce.sh --aggregate-only
 REPRO=(bash "$SCRIPT_DIR/reproduce.sh" --pairs "$PAIR" --systems "$(IFS=,; echo "${SYSTEMS[*]}")"
     --seeds "$SEEDS_ARG" --profile "$PROFILE" --precision "$QK_PRECISION" --baseline twt --results-dir "$OUT" --aggregate-only
+    --require-every-system
     ${MAXU:+--max-update "$MAXU"})
 ((NO_SIG == 0)) || REPRO+=(--no-significance)
 # the report as a Slurm job after the cells: this script again, reporting only

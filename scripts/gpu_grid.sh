@@ -19,7 +19,8 @@ usage: scripts/gpu_grid.sh [--dry-run] [--wheels DIR] [--out DIR] [--profile P] 
                            [--budget-s S] [--hard-s H] [--probe N]
   --dry-run        print every command (install, data, each wave's ablation.sh, packing); run nothing
   --wheels DIR     install the Python packages in DIR (*.whl) into WORK/site first (pip --no-index)
-  --out DIR        where the archive and log go (default results/gpu-grid-DATE)
+  --out DIR        where the archive and log go (default WORK/results/gpu-grid-DATE); created
+                   only after the pair, the profile and the GPU (nvidia-smi) are checked
   --profile P      the grid's profile (default gpu-fixed-d128)
   --pair PAIR      default gl-en
   --first-seed N   first seed of the first wave (default 1); wave w has seeds N+(w-1)K .. N+wK-1
@@ -36,8 +37,9 @@ USAGE
 }
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# the scripts' command-line parsing and messages only (scripts/lib/cli.sh): the waves are this
-# script's own processes, ablation.sh's job pool runs inside each
+# the scripts' command-line parsing and messages (scripts/lib/cli.sh) and, below, the config
+# names (scripts/lib/config.sh), not the rest of lib.sh: the waves are this script's own
+# processes, ablation.sh's job pool runs inside each
 QK_SCRIPT_NAME=gpu_grid
 # shellcheck source=scripts/lib/cli.sh
 source "$ROOT/scripts/lib/cli.sh"
@@ -56,10 +58,35 @@ qk_check_posint --hard-s "$HARD"
 qk_check_uint --probe "$PROBE"
 ((BUDGET <= HARD)) || qk_usage_error "--budget-s $BUDGET must not exceed --hard-s $HARD"
 WORK="${QKNORM_WORK_DIR:-$ROOT}"
-OUT="${OUT:-$ROOT/results/gpu-grid-$(date -u +%Y%m%d-%H%M)}"
+OUT="${OUT:-$WORK/results/gpu-grid-$(date -u +%Y%m%d-%H%M)}"
 PY="${PYTHON:-python3}"
 cd "$ROOT"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+
+# the pair and the profile, by the project's config loader (scripts/lib/config.sh's
+# qk_require_name: a usage error naming the value and the known names), before anything runs
+QK_PY="$PY" QK_REPO_ROOT="$ROOT" QK_WORK_DIR="$WORK"
+# shellcheck source=scripts/lib/config.sh
+source "$ROOT/scripts/lib/config.sh"
+qk_require_name pairs "$PAIR"
+qk_require_name profiles "$PROFILE"
+
+# the machine, before the data and before any output (a failed check leaves nothing behind)
+if ((DRY)); then
+    GPU="(dry run)"
+else
+    if ! GPU="$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -n 1)" \
+        || [[ -z "$GPU" ]]; then
+        die "gpu_grid.sh: nvidia-smi failed: no NVIDIA GPU here (--dry-run prints the commands without one)"
+    fi
+fi
+shopt -s nullglob
+wheels=()
+if [[ -n "$WHEELS" ]]; then
+    wheels=("$WHEELS"/*.whl)
+    ((${#wheels[@]} || DRY)) || die "gpu_grid.sh: no *.whl in $WHEELS"
+fi
+shopt -u nullglob
 
 run() {  # print, and run unless --dry-run
     printf '+ %s\n' "$(printf '%q ' "$@")"
@@ -71,13 +98,11 @@ if ((!DRY)); then
     mkdir -p "$OUT"
     LOG="$OUT/gpu-grid.log"
     : >"$LOG"
+    log "GPU: $GPU; CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores"
 fi
 
 # 1. packages (fairseq and what the image lacks) from the wheels brought along
 if [[ -n "$WHEELS" ]]; then
-    shopt -s nullglob
-    wheels=("$WHEELS"/*.whl)
-    ((${#wheels[@]} || DRY)) || { echo "gpu_grid.sh: no *.whl in $WHEELS" >&2; exit 1; }
     run "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target "$WORK/site" "${wheels[@]:-$WHEELS/NAME.whl}"
     export PYTHONPATH="$PYTHONPATH:$WORK/site" PATH="$WORK/site/bin:$PATH"
@@ -91,13 +116,8 @@ if ((DRY)) || [[ ! -f "$WORK/data/bin/$PAIR/identity.json" ]]; then
     run scripts/binarize.sh "$PAIR"
 fi
 
-# 3. the machine
-if ((DRY)); then
-    GPU="(dry run)"
-else
-    GPU="$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -n 1)" \
-        || { echo "gpu_grid.sh: nvidia-smi failed: no NVIDIA GPU here" >&2; exit 1; }
-    log "GPU: $GPU; CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores"
+# 3. the packages the grid runs with
+if ((!DRY)); then
     log "packages: $("$PY" -c 'import torch, fairseq, sacrebleu; print("torch", torch.__version__, "cuda", torch.version.cuda, "fairseq", fairseq.__version__, "sacrebleu", sacrebleu.__version__)')"
 fi
 

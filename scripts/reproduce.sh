@@ -40,7 +40,8 @@ usage: scripts/reproduce.sh --pairs P1,P2,...|all --systems S1,S2,...|all [--see
                             [--nodes M] [--partition P] [--account A] [--sbatch-args="OPTS"]
                             [-- EXTRA_FAIRSEQ_TRAIN_ARGS...]
        scripts/reproduce.sh --list
-  --pairs L      comma-separated pairs, or all: $(qk_known_pairs)
+  --pairs L      comma-separated pairs ($(qk_known_pairs)), or all: the papers' pairs
+                 ($(qk_config_names pairs --in-all); own pairs only by name)
   --systems L    comma-separated systems, or all (the papers' systems; qk_layernorm only by name):
                  $(qk_known_systems)
   --seeds L      comma-separated non-negative integer seeds (default 1)
@@ -52,6 +53,8 @@ usage: scripts/reproduce.sh --pairs P1,P2,...|all --systems S1,S2,...|all [--see
   --data-dir D   passed to scripts/prepare_data.sh (local corpus copy)
   --no-significance  aggregate without the paired tests (faster)
   --aggregate-only   skip data preparation and training: only collect finished cells, aggregate
+  --require-every-system  the collection needs a finished cell (any seed) of every system in
+                 every pair, else it fails naming the others and writes nothing (scripts/ablation.sh)
   --no-aggregate     run the grid only
   --dry-run      print every step (each cell's full fairseq-train command; with --launcher
                  slurm also the cells file and the batch scripts) without running any
@@ -67,10 +70,12 @@ EOF
 
 PAIRS_ARG="" SYSTEMS_ARG="" SEEDS_ARG=1 PROFILE_ARG=cpu-proxy MAX_UPDATE_ARG=""
 BASELINE=twt RESULTS_DIR_ARG="" DATA_DIR_ARG="" NO_SIG=0 AGG_ONLY=0 NO_AGG=0 DRY_RUN=0 LIST=0
+REQUIRE_EVERY=0
 qk_parse_args "--pairs PAIRS_ARG" "--systems SYSTEMS_ARG" "--seeds SEEDS_ARG" \
     "--profile PROFILE_ARG" "--max-update MAX_UPDATE_ARG" "--baseline BASELINE" \
     "--results-dir RESULTS_DIR_ARG" "--data-dir DATA_DIR_ARG" "--no-significance NO_SIG=1" \
     "--aggregate-only AGG_ONLY=1" "--no-aggregate NO_AGG=1" "--dry-run DRY_RUN=1" "--list LIST=1" \
+    "--require-every-system REQUIRE_EVERY=1" \
     "$QK_PRECISION_SPEC" "${QK_LAUNCH_SPECS[@]}" "@" -- "$@"
 EXTRA=("${QK_REST[@]+"${QK_REST[@]}"}")
 
@@ -153,6 +158,7 @@ COLLECT=("$QK_PY" -m qknorm_tools.collect runs --work-dir "$QK_WORK_DIR" --out-d
     --aggregate --baseline "$BASELINE" --records-root "$QK_WORK_DIR/results/$LABEL" --write-records
     --profile "$LABEL")
 ((NO_SIG == 0)) || COLLECT+=(--no-significance)
+((REQUIRE_EVERY == 0)) || COLLECT+=(--require-systems "$(IFS=,; echo "${SYSTEMS[*]}")")
 for p in "${PAIRS[@]}"; do
     COLLECT+=(--ref "$p=$QK_DATA/raw/$p/test.$(load_pair_config "$p" && printf '%s' "$TGT")")
     for seed in "${SEEDS[@]}"; do
@@ -168,6 +174,7 @@ if ((NO_AGG == 0)); then
         --seeds "$SEEDS_ARG" --profile "$PROFILE" --precision "$QK_PRECISION" ${MAX_UPDATE_ARG:+--max-update "$MAX_UPDATE_ARG"}
         --baseline "$BASELINE" --results-dir "$RESULTS_DIR" --aggregate-only)
     ((NO_SIG == 0)) || AGGREGATE+=(--no-significance)
+    ((REQUIRE_EVERY == 0)) || AGGREGATE+=(--require-every-system)
 fi
 
 # add_cells PAIR...: the cells of these pairs, seed-major

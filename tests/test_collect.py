@@ -275,6 +275,35 @@ def test_no_finished_run_leaves_the_earlier_runs_json_as_it_was(tmp_path, capsys
     assert (out_dir / "runs.json").read_text() == earlier
 
 
+def test_a_required_system_without_a_finished_run_refuses_the_collection_writing_nothing(
+    tmp_path, capsys
+):
+    """``--require-systems`` (scripts/ablation.sh's 2x2, through reproduce.sh): a system with no
+    finished run or committed record among the runs given refuses the collection before any
+    write; ``ablation.sh --aggregate-only`` of cpu-fixed-d128 (records of twt and qknorm_paper
+    only) used to write runs.json and aggregate.* and then fail."""
+    runs = [_finished_run(tmp_path, system=s) for s in ("twt", "qknorm_paper")]
+    without = ("prenorm_fixnorm_layernorm", "scalenorm_qknorm")
+    missing = [tmp_path / f"runs/gl-en/cpu-proxy/{s}/seed1" for s in without]
+    out_dir = tmp_path / "results/cpu-proxy/gl-en"
+    args = ["runs", "--work-dir", str(tmp_path), "--out-dir", str(out_dir), "--aggregate",
+            "--baseline", "twt", "--ref", f"gl-en={tmp_path}/data/raw/gl-en/test.en",
+            "--records-root", str(tmp_path / "results/cpu-proxy"), "--write-records"]  # fmt: skip
+    args += [x for r in [*runs, *missing] for x in ("--run", str(r))]
+    systems = "prenorm_fixnorm_layernorm,qknorm_paper,twt,scalenorm_qknorm"
+    assert collect.main([*args, "--require-systems", systems]) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "error: gl-en/prenorm_fixnorm_layernorm, gl-en/scalenorm_qknorm: no finished run or "
+        "committed record among the 4 runs given (each needs train.json, test.score.json and "
+        f"test.hyp, or a committed record); every system of {systems} needs one: nothing was "
+        "written"
+    )
+    assert not (tmp_path / "results").exists()  # no runs.json, table or committed record
+    # the systems that have runs are collected when they are all that is asked for
+    assert collect.main([*args, "--require-systems", "twt,qknorm_paper"]) == 0
+    assert len(json.loads((out_dir / "runs.json").read_text())["runs"]) == 2
+
+
 def test_collect_train_json_cli(tmp_path):
     run = tmp_path / "run"
     run.mkdir()

@@ -5,6 +5,7 @@ In-process (collect, evaluate); the clone is a ``git clone`` of this checkout's 
 
 import hashlib
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -86,3 +87,51 @@ def test_fresh_clone_rebuilds_byte_for_byte_or_refuses_untouched(tmp_path, capsy
     assert rebuilt == [
         f"cpu-proxy-fast-max-update-250/gl-en/lr-sweep/d{d}" for d in (128, 256, 384)
     ]
+
+
+def _tracked(*paths: str) -> list[str]:
+    return subprocess.run(["git", "ls-files", "--", *paths], cwd=REPO, capture_output=True,
+                          text=True, check=True).stdout.split()  # fmt: skip
+
+
+def test_every_committed_aggregate_holds_all_its_tables_as_its_json_gives_them(tmp_path):
+    """A results set is whole: each committed aggregate.json comes with every table the
+    collection writes from it (aggregate.{md,tex,csv}, aggregate_avg_delta.csv), byte for byte
+    what tables.write_aggregate_tables makes of it. cpu-converge-d128 lacked the .tex and the
+    avg-delta CSV, so its --aggregate-only rebuild left them untracked in a clean clone."""
+    from qknorm_tools.tables import write_aggregate_tables
+
+    aggregates = [Path(p) for p in _tracked("results") if p.endswith("/aggregate.json")]
+    assert aggregates
+    for agg in aggregates:
+        tracked = set(_tracked(str(agg.parent)))
+        written = write_aggregate_tables(json.loads((REPO / agg).read_text()), tmp_path / agg)
+        for path in map(Path, written.values()):
+            committed = agg.parent / path.name
+            assert str(committed) in tracked, f"{committed} is not committed"
+            assert (REPO / committed).read_bytes() == path.read_bytes(), committed
+
+
+def test_the_figure_steps_log_is_never_part_of_a_results_set():
+    """plots.log (matplotlib's messages and this machine's paths: scripts/ablation.sh,
+    scripts/lr_sweep.sh) is git-ignored under results/, and none is committed."""
+    assert not [p for p in _tracked("results") if p.endswith("plots.log")]
+    sweep = "results/cpu-proxy-fast-max-update-250/gl-en/lr-sweep/d128"
+    for path in ("results/cpu-converge-d128/gl-en/plots.log", f"{sweep}/plots.log"):
+        ignored = subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=REPO)
+        assert ignored.returncode == 0, path
+
+
+#: the start of an absolute path of a build machine (a work dir, a home, a temporary dir)
+MACHINE_PATH = re.compile(r"(?<![\w.])/(work|home|tmp|root|Users)/")
+
+
+def test_no_committed_result_holds_a_path_of_the_machine_that_made_it():
+    """Committed records (command.txt, record.json), plots.log and the calibration attention
+    dump used to hold /work/... paths: every committed file under results/ is free of them
+    (records store the command relative to the work dir: committed.portable_command)."""
+    texts = {
+        p: (REPO / p).read_text(encoding="utf-8", errors="replace") for p in _tracked("results")
+    }
+    found = [p for p, text in texts.items() if MACHINE_PATH.search(text)]
+    assert found == []

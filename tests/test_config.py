@@ -337,6 +337,28 @@ def test_converter_round_trip_of_a_user_bash_pair(tmp_path):
     assert p.returncode == 0 and p.stdout == f"de en test.tgt {pairs / 'de-en.toml'}\n", p.stderr
 
 
+OWN_PAIR = 'src = "de"\ntgt = "en"\ncorpus = "local"\nbpe_merges = 8000\n\n[local]\ndir = "x"\n'
+
+
+def test_all_pairs_are_the_papers_pairs_never_an_own_pair(tmp_path):
+    """``--pairs all`` (reproduce.sh, qk_parse_names) used to include a researcher's own pair of
+    the work dir's configs/pairs: ``all`` is the papers' five pairs (config.PAPER_PAIRS), an own
+    pair is known but run only when named."""
+    work = tmp_path / "work"
+    (work / "configs" / "pairs").mkdir(parents=True)
+    (work / "configs" / "pairs" / "de-en.toml").write_text(OWN_PAIR)
+    assert config.names("pairs", work) == ["ar-en", "de-en", "en-vi", "gl-en", "he-en", "sk-en"]
+    assert config.names("pairs", work, in_all=True) == ["ar-en", "en-vi", "gl-en", "he-en", "sk-en"]
+    # the scripts' "all" (scripts/lib/cli.sh) asks the same question
+    p = subprocess.run(
+        ["bash", "-c", f'source "{SCRIPTS}/lib.sh"; qk_parse_names pairs P all; echo "${{P[*]}}"; '
+         'qk_parse_names pairs P de-en,gl-en; echo "${P[*]}"'],
+        capture_output=True, text=True, env=make_env(work), timeout=FAR_BOUND,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == "ar-en en-vi gl-en he-en sk-en\nde-en gl-en\n"
+
+
 def test_bash_and_python_name_runs_alike(tmp_path):
     """Runs are named twice: by bash (``qk_run_label``, ``qk_run_dir``: the scripts file them)
     and by Python (:func:`config.run_label`, :func:`config.run_dir`: the translate helper finds

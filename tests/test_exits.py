@@ -262,3 +262,54 @@ def test_predicates_answer_no_with_3(tmp_path, capsys):
     assert freshness.main(["check", str(record), "--set", "a=2"]) == exits.NO
     assert "a" in capsys.readouterr().out
     assert config.main(["known", "pairs", "xx-yy"]) == exits.NO
+
+
+@pytest.mark.parametrize("text", ["0", "-5", "1.5", "x", ""])
+def test_positive_int_refuses_what_is_not_an_integer_of_at_least_1(text):
+    import argparse
+
+    with pytest.raises(argparse.ArgumentTypeError, match="expected a positive integer"):
+        exits.positive_int(text)
+    assert exits.positive_int("1") == 1
+    assert exits.positive_int("1024") == 1024
+
+
+@pytest.mark.parametrize(
+    "module, argv, option",
+    [
+        (
+            "qknorm_tools.corpus",
+            ["check", "--src", "a", "--tgt", "b", "--max-len", "0"],
+            "--max-len",
+        ),
+        (
+            "qknorm_tools.corpus",
+            ["check", "--src", "a", "--tgt", "b", "--max-len", "-5"],
+            "--max-len",
+        ),
+        (
+            "qknorm_tools.corpus",
+            ["spm", "--raw", "r", "--out", "o", "--src", "gl", "--tgt", "en", "--vocab-size", "0"],
+            "--vocab-size",
+        ),
+        (
+            "qknorm_tools.corpus",
+            ["length-stats", "--stats", "s.json", "--paper-l", "-3"],
+            "--paper-l",
+        ),
+        (
+            "qknorm_tools.evaluate",
+            ["compare", "--ref", "r", "--baseline", "b", "--system", "s", "--n-ar", "0"],
+            "--n-ar",
+        ),
+    ],
+)
+def test_an_integer_option_below_1_is_a_usage_error_naming_it(
+    module, argv, option, monkeypatch, capsys
+):
+    """``corpus check --max-len 0`` (and -5) used to be accepted: every count, length and size
+    option of the corpus and evaluate commands takes exits.positive_int, so argparse refuses a
+    value below 1 with exit 2 and names the option, before any file is read."""
+    assert _status(module, argv, monkeypatch) == exits.USAGE
+    err = capsys.readouterr().err
+    assert f"argument {option}" in err and "expected a positive integer" in err

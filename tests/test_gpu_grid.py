@@ -50,3 +50,35 @@ def test_usage_errors_exit_2(tmp_path):
         p = run_script("gpu_grid.sh", *args, env=env)
         assert p.returncode == 2 and message in p.stderr, out(p)
     assert (REPO / "scripts" / "gpu_grid.sh").stat().st_mode & 0o111
+
+
+def test_a_bad_profile_or_pair_is_a_usage_error_of_gpu_grid_naming_the_choices(tmp_path):
+    """``--profile nope`` and ``--pair xx-yy`` used to pass a dry run (exit 0), and a bad pair
+    showed prepare_data.sh's usage: both are checked up front by the config loader, with
+    gpu_grid.sh's own usage and the known names."""
+    env = make_env(tmp_path)
+    for args, bad, known in ((["--profile", "nope"], "unknown profile 'nope'", "gpu-fixed-d128"),
+                             (["--pair", "xx-yy"], "unknown pair 'xx-yy'", "gl-en")):  # fmt: skip
+        p = run_script("gpu_grid.sh", "--dry-run", *args, env=env)
+        assert p.returncode == 2, out(p)
+        assert bad in p.stderr and known in p.stderr
+        assert p.stderr.startswith("usage: scripts/gpu_grid.sh") and "prepare_data" not in out(p)
+        assert "+ " not in p.stdout  # nothing printed as run
+
+
+def test_no_gpu_fails_before_the_data_and_leaves_no_output(tmp_path):
+    """Without a GPU (an nvidia-smi that fails), gpu_grid.sh used to prepare the data first and
+    leave an empty OUT/gpu-grid.log: now it fails (exit 1) before any step, creating nothing."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed: no devices were found' >&2\nexit 9\n")
+    smi.chmod(0o755)
+    env = make_env(tmp_path / "work")
+    env["PATH"] = f"{bin_dir}:{env['PATH']}"
+    result = tmp_path / "out"
+    p = run_script("gpu_grid.sh", "--out", result, env=env)
+    assert p.returncode == 1, out(p)
+    assert "nvidia-smi failed: no NVIDIA GPU here" in p.stderr
+    assert "+ " not in p.stdout  # no step ran: no data preparation
+    assert not result.exists() and not (tmp_path / "work").exists()

@@ -549,6 +549,32 @@ def test_ablation_without_a_finished_cell_reports_nothing_and_keeps_the_earlier_
     assert not (res / "ablation.md").exists()
 
 
+def test_ablation_with_a_cell_of_no_record_writes_nothing_and_names_the_cells(tmp_path):
+    """``ablation.sh --aggregate-only`` where two of the 2x2's cells have no finished run nor
+    committed record (cpu-fixed-d128: records of twt and qknorm_paper only) used to write
+    runs.json and aggregate.*, then fail on the report: now the collection refuses first, naming
+    the cells, and the results directory holds only its records."""
+    import shutil
+
+    res = tmp_path / "results" / "cpu-fixed-d128" / "gl-en"
+    shutil.copytree(REPO / "results/cpu-fixed-d128/gl-en/records/twt/seed1",
+                    res / "records/twt/seed1")  # fmt: skip
+    shutil.copytree(REPO / "results/cpu-fixed-d128/gl-en/records/qknorm_paper/seed1",
+                    res / "records/qknorm_paper/seed1")  # fmt: skip
+    before = sorted(p.relative_to(res) for p in res.rglob("*"))
+    args = ("gl-en", "--profile", "cpu-fixed-d128", "--seeds", "1", "--aggregate-only")
+    proc = script("ablation.sh", *args, work_dir=tmp_path, check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert (
+        "error: gl-en/prenorm_fixnorm_layernorm, gl-en/scalenorm_qknorm: no finished run or "
+        "committed record among the 4 runs given"
+    ) in proc.stderr
+    assert proc.stderr.splitlines()[-1] == (
+        "error: collecting the finished cells failed (above): no report written"
+    )
+    assert sorted(p.relative_to(res) for p in res.rglob("*")) == before
+
+
 def test_reproduce_aggregates_finished_cells(tmp_path):
     refs = [f"the cat number {i} sat on the mat ." for i in range(12)]
     raw = tmp_path / "data" / "raw" / "gl-en"
@@ -635,6 +661,23 @@ def test_ablation_dry_run_names_the_four_cells(work):
     assert "plots bleu-bars --json " + str(out / "aggregate.json") in proc.stdout
     assert "plots curves" in proc.stdout
     assert not any(work.iterdir())
+
+
+def test_ablation_status_of_the_pilot_profile_shows_the_pilots_seeds(work):
+    """Without --seeds, ``ablation.sh --status`` of cpu-fixed-d128 (no [design] seeds yet)
+    lists the declared pilot's seeds 1-4 and says how the seeds per cell get chosen
+    (qknorm_tools.pilot.default_seeds); it used to list seeds 1,2 without a word."""
+    proc = script("ablation.sh", "gl-en", "--status", "--profile", "cpu-fixed-d128", work_dir=work)
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("# seeds 1,2,3,4: cpu-fixed-d128 has no [design] seeds yet")
+    assert "python -m qknorm_tools.pilot" in lines[0]
+    cells = {m.group(1) for m in re.finditer(r"gl-en/\w+/seed(\d+)", proc.stdout)}
+    assert cells == {"1", "2", "3", "4"}
+    assert "16 cells:" in proc.stdout
+    # a profile that declares nothing: seeds 1,2 and no note
+    proc = script("ablation.sh", "gl-en", "--status", work_dir=work)
+    assert proc.stdout.startswith("state ") and "[ablation]" not in proc.stderr, proc.stderr
+    assert {m.group(1) for m in re.finditer(r"gl-en/\w+/seed(\d+)", proc.stdout)} == {"1", "2"}
 
 
 def test_ablation_rejects_unknown_pair(work):

@@ -102,3 +102,26 @@ def test_the_committed_pilot_table_is_what_the_records_give():
     doc = pilot.pilot(RESULTS)
     assert json.loads((RESULTS / "decisive-pilot.json").read_text()) == json.loads(json.dumps(doc))
     assert (RESULTS / "decisive-pilot.md").read_text() == pilot.markdown(doc)
+
+
+def test_default_seeds_are_the_declared_then_the_pilots_then_1_2(capsys):
+    """``ablation.sh --status --profile cpu-fixed-d128`` used to list seeds 1,2 and say nothing
+    of the pilot: without --seeds a 2x2 runs the profile's [design] seeds, else (a profile of
+    the declared pilot on its pair) the pilot's seeds with a pointer to this module, else 1,2."""
+    seeds, why = pilot.default_seeds("cpu-fixed-d128", "gl-en", None)
+    assert seeds == (1, 2, 3, 4)
+    assert "cpu-fixed-d128 has no [design] seeds yet" in why
+    assert "python -m qknorm_tools.pilot --out results/decisive-pilot" in why
+    assert pilot.default_seeds("cpu-converge-d128", "gl-en", None)[0] == (1, 2, 3)
+    assert pilot.default_seeds("cpu-fixed-d128", "gl-en", 6) == (
+        (1, 2, 3, 4, 5, 6),
+        "seeds 1-6: the profile's [design] seeds = 6",
+    )
+    assert pilot.default_seeds("cpu-fixed-d128", "en-gl", None) == ((1, 2), "")
+    assert pilot.default_seeds("cpu-proxy-fast", "gl-en", None) == ((1, 2), "")
+    # the committed profile declares no seeds yet (docs/decisive-2x2.md): the pilot's
+    assert pilot.main(["--default-seeds", "cpu-fixed-d128"]) == 0
+    first, second = capsys.readouterr().out.splitlines()
+    assert first == "1,2,3,4" and second == why
+    assert pilot.main(["--default-seeds", "nope"]) == 2
+    assert "unknown profile 'nope'" in capsys.readouterr().err

@@ -129,6 +129,30 @@ def test_record_is_a_small_run_directory_read_like_the_run(tmp_path):
     assert str(tmp_path) not in json.dumps(doc["record"])
 
 
+def test_a_record_keeps_the_command_without_the_machines_paths(tmp_path):
+    """A committed record's command.txt and record.json used to hold the absolute paths of the
+    machine that trained it (work dir, repository, virtual environment): they are stored
+    relative (data/bin/..., runs/..., fairseq_qknorm, fairseq-train), with the same settings."""
+    run = _run(tmp_path)
+    rec_dir = committed.record_dir(tmp_path / "results" / "cpu-converge", "gl-en", run)
+    committed.write_record(run, rec_dir)
+    portable = (
+        "fairseq-train data/bin/gl-en --user-dir fairseq_qknorm --arch transformer_twt_proxy "
+        "--dropout 0.3 --lr 1e-3 --max-update 21 --seed 1 --save-dir "
+        "runs/gl-en/cpu-converge/twt/seed1/checkpoints --log-format simple "
+        "--tensorboard-logdir runs/gl-en/cpu-converge/twt/seed1/tensorboard"
+    )
+    assert (rec_dir / "command.txt").read_text() == portable + "\n"
+    doc = json.loads((rec_dir / "record.json").read_text())
+    assert doc["command"] == portable
+    assert doc["settings"] == committed.command_settings((run / "command.txt").read_text())
+    assert str(tmp_path) not in (rec_dir / "record.json").read_text()
+    # a path outside the work dir and the repository stays as it is (the test names it)
+    assert committed.portable_command("/v/bin/fairseq-train /elsewhere/bin --lr 1") == (
+        "fairseq-train /elsewhere/bin --lr 1"
+    )
+
+
 def test_a_decoded_dev_set_travels_with_the_record(tmp_path):
     """evaluate.sh --split dev beside the test decoding: the record keeps dev.hyp and
     dev.score.json, and both the run and its record read the dev BLEU (the ablation's per-run

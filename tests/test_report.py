@@ -17,6 +17,7 @@ import pytest
 from scipy import stats
 
 from conftest import (
+    FAR_BOUND,
     PLUGIN_DIR,
     REPO,
     head_norm_reference,
@@ -62,6 +63,20 @@ def dump(checkpoints, toy_data, tmp_path_factory):
                     "--names", ",".join(checkpoints), "-o", path], check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     return json.loads(path.read_text())
+
+
+def test_a_dump_stores_paths_relative_to_the_work_dir(tmp_path, monkeypatch):
+    """attention.json's data and checkpoint paths used to be absolute (the committed
+    calibration dump named /work/...): below the work dir they are stored relative to it."""
+    from qknorm_model_tools.attention_dump import _portable
+
+    monkeypatch.setenv("QKNORM_WORK_DIR", str(tmp_path))
+    ckpt = tmp_path / "runs/gl-en/cpu-converge-d128/twt/seed1/checkpoints/checkpoint_best.pt"
+    assert (
+        _portable(ckpt) == "runs/gl-en/cpu-converge-d128/twt/seed1/checkpoints/checkpoint_best.pt"
+    )
+    assert _portable(tmp_path / "data/bin/gl-en") == "data/bin/gl-en"
+    assert _portable("/elsewhere/bin") == "/elsewhere/bin"
 
 
 def _tensor(nested):
@@ -503,11 +518,45 @@ def test_report_errors_name_the_input(tmp_path):
 
 
 def report_dirs() -> list[Path]:
-    """The results directories `make report` builds a page for (as its REPORT_DIRS): those
-    with JSON in them or one level below (lr-sweep/)."""
-    found = {p.parent for p in RESULTS.glob("*/*/*.json")}
-    found |= {p.parent.parent for p in RESULTS.glob("*/*/*/*.json")}
-    return sorted(found)
+    """The results directories `make report` builds a page for (``report --all results``)."""
+    from qknorm_tools.report_sources import report_dirs as pages_and_skipped
+
+    return pages_and_skipped(RESULTS)[0]
+
+
+def test_make_report_builds_each_results_dir_it_can_and_names_each_one_it_skips(tmp_path, capsys):
+    """`make report` used to skip a results directory holding run records only (e.g.
+    results/cpu-fixed-d128/gl-en before its runs are collected) without a word: it runs
+    ``report --all results``, which builds a page wherever one of the page's files is and
+    prints ``skipped DIR: why`` for every other results/<profile>/<pair>/."""
+    from qknorm_tools import report
+
+    make = subprocess.run(["make", "-n", "-o", "install", "report"], cwd=REPO,
+                          capture_output=True, text=True, timeout=FAR_BOUND)  # fmt: skip
+    assert make.stdout.strip().endswith("-m qknorm_tools.report --all results"), make.stdout
+    root = tmp_path / "results"
+    records = root / "cpu-fixed-d128" / "gl-en" / "records" / "twt" / "seed1"
+    records.mkdir(parents=True)
+    (records / "record.json").write_text("{}")
+    (root / "empty-profile" / "gl-en").mkdir(parents=True)
+    page = root / "cpu-converge-d128" / "gl-en"
+    page.mkdir(parents=True)
+    shutil.copy(RESULTS / "cpu-converge-d128" / "gl-en" / "ablation.json", page)
+    assert report.main(["--all", str(root)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == (
+        f"skipped {root}/cpu-fixed-d128/gl-en: run records only (records/), none of the files "
+        "a page is built from (runs.json, demo.json, aggregate.json, demo_compare.json, "
+        "ablation.json, lr_sweep.json, attention.json): collect the runs first "
+        "(--aggregate-only of the script that trained them)"
+    )
+    assert err[1].startswith(f"skipped {root}/empty-profile/gl-en: none of runs.json, ")
+    assert err[2].startswith(f"wrote {page}/report.html") and len(err) == 3
+    assert (page / "report.html").is_file()
+    assert not (root / "cpu-fixed-d128" / "gl-en" / "report.html").exists()
+    with pytest.raises(SystemExit) as usage:  # neither directories nor --all
+        report.main([])
+    assert usage.value.code == 2 and "--all RESULTS_ROOT" in capsys.readouterr().err
 
 
 def test_one_colour_per_system_in_every_figure_and_markers_where_lines_cannot_show():

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/lib/cli.sh: messages and command-line parsing of the scripts. Sourced by scripts/lib.sh
 # (which sets QK_SCRIPT_NAME); scripts/gpu_grid.sh alone sources it by itself (setting
-# QK_SCRIPT_NAME), for its parsing and messages.
+# QK_SCRIPT_NAME), for its parsing and messages (and scripts/lib/config.sh for the names).
 #
 # Offers
 #   die MSG                        error on stderr, exit 1
@@ -195,7 +195,8 @@ _qk_refuse_repeats() {
 
 # qk_parse_names KIND OUT_ARRAY LIST: a comma-separated list of configs/KIND names, or "all".
 # For systems, "all" means the papers' systems: a system config with in_all = false (one that
-# is not in the papers' tables, e.g. qk_layernorm) is run only when named.
+# is not in the papers' tables, e.g. qk_layernorm) is run only when named; for pairs, the papers'
+# pairs (config.PAPER_PAIRS): an own pair (docs/own-data.md) is run only when named.
 qk_parse_names() {
     local kind="$1" list="$3" n repeat
     local -n __names_out="$2"

@@ -51,7 +51,7 @@ _qk_config() {
 }
 
 # qk_config_names KIND [--in-all]: the configured names of KIND (pairs, systems, profiles),
-# space-separated (--in-all: systems of `--systems all` only).
+# space-separated (--in-all: only those `all` means: the papers' systems and pairs, not own pairs).
 qk_config_names() {
     _qk_config names "$@"
     printf '%s\n' "$QK_CONFIG_OUT"

@@ -419,7 +419,8 @@ def test_decode_checkpoints_are_best_last_or_avgn(line, message, tmp_path, monke
 
 def test_design_keys_default_to_welch_and_the_two_targets():
     p = config.load_profile("cpu-converge-d128")
-    assert (p.design_test, p.design_targets, p.design_tost_margin) == ("welch", (0.5, 0.93), None)
+    assert p.design_seeds == 10
+    assert (p.design_test, p.design_targets, p.design_tost_margin) == ("welch", (0.5, 0.93), 0.5)
     assert (p.checkpoint, p.also_checkpoints) == ("best", ())
     f = config.load_profile("gpu-fixed-d128")
     assert (f.design_test, f.design_tost_margin, f.checkpoint, f.job_gpus) == (

@@ -663,17 +663,17 @@ def test_ablation_dry_run_names_the_four_cells(work):
     assert not any(work.iterdir())
 
 
-def test_ablation_status_of_the_pilot_profile_shows_the_pilots_seeds(work):
-    """Without --seeds, ``ablation.sh --status`` of cpu-fixed-d128 (no [design] seeds yet)
-    lists the declared pilot's seeds 1-4 and says how the seeds per cell get chosen
-    (qknorm_tools.pilot.default_seeds); it used to list seeds 1,2 without a word."""
-    proc = script("ablation.sh", "gl-en", "--status", "--profile", "cpu-fixed-d128", work_dir=work)
+def test_ablation_status_without_seeds_shows_the_declared_seeds(work):
+    """Without --seeds, ``ablation.sh --status`` lists the profile's [design] seeds and says
+    where they come from (qknorm_tools.pilot.default_seeds): cpu-converge-d128, the decisive
+    grid, declares 10 per cell; it used to list seeds 1,2 without a word."""
+    proc = script("ablation.sh", "gl-en", "--status", "--profile", "cpu-converge-d128",
+                  work_dir=work)  # fmt: skip
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("# seeds 1,2,3,4: cpu-fixed-d128 has no [design] seeds yet")
-    assert "python -m qknorm_tools.pilot" in lines[0]
+    assert lines[0] == "# seeds 1-10: the profile's [design] seeds = 10"
     cells = {m.group(1) for m in re.finditer(r"gl-en/\w+/seed(\d+)", proc.stdout)}
-    assert cells == {"1", "2", "3", "4"}
-    assert "16 cells:" in proc.stdout
+    assert cells == {str(s) for s in range(1, 11)}
+    assert "40 cells:" in proc.stdout
     # a profile that declares nothing: seeds 1,2 and no note
     proc = script("ablation.sh", "gl-en", "--status", work_dir=work)
     assert proc.stdout.startswith("state ") and "[ablation]" not in proc.stderr, proc.stderr

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from statsmodels.stats.power import TTestPower
 
-from qknorm_tools import pilot
+from qknorm_tools import config, pilot
 
 from conftest import REPO
 
@@ -113,15 +113,27 @@ def test_default_seeds_are_the_declared_then_the_pilots_then_1_2(capsys):
     assert "cpu-fixed-d128 has no [design] seeds yet" in why
     assert "python -m qknorm_tools.pilot --out results/decisive-pilot" in why
     assert pilot.default_seeds("cpu-converge-d128", "gl-en", None)[0] == (1, 2, 3)
+    assert pilot.main(["--default-seeds", "cpu-converge-d128"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == ",".join(map(str, range(1, 11)))
     assert pilot.default_seeds("cpu-fixed-d128", "gl-en", 6) == (
         (1, 2, 3, 4, 5, 6),
         "seeds 1-6: the profile's [design] seeds = 6",
     )
     assert pilot.default_seeds("cpu-fixed-d128", "en-gl", None) == ((1, 2), "")
     assert pilot.default_seeds("cpu-proxy-fast", "gl-en", None) == ((1, 2), "")
-    # the committed profile declares no seeds yet (docs/decisive-2x2.md): the pilot's
+    # the pilot is complete: the committed profile declares its 4 pilot seeds (it was not chosen)
     assert pilot.main(["--default-seeds", "cpu-fixed-d128"]) == 0
     first, second = capsys.readouterr().out.splitlines()
-    assert first == "1,2,3,4" and second == why
+    assert first == "1,2,3,4" and second == "seeds 1-4: the profile's [design] seeds = 4"
     assert pilot.main(["--default-seeds", "nope"]) == 2
     assert "unknown profile 'nope'" in capsys.readouterr().err
+
+
+def test_the_chosen_design_is_the_one_its_profile_declares():
+    """The pilot's choice (results/decisive-pilot.json) is written into the chosen profile's
+    [design] once, before the grid goes beyond the pilot: test and seeds per cell agree."""
+    choice = json.loads((RESULTS / "decisive-pilot.json").read_text())
+    chosen = choice["choice"]
+    profile = config.load_profile(choice["candidates"][chosen["chosen"]]["profile"])
+    assert (profile.design_test, profile.design_seeds) == (chosen["design"], chosen["seeds"])
+    assert (profile.name, chosen["seeds"]) == ("cpu-converge-d128", 10)

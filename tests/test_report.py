@@ -531,8 +531,10 @@ def test_make_report_builds_each_results_dir_it_can_and_names_each_one_it_skips(
     prints ``skipped DIR: why`` for every other results/<profile>/<pair>/."""
     from qknorm_tools import report
 
-    make = subprocess.run(["make", "--no-print-directory", "-n", "-o", "install", "report"], cwd=REPO,
-                          capture_output=True, text=True, timeout=FAR_BOUND)  # fmt: skip
+    # --no-print-directory: under CI's `make test` this make is a sub-make, which prints
+    # "Entering directory" lines otherwise
+    make = subprocess.run(["make", "--no-print-directory", "-n", "-o", "install", "report"],
+                          cwd=REPO, capture_output=True, text=True, timeout=FAR_BOUND)  # fmt: skip
     assert make.stdout.strip().endswith("-m qknorm_tools.report --all results"), make.stdout
     root = tmp_path / "results"
     records = root / "cpu-fixed-d128" / "gl-en" / "records" / "twt" / "seed1"

@@ -73,6 +73,11 @@ LOG_OPTIONS = ("--log-interval",)
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _is_setting(option: str) -> bool:
+    """Whether a fairseq-train option is a setting of the run (not a path, the printing, the seed)."""
+    return option not in PATH_OPTIONS and option not in LOG_OPTIONS and option != "--seed"
+
+
 def record_dir(records_root, pair: str, run_dir) -> Path:
     """Where the committed record of a run directory lives.
 
@@ -140,7 +145,7 @@ def command_settings(command: str) -> dict[str, object]:
         nxt = tokens[i + 1] if i + 1 < len(tokens) else None
         value: object = True if nxt is None or nxt.startswith("--") else nxt
         i += 1 if value is True else 2
-        if tok in PATH_OPTIONS or tok in LOG_OPTIONS or tok == "--seed":
+        if not _is_setting(tok):
             continue
         out.pop(tok, None)
         out[tok] = value
@@ -308,7 +313,10 @@ def read_record(rec_dir, split: str = "test") -> RunRecord:
     rec.source = str(doc_path)
     _check_files_give_the_record(rec, doc.get("record"), doc_path)
     _check_place(rec, rec_dir, doc_path)
-    rec.extra = {"settings": doc.get("settings"), "code": doc.get("code") or {}}
+    settings = doc.get("settings")
+    if isinstance(settings, dict):  # a record written before an option stopped being a setting
+        settings = {k: v for k, v in settings.items() if _is_setting(k)}
+    rec.extra = {"settings": settings, "code": doc.get("code") or {}}
     return rec
 
 

@@ -15,7 +15,7 @@ from qknorm_tools.records import read_run, write_train_json
 from qknorm_tools.scoring import score_lines
 from qknorm_tools.textio import ResultsError
 
-from conftest import make_env, make_tiny_ted, out, prepare_pair, run_script, tiny_model
+from conftest import REPO, make_env, make_tiny_ted, out, prepare_pair, run_script, tiny_model
 
 # ----------------------------------------------------------------------------- stop reasons
 HEAD = """\
@@ -180,6 +180,22 @@ def test_settings_are_the_command_modulo_paths_and_seed(tmp_path):
     assert a == b and a["--arch"] == "transformer_twt_proxy"
     c = committed.command_settings(COMMAND.format(work="/w", run="/r", seed=1) + " --fp16")
     assert committed.settings_difference(a, c) == "--fp16: absent vs True"
+
+
+def test_a_record_from_before_log_interval_stopped_being_a_setting_still_belongs():
+    """The converged grid's committed records (written before issue 37) store --log-interval
+    among their settings; the cell's command today gives another interval or none. The
+    printing is no setting, so the record still belongs to the grid (seeds 4-10 used to be
+    refused at the first recorded cell: "--log-interval: 50 vs absent")."""
+    rec_dir = REPO / "results/cpu-converge-d128/gl-en/records/twt/seed1"
+    stored = json.loads((rec_dir / "record.json").read_text())["settings"]
+    assert stored["--log-interval"] == "50"
+    rec = committed.read_record(rec_dir)
+    assert "--log-interval" not in rec.extra["settings"]
+    now = {k: v for k, v in stored.items() if k != "--log-interval"}
+    committed.check_record(rec, settings=now)
+    with pytest.raises(ResultsError, match=r"made with other settings: --lr: 2e-3 vs 1e-3"):
+        committed.check_record(rec, settings={**now, "--lr": "1e-3"})
 
 
 @pytest.mark.parametrize(

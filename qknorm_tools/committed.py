@@ -74,7 +74,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _is_setting(option: str) -> bool:
-    """Whether a fairseq-train option is a setting of the run (not a path, the printing, the seed)."""
+    """Whether a fairseq-train option is a setting of the run (no path, printing or seed)."""
     return option not in PATH_OPTIONS and option not in LOG_OPTIONS and option != "--seed"
 
 

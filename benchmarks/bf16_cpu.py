@@ -63,6 +63,7 @@ import torch
 
 from qknorm_model_tools import bf16_timing as bt
 from qknorm_model_tools.bf16_timing import EXPLICIT, MODES, speedup
+from qknorm_tools.committed import portable_paths
 
 from . import common as c
 from . import e2e, options, summary
@@ -350,8 +351,8 @@ def main(argv=None) -> int:
                 a.out.write_text(json.dumps(res, indent=1, default=str) + "\n")  # partial
                 options.log(f"section {name} done:\n{markdown(res)}")
     res["total_wall_s"] = time.perf_counter() - t0
-    a.out.write_text(json.dumps(res, indent=1, default=str) + "\n")
-    md = markdown(res)
+    a.out.write_text(portable_paths(json.dumps(res, indent=1, default=str)) + "\n")
+    md = portable_paths(markdown(res))
     a.out.with_suffix(".md").write_text(md + "\n")
     print(md)
     options.log(f"wrote {a.out} and {a.out.with_suffix('.md')} in {res['total_wall_s']:.0f}s")

@@ -47,6 +47,8 @@ import torch
 # plugin logs through tensorboard itself): not the first line of --help or of a report
 logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
 
+from qknorm_tools.committed import portable_paths  # noqa: E402
+
 from . import common as c  # noqa: E402  (after the logger above: imports fairseq)
 from .e2e import (  # noqa: E402
     section_batches,
@@ -146,8 +148,8 @@ def main(argv=None) -> int:
     res["total_wall_s"] = time.perf_counter() - t_start
     res["targets"] = targets(res)
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(res, indent=1, default=str) + "\n")
-    md = markdown(res)
+    a.out.write_text(portable_paths(json.dumps(res, indent=1, default=str)) + "\n")
+    md = portable_paths(markdown(res))
     a.out.with_suffix(".md").write_text(md + "\n")
     print(md)
     log(f"wrote {a.out} and {a.out.with_suffix('.md')} in {res['total_wall_s']:.0f}s")

@@ -58,6 +58,7 @@ __all__ = [
     "read_record",
     "record_dir",
     "settings_difference",
+    "portable_paths",
     "write_record",
 ]
 
@@ -150,6 +151,24 @@ def command_settings(command: str) -> dict[str, object]:
         out.pop(tok, None)
         out[tok] = value
     return out
+
+
+def portable_paths(text: str, bases: Sequence[str | Path] = ()) -> str:
+    """``text`` (a committed result's JSON or Markdown) without the paths of the machine.
+
+    A path under the repository, the working directory or one of ``bases`` becomes relative to
+    it (``/work/main/data/bin/gl-en`` -> ``data/bin/gl-en``); one under the temporary directory
+    starts with ``$TMPDIR``. The rest of the text is kept as it is.
+    """
+    import tempfile
+
+    roots = {str(Path(b).resolve()) for b in (REPO, Path.cwd(), *bases)} - {"/"}
+    for root in sorted(roots, key=len, reverse=True):
+        text = re.sub(rf"(?<![\w./]){re.escape(root)}/", "", text)
+    tmp = str(Path(tempfile.gettempdir()).resolve())
+    if tmp != "/":
+        text = re.sub(rf"(?<![\w./]){re.escape(tmp)}/", "$TMPDIR/", text)
+    return text
 
 
 def portable_command(command: str) -> str:

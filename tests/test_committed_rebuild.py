@@ -131,7 +131,29 @@ def test_no_committed_result_holds_a_path_of_the_machine_that_made_it():
     dump used to hold /work/... paths: every committed file under results/ is free of them
     (records store the command relative to the work dir: committed.portable_command)."""
     texts = {
-        p: (REPO / p).read_text(encoding="utf-8", errors="replace") for p in _tracked("results")
+        p: (REPO / p).read_text(encoding="utf-8", errors="replace")
+        for p in [*_tracked("results"), *_tracked("benchmarks/results")]
     }
     found = [p for p, text in texts.items() if MACHINE_PATH.search(text)]
     assert found == []
+
+
+def test_benchmark_results_are_written_without_the_machines_paths(tmp_path, monkeypatch):
+    """benchmarks.run and benchmarks.bf16_cpu write their JSON and Markdown through
+    committed.portable_paths: the checkout's and the working directory's paths become relative,
+    the temporary directory's start with $TMPDIR; other text is kept."""
+    import tempfile
+
+    from qknorm_tools.committed import portable_paths
+
+    monkeypatch.chdir(tmp_path)
+    tmp = Path(tempfile.gettempdir()).resolve()
+    text = (
+        f'"command": "--e2e-data {REPO}/data/bin/gl-en --out {tmp}/x/b.json", '
+        f"from `{tmp_path}/runs/a`, /other/place/{REPO.name}/kept, 1/2"
+    )
+    assert portable_paths(text) == (
+        '"command": "--e2e-data data/bin/gl-en --out $TMPDIR/x/b.json", '
+        f"from `runs/a`, /other/place/{REPO.name}/kept, 1/2"
+    )
+    assert portable_paths("/srv/w/a and /srv/wx/b", bases=["/srv/w"]) == "a and /srv/wx/b"

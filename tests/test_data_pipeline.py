@@ -251,7 +251,7 @@ BAD_CASES = {
     "empty_line": ("dev.en", _set_line(3, b""), ["dev.en:3: empty line"]),
     "invalid_utf8": ("train.gl", _set_line(5, b"ol\xff \xfe mundo"), ["train.gl:5: invalid UTF-8"]),
     "crlf": ("test.en", _set_line(2, b"the house .\r"), ["test.en:2: CRLF"]),
-    # issue 22: passed the checks, then broke BPE (the whole family: tests/test_corpus_checks.py)
+    # issue 22: passed the checks, then broke BPE (the whole family: tests/test_corpus.py)
     "tab": ("train.gl", _set_line(6, b"ola\tmundo ."), ["train.gl:6: tab (U+0009) at character 4"]),
     "line_separator": (
         "dev.en",

@@ -3,6 +3,7 @@
 its data or environment. In-process: each case calls the module's ``main(argv)``."""
 
 import importlib
+import subprocess
 import sys
 from pathlib import Path
 
@@ -10,7 +11,13 @@ import pytest
 
 from qknorm_tools import exits
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import (
+    FAR_BOUND,
+    REPO,
+    cli_env,
+    out,
+)
+
 PACKAGES = ("qknorm_tools", "qknorm_model_tools", "benchmarks", "fairseq_qknorm")
 
 
@@ -313,3 +320,81 @@ def test_an_integer_option_below_1_is_a_usage_error_naming_it(
     assert _status(module, argv, monkeypatch) == exits.USAGE
     err = capsys.readouterr().err
     assert f"argument {option}" in err and "expected a positive integer" in err
+
+
+@pytest.mark.parametrize(
+    "tool", ["attention_dump", "average_checkpoints", "translate", "bf16_auto"]
+)
+def test_a_model_tools_help_is_not_preceded_by_fairseqs_noise(tool):
+    """``python -m qknorm_model_tools.TOOL --help`` imports fairseq (through the plugin) before
+    the tool's main(): its import-time INFO line ("Please install tensorboardX") stays off
+    stderr."""
+    p = subprocess.run(
+        [sys.executable, "-m", f"qknorm_model_tools.{tool}", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=cli_env(),
+        timeout=FAR_BOUND,
+    )
+    assert p.returncode == 0 and p.stdout.startswith("usage: "), out(p)
+    assert p.stderr == "", out(p)
+
+
+def _package_modules(package: str):
+    """Every module of ``package``, as ``python -m`` names it, and whether its source has a
+    ``__main__`` block (read from the file, independently of ``COMMANDS``)."""
+    pkg = REPO / package
+    for path in sorted(pkg.rglob("*.py")):
+        if path.name in ("__init__.py", "__main__.py"):
+            continue
+        name = ".".join(path.relative_to(REPO).with_suffix("").parts)
+        yield name, 'if __name__ == "__main__"' in path.read_text(encoding="utf-8")
+
+
+def test_the_commands_are_the_modules_with_a_main_block():
+    import qknorm_model_tools
+
+    tools = _package_modules("qknorm_model_tools")
+    assert set(qknorm_model_tools.COMMANDS) == {n.split(".", 1)[1] for n, main in tools if main}
+    assert not [n for n, main in _package_modules("fairseq_qknorm") if main]  # the plugin: none
+    p = subprocess.run(
+        [sys.executable, "-m", "qknorm_model_tools"], cwd=REPO, env=cli_env(),
+        capture_output=True, text=True, timeout=FAR_BOUND,
+    )  # fmt: skip
+    assert p.returncode == 0 and p.stderr == "", out(p)
+    assert p.stdout.splitlines()[1:] == [
+        f"  python -m qknorm_model_tools.{c}" for c in qknorm_model_tools.COMMANDS
+    ]
+
+
+@pytest.mark.parametrize(
+    "module",
+    [n for n, _ in _package_modules("fairseq_qknorm")]
+    # a command's old path (before the tools left the plugin) says where the commands went
+    + ["fairseq_qknorm.translate"]
+    + [n for n, has_main in _package_modules("qknorm_model_tools") if not has_main],
+)
+def test_a_library_module_run_as_a_command_says_so(module):
+    # python -m fairseq_qknorm.bpe --help used to end in "ValueError: Cannot register
+    # duplicate bpe (pipeline)" (the package had registered it already); others printed nothing
+    p = subprocess.run(
+        [sys.executable, "-m", module, "--help"], cwd=REPO, env=cli_env(),
+        capture_output=True, text=True, timeout=FAR_BOUND,
+    )  # fmt: skip
+    assert p.returncode == 1, out(p)
+    assert p.stdout == ""
+    if module.startswith("fairseq_qknorm."):
+        expected = (
+            f"error: {module} is not a command: fairseq_qknorm is a fairseq plugin (--user-dir "
+            "fairseq_qknorm, docs/usage.md) whose modules are libraries. The commands that run "
+            "its models are python -m qknorm_model_tools.NAME (python -m qknorm_model_tools "
+            "lists them)"
+        )
+    else:
+        expected = (
+            f"error: {module} is a library module, not a command. The commands: python -m "
+            "qknorm_model_tools.translate, python -m qknorm_model_tools.bf16_auto, python -m "
+            "qknorm_model_tools.attention_dump, python -m qknorm_model_tools.average_checkpoints"
+        )
+    assert p.stderr.splitlines() == [expected]

@@ -283,7 +283,7 @@ def test_lr_sweep_profile_lr_is_the_profiles_run(tmp_path):
     )  # fmt: skip
     assert p.returncode == 0, out(p)
     saves = [Path(flag(c, "--save-dir")).parent for c in train_commands(p.stdout)]
-    # 0.001 is 1e-3 (written another way: 0.001,1e-3 is refused as a repeat, test_small_fixes),
+    # 0.001 is 1e-3 (written another way: 0.001,1e-3 is refused as a repeat, test_scripts),
     # and 1e-3 at the profile's own budget is the 2x2 ablation's run (reused, never retrained)
     assert [s.relative_to(tmp_path).as_posix() for s in saves] == [
         "runs/gl-en/cpu-proxy-fast-max-update-1/twt/seed1-lr0",

@@ -18,10 +18,12 @@ from qknorm_tools import (
     trainlog,
 )
 
-from conftest import FAR_BOUND
+from conftest import (
+    FAR_BOUND,
+    REPO,
+)
 
 FIX = Path(__file__).parent / "fixtures"
-REPO = Path(__file__).resolve().parents[1]
 BASE_LOG = FIX / "train_baseline.log"
 QK_LOG = FIX / "train_qknorm.log"
 QK_JSON_LOG = FIX / "train_qknorm_json.log"
@@ -244,3 +246,27 @@ def test_calibration_figure_from_dev_curves(tmp_path):
     no_valid.write_text(lines[0] + "\n")
     with pytest.raises(plots_common.PlotInputError, match="no dev loss"):
         plots_training.plot_calibration({"d128": str(no_valid)}, tmp_path / "d.png")
+
+
+def test_train_loss_panel_shows_a_run_with_one_point(tmp_path, monkeypatch):
+    from qknorm_tools import plots_training
+
+    log = tmp_path / "train.log"
+    log.write_text(
+        "2026-12-01 00:00:00 | INFO | train_inner | epoch 001:      1 / 10 loss=9.0, "
+        "num_updates=1\n"
+        "2026-12-01 00:00:01 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.5 | "
+        "num_updates 1\n"
+    )
+    figs = []
+    monkeypatch.setattr(plots_training, "_save", lambda fig, out: figs.append(fig) or str(out))
+    plots_training.plot_curves({"demo": str(log)}, tmp_path / "c.png")
+    (line,) = figs[0].axes[0].lines
+    assert (list(line.get_xdata()), list(line.get_ydata()), line.get_marker()) == ([1], [9.0], "o")
+    two = tmp_path / "two.log"
+    two.write_text(log.read_text().replace("loss=9.0, num_updates=1", "loss=9.0, num_updates=1\n"
+                   "2026-12-01 00:00:00 | INFO | train_inner | epoch 001: 2 / 10 loss=8.0, "
+                   "num_updates=2"))  # fmt: skip
+    plots_training.plot_curves({"demo": str(two)}, tmp_path / "c2.png")
+    (line,) = figs[1].axes[0].lines
+    assert list(line.get_xdata()) == [1, 2] and line.get_marker() in ("", "None")

@@ -11,7 +11,11 @@ from pathlib import Path
 
 from qknorm_tools import commands, committed, config, progress, trainlog
 
-from conftest import FAR_BOUND, REPO, run_progress_filter
+from conftest import (
+    FAR_BOUND,
+    REPO,
+    run_progress_filter,
+)
 
 #: a progress line of the demo's QKNorm system as fairseq logs it (3+3 layers: 9 attention
 #: modules, each with entropy, max logit and g; the model logs them before fairseq's own keys)
@@ -118,3 +122,140 @@ def test_a_budget_below_the_log_interval_logs_every_budget_updates():
         )
         is None
     )
+
+
+TB = "| INFO | fairseq.tasks.text_to_speech | Please install tensorboardX: pip install tensorboardX"
+
+
+LOG = f"""2026-12-01 20:37:15 {TB}
+/venv/hydra/experimental/initialize.py:45: Hydra14MigrationWarning:
+The version_base parameter is not specified.
+  self.delegate = real_initialize(
+sys:1: UserWarning:
+'config' is validated against ConfigStore schema with the same name.
+2026-12-01 20:37:25 | INFO | fairseq_cli.train | {{'_name': None, 'common': {{'seed': 1}}}}
+2026-12-01 20:37:26 | INFO | fairseq.tasks.translation | [gl] dictionary: 80 types
+2026-12-01 20:37:27 | INFO | fairseq_cli.train | TransformerQKNormModel(
+  (encoder): TransformerQKNormEncoder(
+  )
+)
+2026-12-01 20:37:27 | INFO | fairseq_cli.train | task: TranslationWordDropoutTask
+/venv/fairseq/tasks/fairseq_task.py:531: FutureWarning: `torch.cuda.amp.autocast` is deprecated.
+  with torch.cuda.amp.autocast(enabled=(isinstance(optimizer, AMPOptimizer))):
+2026-12-01 20:38:12 | INFO | train_inner | epoch 001:      2 / 10 loss=8.0, num_updates=2
+Traceback (most recent call last):
+  File "x.py", line 1, in <module>
+FloatingPointError: Minimum loss scale reached
+"""
+
+
+def test_terminal_leaves_out_fairseqs_noise_not_errors():
+    from qknorm_tools import progress
+
+    buf = io.BytesIO()
+    lines = [x.encode() + b"\n" for x in LOG.splitlines()]
+    progress.TrainEta(0, 1).filter(lines, buf, heartbeat=0, quiet=True)
+    assert buf.getvalue().decode().splitlines() == [
+        "(Python warnings of fairseq's dependencies: not shown, see train.log)",
+        "2026-12-01 20:37:25 | INFO | fairseq_cli.train | (the full configuration: see train.log)",
+        "2026-12-01 20:37:26 | INFO | fairseq.tasks.translation | [gl] dictionary: 80 types",
+        "2026-12-01 20:37:27 | INFO | fairseq_cli.train | (the model's structure: see train.log)",
+        "2026-12-01 20:37:27 | INFO | fairseq_cli.train | task: TranslationWordDropoutTask",
+        "2026-12-01 20:38:12 | 2/10 updates, ETA ? (at most: max-epoch 1) | epoch 001: 2 / 10 | "
+        "loss=8.0",
+        "Traceback (most recent call last):",
+        '  File "x.py", line 1, in <module>',
+        "FloatingPointError: Minimum loss scale reached",
+    ]
+    buf = io.BytesIO()  # without quiet (train.log's copy): every line
+    progress.TrainEta(0, 1).filter(lines, buf, heartbeat=0)
+    assert len(buf.getvalue().splitlines()) == len(lines)
+
+
+def test_in_process_fairseq_log_leaves_out_its_noise_not_its_warnings():
+    """The translate helper's terminal (progress.TerminalLogHandler): fairseq's INFO records and
+    its dependencies' Python warnings are left out as in train.sh's terminal; warnings and
+    errors of fairseq are shown in its log format."""
+    import logging
+    import re
+    import warnings
+
+    from qknorm_tools import progress
+
+    buf = io.StringIO()
+    handler = progress.TerminalLogHandler("--verbose shows them", stream=buf)
+    log = logging.getLogger("fairseq.test_terminal")
+    log.propagate, py_log = False, logging.getLogger("py.warnings")
+    log.addHandler(handler)
+    py_log.addHandler(handler)
+    # order-independent: a test before may have run quiet_fairseq_logging in this process
+    # (bf16_auto), leaving Python warnings captured (captureWarnings(True) is then a no-op)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        logging.captureWarnings(False)
+        try:
+            log.setLevel(logging.INFO)
+            logging.captureWarnings(True)
+            log.info("loading archive file /x")
+            logging.getLogger("fairseq.tasks.text_to_speech").handle(
+                log.makeRecord("fairseq.tasks.text_to_speech", logging.WARNING, "f", 1,
+                               "Please install tensorboardX: pip install tensorboardX", (), None)
+            )  # fmt: skip
+            warnings.warn_explicit(
+                "`torch.cuda.amp.autocast` is deprecated", FutureWarning, "x.py", 3
+            )
+            warnings.warn_explicit("another one", UserWarning, "y.py", 4)
+            log.warning("the checkpoint has no %s", "optimizer state")
+            try:
+                raise ValueError("bad")
+            except ValueError:
+                log.exception("cannot load")
+        finally:
+            logging.captureWarnings(False)
+            log.removeHandler(handler)
+            py_log.removeHandler(handler)
+    lines = [
+        re.sub(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", "T", x) for x in buf.getvalue().splitlines()
+    ]
+    assert lines[:3] == [
+        "(Python warnings of fairseq's dependencies: not shown, --verbose shows them)",
+        "T | WARNING | fairseq.test_terminal | the checkpoint has no optimizer state",
+        "T | ERROR | fairseq.test_terminal | cannot load",
+    ]
+    assert lines[3] == "Traceback (most recent call last):" and lines[-1] == "ValueError: bad"
+
+
+def test_a_line_before_the_first_progress_line():
+    """Before fairseq's first train_inner line (every --log-interval updates) the terminal says
+    training runs; it stops at the first progress line."""
+    import re
+    import time
+
+    from qknorm_tools import progress
+
+    lines, text, t = run_progress_filter(progress.TrainEta(100), heartbeat=0.2)
+    lines.put(b"2026-12-01 20:00:00 | INFO | fairseq_cli.train | Start iterating over samples\n")
+    t0 = time.time()
+    while text().count("| training for ") < 2:  # the event: two lines; a far bound only
+        assert time.time() - t0 < FAR_BOUND, text()
+        time.sleep(0.05)
+    lines.put(b"2026-12-01 20:01:00 | INFO | train_inner | epoch 001:     50 / 100 loss=9.0, "
+              b"ups=1.0, num_updates=50, wall=60\n")  # fmt: skip
+    while "ETA" not in text():
+        assert time.time() - t0 < FAR_BOUND, text()
+        time.sleep(0.05)
+    shown = text().count("| training for ")
+    time.sleep(0.5)  # more than two heartbeats: none may come after the progress line
+    lines.put(None)
+    t.join(FAR_BOUND)
+    assert text().count("| training for ") == shown
+    got = text().splitlines()
+    assert all(
+        re.fullmatch(
+            r"\| training for \d+ s, no progress line yet: fairseq prints one every "
+            r"--log-interval updates, the ETA comes with the first",
+            x,
+        )
+        for x in got[1 : shown + 1]
+    ), got
+    assert got[-1].startswith("2026-12-01 20:01:00 | 50/100 updates, ETA 0:01 | epoch 001: 50")

@@ -11,6 +11,7 @@ import pytest
 from conftest import (
     FAR_BOUND,
     GL_WORDS,
+    REPO,
     cli_env,
     make_env,
     make_tiny_ted,
@@ -136,3 +137,177 @@ def test_unseen_character_warning_counts_and_shows_the_first_examples():
         "letter z, line 2, 1 time), and 5 more; the pieces holding them reach the model as <unk>"
     )
     assert unseen_character_warning(["a b\tc"], set("abc"), "stdin", "D") is None
+
+
+def test_translate_names_the_runs_that_exist(tmp_path):
+    runs = tmp_path / "runs" / "gl-en"
+    for rel in ("cpu-proxy-max-update-5/qknorm_paper/seed1-bf16", "cpu-proxy/qknorm_paper/seed2",
+                "cpu-proxy/twt/seed1", "cpu-proxy/qknorm_paper/seed3-lr3e-3"):  # fmt: skip
+        (runs / rel / "checkpoints").mkdir(parents=True)
+        (runs / rel / "checkpoints" / "checkpoint_best.pt").write_bytes(b"")
+    env = make_env(tmp_path)
+
+    def translate(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "qknorm_model_tools.translate", *args], input="ola\n", cwd=REPO,
+            env=env, capture_output=True, text=True, timeout=FAR_BOUND,
+        )  # fmt: skip
+
+    def not_found(*args):
+        """The last stderr line of a translate call that must exit 1."""
+        p = translate(*args)
+        assert p.returncode == 1, out(p)
+        return p.stderr.splitlines()[-1]
+
+    assert not_found("gl-en", "qknorm_paper") == (
+        f"error: checkpoint {runs}/cpu-proxy/qknorm_paper/seed1/checkpoints/checkpoint_best.pt "
+        "not found: run scripts/train.sh gl-en qknorm_paper --profile cpu-proxy --seed 1 first; "
+        "runs of this pair and system that have one: runs/gl-en/cpu-proxy/qknorm_paper/seed2 "
+        "(--profile cpu-proxy --seed 2); runs/gl-en/cpu-proxy/qknorm_paper/seed3-lr3e-3; "
+        "runs/gl-en/cpu-proxy-max-update-5/qknorm_paper/seed1-bf16 (--profile cpu-proxy "
+        "--max-update 5 --seed 1 --bf16-autocast)"
+    )
+    # looking for bf16 runs (QKNORM_BF16=1, or the profile's auto on a bf16 CPU): the fp32 runs
+    # it lists say how to select them
+    env["QKNORM_BF16"] = "1"
+    assert not_found("gl-en", "qknorm_paper", "--seed", "2") == (
+        f"error: checkpoint {runs}/cpu-proxy/qknorm_paper/seed2-bf16/checkpoints/"
+        "checkpoint_best.pt not found: run scripts/train.sh gl-en qknorm_paper --profile "
+        "cpu-proxy --seed 2 first; runs of this pair and system that have one: "
+        "runs/gl-en/cpu-proxy/qknorm_paper/seed2 (--profile cpu-proxy --seed 2, with "
+        "QKNORM_BF16=0 and no --bf16-autocast); runs/gl-en/cpu-proxy/qknorm_paper/seed3-lr3e-3; "
+        "runs/gl-en/cpu-proxy-max-update-5/qknorm_paper/seed1-bf16 (--profile cpu-proxy "
+        "--max-update 5 --seed 1 --bf16-autocast)"
+    )
+    env["QKNORM_BF16"] = "0"
+    p = translate("gl-en", "no_such_system")
+    assert p.returncode == 2 and "unknown system 'no_such_system'" in p.stderr, out(p)
+    # --checkpoint avgN as evaluate.sh takes it: the file evaluate.sh --checkpoint avgN makes,
+    # from a run that keeps at least N checkpoints to average (update checkpoints here)
+    seed4 = runs / "cpu-proxy/qknorm_paper/seed4/checkpoints"
+    seed4.mkdir(parents=True)
+    for u in (400, 800, 1200):
+        (seed4 / f"checkpoint_1_{u}.pt").write_bytes(b"")
+    assert not_found("gl-en", "qknorm_paper", "--seed", "4", "--checkpoint", "avg3") == (
+        f"error: checkpoint {seed4}/checkpoint_avg3.pt "
+        "not found: run scripts/evaluate.sh gl-en qknorm_paper --profile cpu-proxy --seed 4 "
+        "--checkpoint avg3 (it averages the last 3 checkpoints) first; no run of gl-en "
+        "qknorm_paper has a checkpoint_avg3.pt"
+    )
+    # ... and from one that keeps fewer (a short try keeps only best and last): no advice to
+    # run evaluate.sh, which would fail too
+    for ckpt, fewer in (("avg3", ""), ("avg4", ", or avg3")):
+        seed = "2" if ckpt == "avg3" else "4"
+        kept = 0 if ckpt == "avg3" else 3
+        assert not_found("gl-en", "qknorm_paper", "--seed", seed, "--checkpoint", ckpt) == (
+            f"error: checkpoint {runs}/cpu-proxy/qknorm_paper/seed{seed}/checkpoints/"
+            f"checkpoint_{ckpt}.pt not found, and its run keeps {kept} checkpoints to average "
+            f"(checkpointE.pt or checkpoint_E_U.pt), fewer than {ckpt[3:]}: use --checkpoint "
+            f"best or last{fewer} (a short try, or a profile with --no-epoch-checkpoints, keeps "
+            "none)"
+        )
+    for bad in ("avg0", "avgx", "avg", "worst"):
+        p = translate("gl-en", "qknorm_paper", "--checkpoint", bad)
+        assert p.returncode == 2, out(p)
+        assert p.stderr.splitlines()[-1].endswith(
+            f"--checkpoint must be best, last or avgN (e.g. avg5), got '{bad}'"
+        ), out(p)
+
+
+def test_translate_checkpoint_names_are_evaluate_shs():
+    """best, last and avgN name the files evaluate.sh decodes; other names are refused."""
+    from qknorm_model_tools.translate import checkpoint_file_name
+
+    assert [checkpoint_file_name(c) for c in ("best", "last", "avg1", "avg10")] == [
+        "checkpoint_best.pt", "checkpoint_last.pt", "checkpoint_avg1.pt", "checkpoint_avg10.pt"
+    ]  # fmt: skip
+    for bad in ("avg0", "avg-1", "avg٣", "Best", ""):
+        with pytest.raises(ValueError, match="must be best, last or avgN"):
+            checkpoint_file_name(bad)
+
+
+def test_translate_warns_of_characters_the_pipeline_refuses(tmp_path):
+    """No-break spaces, tabs and control characters in translate's input: translated as they
+    are, with a warning naming the first line (the corpus checks refuse them)."""
+    from qknorm_model_tools.translate import bad_character_warning
+
+    assert bad_character_warning(["ola mundo", "bo dia"], "in.gl") is None
+    lines = ["ola mundo", "ola\u00a0mundo", "un\tdous", "tres\u202fcatro"]
+    assert bad_character_warning(lines, "in.gl") == (
+        "in.gl:2: no-break space (U+00A0) at character 4: a word boundary for fairseq's "
+        "tokenizer but not for BPE tools (subword-nmt splits words on U+0020 only and leaves a "
+        "stray @@ token); replace it by a space; 2 more lines hold such characters; translated "
+        "as it is"
+    )
+    assert bad_character_warning(lines[:3], "stdin").endswith(
+        "; 1 more line holds such characters; translated as it is"
+    )
+    # said by the command before anything else (here: before the missing run's error)
+    p = subprocess.run(
+        [sys.executable, "-m", "qknorm_model_tools.translate", "gl-en", "twt"],
+        input="ola\u00a0mundo\n", cwd=REPO, env=make_env(tmp_path), capture_output=True,
+        text=True, timeout=FAR_BOUND,
+    )  # fmt: skip
+    assert p.returncode == 1, out(p)
+    warnings = [line for line in p.stderr.splitlines() if line.startswith("warning: ")]
+    assert warnings == [
+        "warning: stdin:1: no-break space (U+00A0) at character 4: a word boundary for "
+        "fairseq's tokenizer but not for BPE tools (subword-nmt splits words on U+0020 only and "
+        "leaves a stray @@ token); replace it by a space; translated as it is"
+    ], out(p)
+
+
+def test_translate_warns_of_a_byte_order_mark_and_empty_lines(tmp_path):
+    """helper-12: a BOM (refused by the corpus checks) and empty lines (translated by fairseq
+    to a made-up sentence) went by without a word; an --output that is a directory was said
+    only after the model loaded."""
+    from qknorm_model_tools.translate import bad_character_warning, empty_line_warning
+
+    assert bad_character_warning(["\ufeffola mundo", "bo dia"], "in.gl") == (
+        "in.gl:1: UTF-8 byte order mark (U+FEFF) at character 1: it becomes part of the first "
+        "word; translated as it is"
+    )
+    assert empty_line_warning(["ola", "bo dia"], "in.gl") is None
+    assert empty_line_warning(["ola", "", "  ", "bo dia"], "in.gl") == (
+        "in.gl:2: an empty line (2 in all): fairseq translates an empty source to a sentence of "
+        "its own, not to an empty line; translated as it is"
+    )
+    p = subprocess.run(
+        [sys.executable, "-m", "qknorm_model_tools.translate", "gl-en", "twt",
+         "--output", tmp_path],
+        input="ola\n\n", cwd=REPO, env=make_env(tmp_path), capture_output=True, text=True,
+        timeout=FAR_BOUND,
+    )  # fmt: skip
+    assert p.returncode == 1, out(p)
+    assert p.stderr.splitlines() == [
+        "warning: stdin:2: an empty line (1 in all): fairseq translates an empty source to a "
+        "sentence of its own, not to an empty line; translated as it is",
+        f"error: --output {tmp_path} is a directory: name a file",
+    ], out(p)
+
+
+def test_translate_names_the_bad_line_and_the_first_step_of_a_missing_run(tmp_path):
+    """Bytes that are not UTF-8: the line and the byte in it (1-based); --checkpoint avgN of a
+    run that does not exist yet: train first, then average (not evaluate.sh alone)."""
+    env = make_env(tmp_path)
+
+    def translate(data: bytes, *args):
+        return subprocess.run(
+            [sys.executable, "-m", "qknorm_model_tools.translate", "gl-en", "twt", *args],
+            input=data, cwd=REPO, env=env, capture_output=True, timeout=FAR_BOUND,
+        )  # fmt: skip
+
+    p = translate(b"ola mundo\nbo \xa0dia\n")
+    assert p.returncode == 1, p.stderr
+    assert p.stderr.decode().splitlines()[-1] == (
+        "error: stdin:2: invalid UTF-8 (byte 0xa0 at byte 4 of the line)"
+    )
+    p = translate(b"ola\n", "--checkpoint", "avg3", "--max-update", "20")
+    assert p.returncode == 1, p.stderr
+    run = tmp_path / "runs/gl-en/cpu-proxy-max-update-20/twt/seed1/checkpoints/checkpoint_avg3.pt"
+    assert p.stderr.decode().splitlines()[-1] == (
+        f"error: checkpoint {run} not found: no run there yet; run scripts/train.sh gl-en twt "
+        "--profile cpu-proxy --seed 1 --max-update 20, then scripts/evaluate.sh with the same "
+        "options and --checkpoint avg3 (it averages the last 3 checkpoints); no run of gl-en twt "
+        "has a checkpoint_avg3.pt"
+    )

@@ -1,4 +1,5 @@
-"""Reports never degrade what is committed (issue 37, item 5): on a fresh clone at another path,
+"""Committed results (qknorm_tools.committed): reports never degrade what is committed. On a fresh
+clone at another path,
 with no prepared data and no runs, rebuilding every committed results directory that holds a
 runs.json either gives the committed files byte for byte or is refused with nothing touched.
 In-process (collect, evaluate); the clone is a ``git clone`` of this checkout's HEAD."""

@@ -1,4 +1,5 @@
-"""An output the tools cannot write (issue 22's new-user trial): the error names the output's
+"""qknorm_tools.textio: fairseq-generate failures explained from the real errors, and an output
+the tools cannot write: the error names the output's
 own path (never its temporary ``.tmp``/``.partial`` sibling, never ``-``), the exit status is 1
 (an output error; 2 is for usage and input errors), and an existing output is left intact.
 
@@ -8,6 +9,7 @@ write fails part way, as on a full disk, with an ``OSError`` that names no file.
 
 from __future__ import annotations
 
+import io
 import json
 import resource
 import signal
@@ -16,6 +18,8 @@ import sys
 
 import pytest
 from test_collect import _finished_run
+
+from qknorm_tools.textio import explain_generate_failure
 
 from conftest import FAR_BOUND, REPO, cli_env, out
 
@@ -208,3 +212,51 @@ def test_compare_refuses_to_write_over_one_of_its_inputs(tmp_path, which):
     assert p.returncode == 2, out(p)
     assert f"--out {link} is the {which} file {files[which]}: it would be overwritten" in p.stderr
     assert all(f.read_text() == "a b c\nd e f\n" for f in files.values())
+
+
+def test_an_output_error_exits_1(tmp_path):
+    ref = tmp_path / "ref"
+    ref.write_text("a b\n")
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    p = subprocess.run(
+        [sys.executable, "-m", "qknorm_tools.evaluate", "compare", "--ref", ref, "--baseline",
+         ref, "--system", ref, "--allow-few-lines", "--n-bootstrap", "5", "--n-ar", "5",
+         "--out", blocker / "cmp.txt"],
+        cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=FAR_BOUND,
+    )  # fmt: skip
+    assert p.returncode == 1, out(p)
+    assert p.stderr.splitlines()[-1] == (
+        f"error: cannot write {blocker}/cmp.txt: cannot make its directory ({blocker}: File exists)"
+    ), out(p)
+
+
+def test_generate_failures_are_explained_from_the_real_errors(tmp_path):
+    import torch
+
+    buf = io.BytesIO()
+    torch.save({"model": torch.zeros(100)}, buf)
+    cut = tmp_path / "checkpoint_best.pt"
+    cut.write_bytes(buf.getvalue()[:200])
+    with pytest.raises(Exception) as e:
+        torch.load(cut, weights_only=False)
+    log = f"Traceback (most recent call last):\n  ...\n{type(e.value).__name__}: {e.value}\n"
+    msg = explain_generate_failure(log, str(cut), "data/bin/gl-en")
+    assert msg.startswith(f"{cut} is truncated or not a checkpoint (RuntimeError: PytorchStream")
+    assert msg.endswith(
+        "restore it, or retrain (scripts/train.sh resumes from checkpoints/checkpoint_last.pt)"
+    )
+    # another dictionary: the embedding has another number of rows
+    with pytest.raises(RuntimeError) as e:
+        torch.nn.Embedding(10, 4).load_state_dict(torch.nn.Embedding(12, 4).state_dict())
+    log = f"Traceback (most recent call last):\nRuntimeError: {e.value}\n"
+    assert explain_generate_failure(log, "ck.pt", "data/bin/gl-en") == (
+        "ck.pt was made with another dictionary or model size than data/bin/gl-en (size "
+        "mismatch for weight: copying a param with shape torch.Size([12, 4]) from checkpoint, "
+        "the shape in current model is torch.Size([10, 4]).): decode it with the data it was "
+        "trained on (data/bin/PAIR), or retrain it on these"
+    )
+    assert explain_generate_failure("x\nValueError: odd\n", "ck.pt", "b") == (
+        "fairseq-generate failed (ValueError: odd)"
+    )
+    assert explain_generate_failure("", "ck.pt", "b") == "fairseq-generate failed"

@@ -1,7 +1,7 @@
-"""Paired tests on too few sentences are refused (``compare``) or flagged (everywhere), and a
-system identical to the baseline is named (issue 22: on a 1-sentence test set ``compare``
-printed p(bs) = 0.0010, p(ar) = 0.0001 and a CI of +- 0.00, and comparing a file with itself
-gave p = 1.0 without saying why)."""
+"""qknorm_tools.significance: paired tests on too few sentences are refused (``compare``) or
+flagged (everywhere), and a system identical to the baseline is named (issue 22: on a 1-sentence
+test set ``compare`` printed p(bs) = 0.0010, p(ar) = 0.0001 and a CI of +- 0.00, and comparing a
+file with itself gave p = 1.0 without saying why)."""
 
 from __future__ import annotations
 

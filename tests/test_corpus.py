@@ -1,4 +1,4 @@
-"""Bad corpora that used to pass the checks (issue 22), each refused where it enters
+"""The corpus checks (qknorm_tools.corpus, corpus_check): bad corpora, each refused where it enters
 (``python -m qknorm_tools.corpus check`` / ``distinct``, run by ``prepare_data.sh`` for every
 corpus, own corpora included), each kind with its whole family: a tab, every character that
 ``str.splitlines`` takes for a line break and every other control character; one file under two
@@ -266,3 +266,23 @@ def test_an_overlap_seen_more_often_than_its_lines_listed_says_so(tmp_path):
     )
     (line,) = corpus_check.overlap_warnings(report, "gl-en")
     assert line.endswith("most frequent: 'ola .' / 'hello .' (6x, lines 1, 2, 3, 4, 5, ...)")
+
+
+def test_corpus_errors_of_extracted_files_name_no_tmp_path(tmp_path):
+    """(Extraction normalizes whitespace, str.split: a line break inside a field becomes a
+    space; a control character stays and is refused, named without the temporary path.)"""
+    from test_data_pipeline import TSV_ROWS, write_tsvs
+
+    data, work = tmp_path / "data", tmp_path / "work"
+    write_tsvs(data)
+    bad = data / "all_talks_train.tsv"
+    row = "\t".join(TSV_ROWS["train"][0])
+    bad.write_text(bad.read_text().replace(row, row.replace("Ahoj svet", "Ahoj\x1bsvet")))
+    write_sums(data)
+    p = run_script("prepare_data.sh", "sk-en", "--data-dir", data, env=make_env(work))
+    assert p.returncode == 1, out(p)
+    assert ".tmp" not in p.stderr, p.stderr
+    assert (
+        f"error: train.sk (as extracted from the TED all-talks TSVs in {data}):1: control "
+        "character U+001B at character 5" in p.stderr
+    ), p.stderr

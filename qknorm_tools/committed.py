@@ -212,9 +212,11 @@ def portable_command(command: str) -> str:
 def settings_difference(a: Mapping[str, object], b: Mapping[str, object]) -> str | None:
     """The first differing option of two :func:`command_settings`, ``None`` when equal.
 
-    As ``--opt: A vs B`` (``absent`` for an option only one of them has).
+    As ``--opt: A vs B`` (``absent`` for an option only one of them has). Options that are no
+    settings (:data:`LOG_OPTIONS`, paths, the seed: a record written before an option stopped
+    being a setting still stores it) are not compared.
     """
-    for key in list(a) + [k for k in b if k not in a]:
+    for key in [k for k in list(a) + [k for k in b if k not in a] if _is_setting(k)]:
         va, vb = a.get(key, "absent"), b.get(key, "absent")
         if va != vb:
             return f"{key}: {va} vs {vb}"
@@ -332,10 +334,7 @@ def read_record(rec_dir, split: str = "test") -> RunRecord:
     rec.source = str(doc_path)
     _check_files_give_the_record(rec, doc.get("record"), doc_path)
     _check_place(rec, rec_dir, doc_path)
-    settings = doc.get("settings")
-    if isinstance(settings, dict):  # a record written before an option stopped being a setting
-        settings = {k: v for k, v in settings.items() if _is_setting(k)}
-    rec.extra = {"settings": settings, "code": doc.get("code") or {}}
+    rec.extra = {"settings": doc.get("settings"), "code": doc.get("code") or {}}
     return rec
 
 

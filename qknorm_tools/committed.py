@@ -40,6 +40,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -55,10 +56,10 @@ __all__ = [
     "code_version",
     "command_settings",
     "merge_runs_and_records",
+    "portable_paths",
     "read_record",
     "record_dir",
     "settings_difference",
-    "portable_paths",
     "write_record",
 ]
 
@@ -160,8 +161,6 @@ def portable_paths(text: str, bases: Sequence[str | Path] = ()) -> str:
     it (``/work/main/data/bin/gl-en`` -> ``data/bin/gl-en``); one under the temporary directory
     starts with ``$TMPDIR``. The rest of the text is kept as it is.
     """
-    import tempfile
-
     roots = {str(Path(b).resolve()) for b in (REPO, Path.cwd(), *bases)} - {"/"}
     for root in sorted(roots, key=len, reverse=True):
         text = re.sub(rf"(?<![\w./]){re.escape(root)}/", "", text)

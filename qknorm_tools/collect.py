@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -179,7 +180,7 @@ def _cmd_runs(a) -> int:
             continue
         for r in (live, rec):
             if r is not None and refs.get(r.pair):
-                r.ref_path = str(Path(refs[r.pair]).resolve())
+                r.ref_path = os.path.abspath(refs[r.pair])  # links kept: data/ may be one
         if live is None:
             n_recorded += 1
             _log(f"from its committed record: {rec.source}")

@@ -211,13 +211,17 @@ def relative_path(path: str, base_dir: str) -> str:
 
 
 def _resolve(path: str, base_dir: str | None) -> str:
-    """An absolute path for ``path``: below ``base_dir`` if it exists there, else as given."""
+    """An absolute path for ``path``: below ``base_dir`` if it exists there, else as given.
+
+    Symbolic links are kept (``os.path.abspath``, not ``Path.resolve``): a ``data/`` linked to a
+    shared corpus copy stays ``data/...`` when the record is written back relative to the checkout.
+    """
     p = Path(path)
     if p.is_absolute():
         return str(p)
     if base_dir is not None and (Path(base_dir) / p).exists():
-        return str((Path(base_dir) / p).resolve())
-    return str(p.resolve()) if p.exists() else str(p)
+        return os.path.abspath(Path(base_dir) / p)
+    return os.path.abspath(p) if p.exists() else str(p)
 
 
 # ---------------------------------------------------------------------------

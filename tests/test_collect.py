@@ -223,6 +223,21 @@ def test_collect_runs_writes_records_and_tables(tmp_path, capsys):
     assert concat["n_lines_concat"] == 20  # 2 seeds x 10 lines, read through the relative paths
 
 
+def test_a_data_dir_that_is_a_symlink_keeps_reference_paths_in_the_checkout(tmp_path):
+    """data/ linked to a shared corpus copy (usual on clusters): runs.json names the reference
+    as data/raw/PAIR/test.en, the path in the checkout, not the link's target."""
+    work, shared = tmp_path / "clone", tmp_path / "shared"
+    run = _finished_run(work)
+    (work / "data").rename(shared)
+    (work / "data").symlink_to(shared)
+    out_dir = work / "results/cpu-proxy/gl-en"
+    args = ["runs", "--work-dir", str(work), "--out-dir", str(out_dir), "--run", str(run)]
+    args += ["--ref", f"gl-en={work}/data/raw/gl-en/test.en", "--no-significance"]
+    assert collect.main(args) == 0
+    (rec,) = json.loads((out_dir / "runs.json").read_text())["runs"]
+    assert rec["ref_path"] == "data/raw/gl-en/test.en"
+
+
 def test_references_of_the_aggregate_are_named(tmp_path, capsys):
     """--ref of a pair no run has is a warning naming it; a pair without --ref, or whose reference
     file is missing, skips the paired tests with a warning naming what is missing; a reference

@@ -39,6 +39,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from . import freshness
 from .ablation import ABLATION_CELLS, ablation_report, write_ablation_report
 from .aggregate import aggregate_results
 from .exits import fail, positive_int, status_of
@@ -155,6 +156,35 @@ def _cmd_score(a) -> int:
     if a.data_id:
         res["data_id"] = a.data_id
     print(_dump(res) if a.json else format_scores(res))
+    return 0
+
+
+def _cmd_finish(a) -> int:
+    """After fairseq-generate, in one process: hypotheses, scores, the made-by record.
+
+    What ``scripts/evaluate.sh`` does once the decoding is written: ``extract`` (the
+    hypotheses in source order, the pair's segmentation removed, exactly ``--n-expected``
+    of them), ``score`` (its JSON written to ``--score`` atomically) and ``freshness write``
+    (the made-by record, written last: an output without it is decoded again). Each step's
+    error names its file and says which step stopped; nothing later is written.
+    """
+    made_by = a.made_by[1:] if a.made_by[:1] == ["--"] else a.made_by
+    fr = freshness.build_parser().parse_args(["write", *made_by])
+    try:
+        mode = BPE_TOOL_SYMBOL[bpe_tool(a.bpe_dir)]
+        hyps = extract_hypotheses(a.generate_output, a.hyp, mode, a.n_expected)
+    except (EvaluationError, OSError) as exc:
+        raise EvaluationError(
+            f"could not extract {a.n_expected} hypotheses from {a.generate_output}: {exc}"
+        ) from exc
+    print(f"wrote {len(hyps)} hypotheses to {a.hyp}", file=sys.stderr)
+    try:
+        res = score_files(a.hyp, a.ref, src_lang=a.src_lang, tgt_lang=a.tgt_lang)
+    except EvaluationError as exc:
+        raise EvaluationError(f"scoring {a.hyp} against {a.ref} failed: {exc}") from exc
+    res["data_id"] = a.data_id
+    write_text_atomic(a.score, _dump(res) + "\n")
+    freshness.write_record(fr.record, freshness.current_settings(fr))
     return 0
 
 
@@ -446,6 +476,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="identity of the data scored (python -m qknorm_tools.provenance), kept in the JSON",
     )
     s.set_defaults(fn=_cmd_score)
+
+    f = sub.add_parser(
+        "finish",
+        help="after fairseq-generate: extract + score + made-by record (scripts/evaluate.sh)",
+    )
+    f.add_argument("--generate-output", required=True, help="captured fairseq-generate stdout")
+    f.add_argument("--hyp", required=True, help="hypothesis file to write")
+    f.add_argument("--bpe-dir", required=True, help="the segmented pair (its bpe.json's tool)")
+    f.add_argument("--n-expected", type=positive_int, required=True, help="lines of the split")
+    f.add_argument("--ref", required=True, help="reference, one per line")
+    f.add_argument("--score", required=True, help="score JSON to write")
+    f.add_argument("--src-lang", required=True, help="source language (in the signatures)")
+    f.add_argument("--tgt-lang", required=True, help="target language (detokenization)")
+    f.add_argument("--data-id", required=True, help="the data's identity, kept in the JSON")
+    f.add_argument(
+        "made_by",
+        nargs=argparse.REMAINDER,
+        help="(after --) RECORD and the arguments of `python -m qknorm_tools.freshness write`",
+    )
+    f.set_defaults(fn=_cmd_finish)
 
     c = sub.add_parser("compare", help="paired bootstrap + approximate randomization vs a baseline")
     c.add_argument("--ref", required=True, help="reference, one per line")

@@ -235,7 +235,13 @@ def write_record(path, record: Mapping[str, str]) -> None:
     write_text_atomic(path, json.dumps({"made_by": dict(record)}, indent=1) + "\n")
 
 
-def _current(a) -> dict[str, str]:
+def current_settings(a: argparse.Namespace) -> dict[str, str]:
+    """The settings a ``check`` / ``write`` command line names (its parsed arguments).
+
+    Raises:
+        OSError: a ``--file`` that cannot be read.
+        ValueError: a malformed ``--set`` or ``--settings-lines``.
+    """
     rec: dict[str, str] = {}
     if a.settings_lines is not None:
         rec.update(parse_lines(a.settings_lines, "--settings-lines"))
@@ -289,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     a = build_parser().parse_args(argv)
     try:
-        current = _current(a)
+        current = current_settings(a)
         if a.cmd == "write":
             write_record(a.record, current)
             return OK

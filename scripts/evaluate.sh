@@ -168,7 +168,7 @@ elif [[ -s "$SCORE" && -f "$HYP" ]]; then
     esac
 fi
 
-QK_CLEANUP+=("$GEN.tmp" "$(dirname -- "$HYP")/.$(basename -- "$HYP").partial" "$SCORE.tmp")  # an interrupted step leaves nothing half-written
+QK_CLEANUP+=("$GEN.tmp" "$(dirname -- "$HYP")/.$(basename -- "$HYP").partial" "$(dirname -- "$SCORE")/.$(basename -- "$SCORE").partial")  # an interrupted step leaves nothing half-written
 N_REF="$(qk_count_lines "$REF")"
 qk_log "decoding $PAIR $SPLIT with $CHECKPOINT (beam $BEAM, lenpen $LENPEN, $N_REF sentences)"
 # progress with an ETA every 30 s while decoding (qknorm_tools.progress), stopped on exit
@@ -190,14 +190,11 @@ OMP_NUM_THREADS="$THREADS" qk_run "${GEN_CMD[@]}" >"$GEN.tmp" 2>"$RUN/$STEM.gen.
 rm -f -- "$MADE_BY"
 mv -- "$GEN.tmp" "$GEN"
 stop_watch
-"$QK_PY" -m qknorm_tools.evaluate extract --generate-output "$GEN" --output "$HYP" \
-    --bpe-dir "$QK_DATA/bpe/$PAIR" --n-expected "$N_REF" \
-    || die "could not extract $N_REF hypotheses from $GEN"
-"$QK_PY" -m qknorm_tools.evaluate score --hyp "$HYP" --ref "$REF" --json \
-    --src-lang "$SRC" --tgt-lang "$TGT" --data-id "$DATA_ID" >"$SCORE.tmp" \
-    || { rm -f -- "$SCORE.tmp"; die "scoring $HYP against $REF failed"; }
-mv -- "$SCORE.tmp" "$SCORE"
-"$QK_PY" -m qknorm_tools.freshness write "${MADE_BY_ARGS[@]}" \
-    || die "cannot write $MADE_BY (what made $SCORE)"
+# hypotheses, scores and the made-by record in one process (python -m qknorm_tools.evaluate
+# finish: each written whole or not at all, the record last; an error names its step and file)
+"$QK_PY" -m qknorm_tools.evaluate finish --generate-output "$GEN" --hyp "$HYP" \
+    --bpe-dir "$QK_DATA/bpe/$PAIR" --n-expected "$N_REF" --ref "$REF" --score "$SCORE" \
+    --src-lang "$SRC" --tgt-lang "$TGT" --data-id "$DATA_ID" -- "${MADE_BY_ARGS[@]}" \
+    || die "no score for $RUN $SPLIT (above); $GEN is kept: rerun the same command"
 qk_log "read bleu_tok in $SCORE (words, against $REF; comparable to the papers), not the BLEU4 line at the end of $GEN (fairseq's scorer on BPE units: docs/pipeline.md, \"Which BLEU to read\")"
 cat "$SCORE"

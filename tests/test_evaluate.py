@@ -269,6 +269,49 @@ def test_extract_errors(tmp_path):
     )
 
 
+def test_finish_extracts_scores_and_records_in_one_process(tmp_path, capsys):
+    """``evaluate finish`` (scripts/evaluate.sh after fairseq-generate): the hypotheses with
+    the pair's BPE removed, scores equal to sacreBLEU's own, the made-by record last; a wrong
+    line count stops at the extraction, writing neither score nor record."""
+    bpe = tmp_path / "bpe"
+    bpe.mkdir()
+    (bpe / "bpe.json").write_text(json.dumps({"tool": "subword-nmt"}))
+    refs = [
+        "thank you .",
+        "thank you very much .",
+        "the cat is on the mat .",
+        "and that &apos;s it",
+    ]
+    ref = write(tmp_path / "test.en", refs)
+    ckpt = write(tmp_path / "checkpoint_best.pt", ["weights"])
+    out = {k: tmp_path / f"test.{k}" for k in ("hyp", "score.json", "made_by.json")}
+
+    def finish(n):
+        args = ["finish", "--generate-output", str(FIX / "generate_bpe.out"), "--hyp"]
+        args += [str(out["hyp"]), "--bpe-dir", str(bpe), "--n-expected", str(n), "--ref"]
+        args += [str(ref), "--score", str(out["score.json"]), "--src-lang", "gl", "--tgt-lang"]
+        args += ["en", "--data-id", "abc", "--", str(out["made_by.json"]), "--file"]
+        args += [f"checkpoint={ckpt}", "--set", "split=test", "--scorer", "gl", "en"]
+        return evaluate.main(args)
+
+    assert finish(5) == 1
+    assert "could not extract 5 hypotheses from" in capsys.readouterr().err
+    assert not out["score.json"].exists() and not out["made_by.json"].exists()
+    assert finish(4) == 0
+    hyps = textio.read_lines(out["hyp"])
+    assert hyps[2] == "the cat is on the carpet ."
+    score = json.loads(out["score.json"].read_text())
+    expected = sacrebleu.corpus_bleu(hyps, [refs], tokenize="none").score
+    assert score["bleu_tok"] == pytest.approx(expected) and score["data_id"] == "abc"
+    made_by = json.loads(out["made_by.json"].read_text())["made_by"]
+    assert made_by["split"] == "test" and "checkpoint" in made_by
+    fresh = ["check", str(out["made_by.json"]), "--file", f"checkpoint={ckpt}"]
+    fresh += ["--set", "split=test", "--scorer", "gl", "en"]
+    from qknorm_tools import freshness
+
+    assert freshness.main(fresh) == 0  # what evaluate.sh asks before decoding again
+
+
 def test_remove_bpe_modes():
     assert textio.remove_bpe("new@@ s@@ paper is gre@@ at", "subword_nmt") == "newspaper is great"
     assert textio.remove_bpe("the end@@", "subword_nmt") == "the end"

@@ -370,7 +370,10 @@ def _cmd_write(a) -> int:
 
 
 def _cmd_check(a) -> int:
-    print(check_data(a.data, a.pair)["data_id"])
+    identity = check_data(a.data, a.pair)
+    if a.run:  # the run too (scripts/evaluate.sh): one process for both checks
+        check_run(a.run, identity)
+    print(identity["data_id"])
     return 0
 
 
@@ -409,6 +412,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="verify raw -> bpe -> bin of PAIR, print its data_id")
     c.add_argument("--pair", required=True)
     c.add_argument("--data", required=True, help="the data directory (raw/, bpe/, bin/)")
+    c.add_argument("--run", help="also check that this run was trained on these data")
     c.set_defaults(fn=_cmd_check)
     r = sub.add_parser("run", help="a run's data identity against the current one")
     r.add_argument("run", help="the run directory")

@@ -121,11 +121,9 @@ if [[ -f "$RUN/diverged" ]]; then
 fi
 [[ -n "$N_AVERAGE" || -f "$CHECKPOINT" ]] || die "checkpoint $CHECKPOINT not found"
 [[ -f "$REF" ]] || die "reference $REF not found: run scripts/prepare_data.sh $PAIR"
-# the current data must be consistent, and the ones this run was trained on
-DATA_ID="$("$QK_PY" -m qknorm_tools.provenance check --pair "$PAIR" --data "$QK_DATA")" \
-    || die "the data of $PAIR are not consistent (above): nothing was evaluated"
-"$QK_PY" -m qknorm_tools.provenance run "$RUN" --identity "$BIN/identity.json" >/dev/null \
-    || die "$RUN was trained on other data than the current $BIN (above): it is never decoded with another dictionary or scored against another reference; retrain it with $TRAIN_CMD --force, or restore the data it was trained on"
+# the current data must be consistent, and the ones this run was trained on (one process)
+DATA_ID="$("$QK_PY" -m qknorm_tools.provenance check --pair "$PAIR" --data "$QK_DATA" --run "$RUN")" \
+    || die "nothing was evaluated: the data of $PAIR are not consistent, or $RUN was trained on other data than the current $BIN (above); a run is never decoded with another dictionary or scored against another reference: retrain it with $TRAIN_CMD --force, or restore the data it was trained on"
 # every line of the split must fit the model, or fairseq-generate stops at it (data/bpe made
 # before scripts/bpe.sh checked segmented lengths): python -m qknorm_tools.seglen names each one
 # (the model's max positions: those of the run's command.txt, else fairseq's 1024)

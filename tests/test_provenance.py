@@ -85,6 +85,14 @@ def test_run_identity_recorded_then_checked(tmp_path, capsys):
     assert provenance.check_run(legacy, ident, record=True) is None
     assert "which data it was trained on cannot be verified" in capsys.readouterr().err
     assert not (legacy / "data_identity.json").exists()
+    # the CLI's check --run (scripts/evaluate.sh): the data and the run in one process
+    data = str(tmp_path / "w" / "data")
+    assert provenance.main(["check", "--pair", "gl-en", "--data", data, "--run", str(run)]) == 0
+    assert capsys.readouterr().out == ident["data_id"] + "\n"
+    (run / "data_identity.json").write_text(json.dumps(other))
+    assert provenance.main(["check", "--pair", "gl-en", "--data", data, "--run", str(run)]) == 1
+    io = capsys.readouterr()
+    assert io.out == "" and "was trained on data ffffffffffff" in io.err
 
 
 # ----------------------------------------------------------------------------- records, tables

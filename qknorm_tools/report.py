@@ -107,7 +107,7 @@ def build_report(results_dir, attention=None) -> dict:
     if attention is not None:
         try:
             att = json.loads(Path(attention).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ReportInputError(
                 f"cannot read attention file {str(attention)!r}: {exc}"
             ) from None

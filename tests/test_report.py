@@ -610,6 +610,11 @@ def test_attention_is_checked_against_the_dumps_schema(tmp_path):
     assert proc.returncode == 1 and not (tmp_path / "p.html").exists()
     assert f"attention file '{tmp_path / 'att.json'}' is not an attention dump" in proc.stderr
     assert "format: expected 'qknorm-attention/1', got None" in proc.stderr
+    (tmp_path / "bytes.json").write_bytes(b"\xff\xfe bad")  # not UTF-8: a message, no traceback
+    proc = run_without_torch("qknorm_tools.report", results, "-o", tmp_path / "p.html",
+                             "--attention", tmp_path / "bytes.json")  # fmt: skip
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert f"cannot read attention file '{tmp_path / 'bytes.json'}'" in proc.stderr
     bad = json.loads(json.dumps(good))
     del bad["models"][0]["sentences"][1]["modules"]["dec0_cross"]["probs"]
     proc = report(bad)

@@ -740,7 +740,9 @@ def main(argv: list | None = None) -> int:
     )
     p.add_argument("--work-dir", type=Path)
     p = sub.add_parser(
-        "option", help="exit 0 if VALUE is allowed for KEY, else 2 and the message naming OPTION"
+        "option",
+        help="print VALUE as KEY spells it (exit 0) if allowed, else exit 2 and the message "
+        "naming OPTION",
     )
     p.add_argument("key", help="the configuration key the option overrides, e.g. bpe.dropout")
     p.add_argument(
@@ -773,7 +775,7 @@ def main(argv: list | None = None) -> int:
         elif args.cmd == "shell":
             print("\n".join(_shell(args)))
         elif args.cmd == "option":
-            check_option(args.key, args.value, args.option)
+            print(_shell_value(check_option(args.key, args.value, args.option)))
         elif args.cmd == "convert":
             from qknorm_tools.config_convert import _compare_converted, convert
 

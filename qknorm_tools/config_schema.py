@@ -187,6 +187,8 @@ def _check(file: str, key: str, value: Any, kind: str) -> Value:
         ok = (is_int or isinstance(value, float)) and value >= 0
     elif kind == "dropout":
         ok = (is_int or isinstance(value, float)) and (value == 0 or 0 < value < 1)
+        if ok:  # one spelling per value (0, 0.0 and .0 are one setting: off), else rebuilds
+            value = 0 if value == 0 else float(value)
     elif kind == "bool":
         ok = isinstance(value, bool)
     elif kind == "flags":
@@ -235,15 +237,16 @@ def _check(file: str, key: str, value: Any, kind: str) -> Value:
 
 
 #: a number as the command line gives it (what bash passes on to subword-nmt and awk)
-NUMBER_RE = re.compile(r"^([0-9]+(\.[0-9]*)?|\.[0-9]+)$")
+NUMBER_RE = re.compile(r"^([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?$")
 
 
 def check_option(key: str, text: str, option: str) -> Value:
     """The value of a command-line option that overrides the configuration key ``key``.
 
     ``text`` must be a value the key allows (the same rule as in the files, :func:`_check`);
-    numbers are plain decimals (``0.1``, ``.1``). Raises UsageError naming ``option``, the
-    value given and what the key allows.
+    numbers are decimals (``0.1``, ``.1``, ``1e-1``). The value returned is the key's one
+    spelling of it (``bpe.dropout`` 0.0 -> 0, 1e-1 -> 0.1), the one the configuration
+    exports. Raises UsageError naming ``option``, the value given and what the key allows.
     """
     kinds = {k: kind for k, _, _, kind in BASE_KEYS + PAIR_KEYS + SYSTEM_KEYS + PROFILE_KEYS}
     kind = kinds[key]

@@ -81,7 +81,11 @@ esac
 [[ "$BPE_VOCAB_THRESHOLD" =~ ^[0-9]+$ ]] || qk_usage_error "--vocab-threshold must be a non-negative integer, got '$BPE_VOCAB_THRESHOLD'"
 [[ "$VOCAB_SIZE" =~ ^[1-9][0-9]*$ ]] || qk_usage_error "--vocab-size must be a positive integer, got '$VOCAB_SIZE'"
 # the configuration's rule for bpe.dropout (0 = off, else 0 < P < 1), checked before anything
-[[ -z "$DROPOUT_ARG" ]] || _qk_config option bpe.dropout --value="$DROPOUT_ARG" --option=--bpe-dropout
+# and its one spelling (0.0 and 0 are one setting: no rebuild)
+if [[ -n "$DROPOUT_ARG" ]]; then
+    _qk_config option bpe.dropout --value="$DROPOUT_ARG" --option=--bpe-dropout
+    DROPOUT="$QK_CONFIG_OUT"
+fi
 [[ "$SAMPLES" =~ ^[1-9][0-9]*$ ]] || qk_usage_error "--bpe-dropout-samples must be a positive integer, got '$SAMPLES'"
 DROPOUT_ON=0
 if awk -v p="$DROPOUT" 'BEGIN { exit !(p > 0) }'; then DROPOUT_ON=1; fi

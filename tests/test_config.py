@@ -499,9 +499,20 @@ def test_bpe_dropout_outside_the_open_unit_interval_is_refused(text):
     )
 
 
-@pytest.mark.parametrize("text, value", [("0", 0.0), ("0.0", 0.0), (".1", 0.1), ("0.999", 0.999)])
-def test_bpe_dropout_of_zero_or_inside_the_interval_is_taken(text, value):
-    assert config.check_option("bpe.dropout", text, "--bpe-dropout") == value
+@pytest.mark.parametrize(
+    "text, spelling",
+    [("0", "0"), ("0.0", "0"), (".0", "0"), (".1", "0.1"), ("1e-1", "0.1"), ("0.999", "0.999")],
+)
+def test_bpe_dropout_of_zero_or_inside_the_interval_is_taken_in_one_spelling(
+    text, spelling, capsys
+):
+    """The new-user trial: --bpe-dropout 0.0 rebuilt the BPE of --bpe-dropout 0 (another data
+    identity for the same setting). The option's value is the key's one spelling, printed by
+    ``config option`` for scripts/bpe.sh."""
+    assert config.check_option("bpe.dropout", text, "--bpe-dropout") == float(spelling)
+    argv = ["option", "bpe.dropout", f"--value={text}", "--option=--bpe-dropout"]
+    assert config.main(argv) == 0
+    assert capsys.readouterr().out == spelling + "\n"
 
 
 def test_bpe_dropout_of_one_in_a_pair_file_names_file_and_key(tmp_path, monkeypatch):

@@ -141,6 +141,12 @@ def test_tiny_pipeline_end_to_end_and_rerun_skips(tmp_path):
         assert p.stdout.startswith("skip:"), out(p)
     assert snapshot(work) == before
 
+    # 0.0 is 0 (off): the same setting, so the finished BPE is kept (new-user trial: it rebuilt)
+    for zero in ("0.0", ".0"):
+        p = run_script("bpe.sh", "gl-en", "--merges", "50", "--bpe-dropout", zero, env=env)
+        assert p.returncode == 0 and p.stdout.startswith("skip:"), out(p)
+    assert snapshot(work) == before
+
     # BPE-dropout: training data only, dev/test identical; the changed BPE makes binarize rebuild
     dev_before = (bpe / "dev.gl").read_bytes()
     train_before = (bpe / "train.gl").read_bytes()

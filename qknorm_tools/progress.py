@@ -196,6 +196,23 @@ STATS_LEFT_OUT = (
 )
 
 
+def without_attention_stats(line: str) -> str | None:
+    """``line`` without its `` | KEY VALUE`` attention statistics, or None if it has none.
+
+    fairseq's epoch and validation lines (``| train |``, ``| valid |``) write each metric as
+    a `` | KEY VALUE`` segment; those whose KEY is an attention statistic
+    (:data:`.trainlog.ATTENTION_STAT_PREFIXES`, about 18 of them before the loss) are left out
+    of the terminal (train.log and TensorBoard keep them). Other segments stay, in order.
+    """
+    parts = line.split(" | ")
+    kept = [
+        part
+        for part in parts
+        if not (len(part.split()) == 2 and part.split()[0].startswith(ATTENTION_STAT_PREFIXES))
+    ]
+    return " | ".join(kept) if len(kept) < len(parts) else None
+
+
 def format_duration(seconds: float) -> str:
     """``h:mm`` of a duration in seconds, rounded up to the minute (``0:01`` for 20 s).
 
@@ -370,6 +387,12 @@ class TrainEta:
                     continue
                 if noise is not None and shown != text:
                     raw = shown.encode("utf-8") + b"\n"
+                lean = None if readable else without_attention_stats(shown or text)
+                if lean is not None:  # an epoch or validation line: its metrics, lean
+                    raw = lean.encode("utf-8") + b"\n"
+                    if not stats_said:
+                        stats_said = True
+                        raw = STATS_LEFT_OUT.encode("utf-8") + b"\n" + raw
                 if readable:
                     if not stats_said and _STATS_KEY.search(text):
                         stats_said = True

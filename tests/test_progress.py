@@ -59,6 +59,35 @@ def test_a_line_without_attention_statistics_says_nothing_of_them():
     ]
 
 
+def test_epoch_and_validation_lines_leave_out_attention_statistics_too():
+    """The new-user trial: the `| valid |` and `| train |` lines of train.sh's terminal opened
+    with about 18 attention statistics (734 characters) before the loss."""
+    stats = " | ".join(
+        f"{prefix}{m} {value}"
+        for m in MODULES
+        for prefix, value in (
+            ("attn_entropy_", 2.345),
+            ("attn_maxlogit_", 12.3),
+            ("qknorm_g_", 12.6),
+        )
+    )
+    valid = (
+        f"2026-12-01 20:05:00 | INFO | valid | epoch 001 | valid on 'valid' subset | {stats} | "
+        "loss 8.5 | nll_loss 8.1 | ppl 274.4 | wps 5000 | wpb 1200 | bsz 40 | num_updates 45"
+    )
+    train = f"2026-12-01 20:05:01 | INFO | train | epoch 001 | {stats} | loss 8.9 | num_updates 45"
+    buf = io.BytesIO()
+    progress.TrainEta(90).filter([valid.encode() + b"\n", train.encode() + b"\n"], buf, heartbeat=0)
+    said, v, t = buf.getvalue().decode().splitlines()
+    assert said == progress.STATS_LEFT_OUT
+    assert v == (
+        "2026-12-01 20:05:00 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.5 | "
+        "nll_loss 8.1 | ppl 274.4 | wps 5000 | wpb 1200 | bsz 40 | num_updates 45"
+    )
+    assert t == "2026-12-01 20:05:01 | INFO | train | epoch 001 | loss 8.9 | num_updates 45"
+    assert progress.without_attention_stats("2026-12-01 | INFO | valid | loss 8.5") is None
+
+
 def test_the_tools_leave_out_exactly_the_statistics_the_model_logs():
     """The model's STAT_PREFIXES (fairseq_qknorm, which the tools do not import) are the tools'."""
     from fairseq_qknorm.models.transformer_qknorm import STAT_PREFIXES

@@ -205,12 +205,13 @@ def without_attention_stats(line: str) -> str | None:
     of the terminal (train.log and TensorBoard keep them). Other segments stay, in order.
     """
     parts = line.split(" | ")
-    kept = [
-        part
-        for part in parts
-        if not (len(part.split()) == 2 and part.split()[0].startswith(ATTENTION_STAT_PREFIXES))
-    ]
+    kept = [p for p in parts if not _is_attention_stat(p.split())]
     return " | ".join(kept) if len(kept) < len(parts) else None
+
+
+def _is_attention_stat(words: list[str]) -> bool:
+    """Whether the words of a `` | KEY VALUE`` segment are an attention statistic."""
+    return len(words) == 2 and words[0].startswith(ATTENTION_STAT_PREFIXES)
 
 
 def format_duration(seconds: float) -> str:
@@ -387,19 +388,13 @@ class TrainEta:
                     continue
                 if noise is not None and shown != text:
                     raw = shown.encode("utf-8") + b"\n"
+                # a progress line, or an epoch or validation line without its statistics
                 lean = None if readable else without_attention_stats(shown or text)
-                if lean is not None:  # an epoch or validation line: its metrics, lean
-                    raw = lean.encode("utf-8") + b"\n"
-                    if not stats_said:
-                        stats_said = True
+                if readable or lean is not None:
+                    raw = (readable or lean).encode("utf-8") + b"\n"
+                    if not stats_said and (lean is not None or _STATS_KEY.search(text)):
+                        stats_said = True  # said once, at the first line that had them
                         raw = STATS_LEFT_OUT.encode("utf-8") + b"\n" + raw
-                if readable:
-                    if not stats_said and _STATS_KEY.search(text):
-                        stats_said = True
-                        raw = STATS_LEFT_OUT.encode("utf-8") + b"\n" + readable.encode("utf-8")
-                    else:
-                        raw = readable.encode("utf-8")
-                    raw += b"\n"
                 with lock:
                     if count:
                         state["updates"] = int(count.group(1) or count.group(2))

@@ -193,6 +193,6 @@ stop_watch
 "$QK_PY" -m qknorm_tools.evaluate finish --generate-output "$GEN" --hyp "$HYP" \
     --bpe-dir "$QK_DATA/bpe/$PAIR" --n-expected "$N_REF" --ref "$REF" --score "$SCORE" \
     --src-lang "$SRC" --tgt-lang "$TGT" --data-id "$DATA_ID" -- "${MADE_BY_ARGS[@]}" \
-    || die "no score for $RUN $SPLIT (above); $GEN is kept: rerun the same command"
+    || die "no score for $RUN $SPLIT (above): rerun the same command to decode again"
 qk_log "read bleu_tok in $SCORE (words, against $REF; comparable to the papers), not the BLEU4 line at the end of $GEN (fairseq's scorer on BPE units: docs/pipeline.md, \"Which BLEU to read\")"
 cat "$SCORE"

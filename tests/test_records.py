@@ -383,6 +383,7 @@ def test_dry_run_before_the_data_skips_a_recorded_cell_and_says_when_it_is_check
     assert f"skip: cell gl-en/twt/seed1 has a committed record ({rec}), checked once" in p.stderr
     # --status reads the record as collect would: "{}" without its files is refused
     s = run_script("ablation.sh", "gl-en", "--seeds", "1", "--status", env=env)
+    assert s.returncode == 1, out(s)
     assert s.stdout.splitlines()[-1] == (
         "4 cells: 0 done, 0 running, 0 pending, 0 failed, 3 todo, 0 committed records, "
         "1 refused records"
@@ -438,7 +439,9 @@ def test_a_record_cut_short_edited_or_misfiled_is_refused_naming_its_file(tmp_pa
 
 def test_status_validates_each_record_and_names_its_own_seed(tmp_path):
     """ablation.sh --status listed a truncated record as a healthy committed record: each
-    record now goes through collect's checks; a refused one is listed under its own cell."""
+    record now goes through collect's checks; a refused one is listed under its own cell, and
+    after the whole listing the status exits 1 saying how many are invalid (it exited 0);
+    --help names the record and invalid states it prints."""
     good = _recorded(tmp_path, "twt", 1)
     cut = _recorded(tmp_path, "twt", 2)
     (cut / "test.hyp").write_text("\n".join((cut / "test.hyp").read_text().splitlines()[:3]))
@@ -448,7 +451,11 @@ def test_status_validates_each_record_and_names_its_own_seed(tmp_path):
     _recorded(tmp_path, "qknorm_paper", 2)
     p = run_script("ablation.sh", "gl-en", "--seeds", "1,2", "--profile", "cpu-converge",
                    "--precision", "fp32", "--status", env=make_env(tmp_path))  # fmt: skip
-    assert p.returncode == 0, out(p)
+    assert p.returncode == 1, out(p)
+    assert p.stderr.splitlines()[-1] == (
+        "error: 2 committed record(s) invalid (listed above with the reason): a run of this "
+        "grid refuses them; remove one to train its cell again"
+    )
     rows = {line.split()[1]: line for line in p.stdout.splitlines()[1:-1]}
     assert rows["gl-en/twt/seed1"].split()[:4] == [
         "record", "gl-en/twt/seed1", "-", str(good / "record.json"),
@@ -467,6 +474,21 @@ def test_status_validates_each_record_and_names_its_own_seed(tmp_path):
     assert p.stdout.splitlines()[-1] == (
         "8 cells: 0 done, 0 running, 0 pending, 0 failed, 4 todo, 2 committed records, "
         "2 refused records"
+    )
+    # the sound records alone: status 0
+    shutil.rmtree(cut)
+    shutil.rmtree(edited)
+    p = run_script("ablation.sh", "gl-en", "--seeds", "1,2", "--profile", "cpu-converge",
+                   "--precision", "fp32", "--status", env=make_env(tmp_path))  # fmt: skip
+    assert p.returncode == 0, out(p)
+    assert p.stdout.splitlines()[-1].endswith("6 todo, 2 committed records")
+    h = run_script("ablation.sh", "--help", env=make_env(tmp_path))
+    assert h.returncode == 0
+    assert " ".join(h.stdout.split("--status", 2)[2].split()).startswith(
+        "list each cell as done, running, pending, failed or todo, with its Slurm job and log "
+        "(from the run's markers, its lock and squeue), or as record (a committed record, no "
+        "live run: never trained again) or invalid (a committed record that would be refused, "
+        "with the reason); exit status 1 when any record is invalid"
     )
 
 

@@ -21,7 +21,7 @@
 #   _qk_cell_argv OUT I            the qk_cell arguments of cell I, with the launcher's options
 #   qk_run_cell RUN LOG ARGS...    qk_cell ARGS; a failure recorded in RUN/cell.failed
 #   _qk_cell_state I               the state of cell I (QK_STATE, _JOB, _LOG, _NOTE)
-#   qk_launch_status               one line per cell (state, job, log), and the counts
+#   qk_launch_status               one line per cell (state, job, log), and the counts; exit 1 on an invalid record
 #   qk_launch [--dry-run] PROFILE [AGG_CMD...]  run the registered cells (QK_LAUNCHER)
 #   _qk_job_resources PROFILE      QK_RES_{GPUS,CPUS,MEM,TIME} = the profile's job.*
 #   _qk_print_cells [I...]         the commands of cells I... (dry run)
@@ -141,7 +141,9 @@ qk_launch_usage() {
                  profile's JOB_* resources (they win): e.g. --sbatch-args="--qos=long --time=48:00:00"
                  ($QKNORM_SBATCH_ARGS)
   --status       list each cell as done, running, pending, failed or todo, with its Slurm job
-                 and log (from the run's markers, its lock and squeue)
+                 and log (from the run's markers, its lock and squeue), or as record (a committed
+                 record, no live run: never trained again) or invalid (a committed record that
+                 would be refused, with the reason); exit status 1 when any record is invalid
 USAGE
 }
 
@@ -432,7 +434,8 @@ _qk_cell_state() {
     fi
 }
 
-# qk_launch_status: one line per registered cell, "STATE NAME JOB LOG [NOTE]", and the counts.
+# qk_launch_status: one line per registered cell, "STATE NAME JOB LOG [NOTE]", one per committed
+# record (record or invalid), and the counts; then dies (exit 1) when any record is invalid.
 qk_launch_status() {
     local i rec n_done=0 n_running=0 n_pending=0 n_failed=0 n_todo=0
     _qk_squeue_load
@@ -473,6 +476,8 @@ qk_launch_status() {
             "$((${#QK_CELL_NAME[@]} + ${#QK_REC_NAME[@]}))" "$n_done" "$n_running" "$n_pending" \
             "$n_failed" "$n_todo" "$((${#QK_REC_NAME[@]} - n_invalid))" "$refused"
     fi
+    ((n_invalid == 0)) \
+        || die "$n_invalid committed record(s) invalid (listed above with the reason): a run of this grid refuses them; remove one to train its cell again"
 }
 
 # qk_launch [--dry-run] PROFILE [AGG_CMD...]: run the registered cells (under PROFILE, whose

@@ -158,10 +158,13 @@ def test_more_jobs_than_gpus_is_an_error(tmp_path):
 def test_more_cpu_jobs_than_cores_is_a_warning(work):
     """issue 37: --jobs 999 on 2 cores was accepted without a word. CPU cells (no GPU) of the
     local launcher: a warning naming processes, cores and the --jobs that fits; none at the
-    number of cores."""
+    number of cores. The processes counted are those that run at once: --jobs 999 on a grid
+    of fewer cells counts its cells (it counted 999), and warns only when they exceed the
+    cores."""
     cores = len(os.sched_getaffinity(0))
     env = make_env(work, CUDA_VISIBLE_DEVICES="")
-    grid = ["--pairs", "gl-en", "--systems", "twt", "--dry-run"]
+    seeds = ",".join(str(s) for s in range(1, cores + 2))  # cores + 1 cells
+    grid = ["--pairs", "gl-en", "--systems", "twt", "--seeds", seeds, "--dry-run"]
     p = run_script("reproduce.sh", *grid, "--jobs", cores + 1, env=env)
     assert p.returncode == 0, out(p)
     warnings = [line for line in p.stderr.splitlines() if "warning:" in line]
@@ -172,8 +175,27 @@ def test_more_cpu_jobs_than_cores_is_a_warning(work):
     ], out(p)
     p = run_script("reproduce.sh", *grid, "--jobs", cores, env=env)
     assert p.returncode == 0 and "warning:" not in p.stderr, out(p)
+    p = run_script("reproduce.sh", *grid, "--jobs", 999, env=env)
+    assert p.returncode == 0, out(p)
+    assert [line for line in p.stderr.splitlines() if "warning:" in line] == [
+        f"[reproduce] warning: --jobs 999 ({cores + 1} cells to run) x --nproc 1 = {cores + 1} "
+        f"training processes at once on {cores} CPU cores: they share the cores and every cell "
+        f"runs slower; --jobs {cores} keeps a core for each process"
+    ], out(p)
+    # as many cells as cores: no warning however large --jobs
+    few = ["--seeds", ",".join(str(s) for s in range(1, cores + 1))]
+    p = run_script("reproduce.sh", *grid, *few, "--jobs", 999, env=env)
+    assert p.returncode == 0 and "warning:" not in p.stderr, out(p)
+    # a done cell runs nothing: cores + 1 cells, one done, fit the cores
+    cells = "".join(f"qk_cell_add c{i} {work}/c{i} gl-en twt; " for i in range(cores + 1))
+    (work / "c0/checkpoints").mkdir(parents=True)
+    for f in ("checkpoints/checkpoint_best.pt", "train.json", "test.score.json"):
+        (work / "c0" / f).write_text("x\n")
+    os.utime(work / "c0/checkpoints/checkpoint_best.pt", (1, 1))  # scores newer: decoded
+    p = bash(cells + "_qk_warn_cpu_jobs 999", env)
+    assert p.returncode == 0 and p.stderr == "", out(p)
     # more processes per cell than cores; GPU cells are never warned about
-    p = bash(f"QK_NPROC={cores + 1}; _qk_warn_cpu_jobs 1", env)
+    p = bash(f"qk_cell_add x {work}/x gl-en twt; QK_NPROC={cores + 1}; _qk_warn_cpu_jobs 1", env)
     assert p.stderr.rstrip().endswith(f"--jobs 1 --nproc {cores} keeps a core for each process")
     p = bash("_qk_warn_cpu_jobs 999", make_env(work, CUDA_VISIBLE_DEVICES="0,1"))
     assert p.returncode == 0 and p.stderr == ""

@@ -12,7 +12,7 @@
 #   qk_gpu_list                    the GPU ids this machine offers, one per line
 #   _qk_device_groups OUT JOBS     a group of QK_NPROC GPU ids per pool slot
 #   qk_cpu_cores                   the CPU cores this process may run on
-#   _qk_warn_cpu_jobs JOBS         a warning when JOBS CPU cells x QK_NPROC exceed the cores
+#   _qk_warn_cpu_jobs JOBS         a warning when the CPU cells at once x QK_NPROC exceed the cores
 #   qk_prepare_data DRY_RUN PAIR [--data-dir DIR]  prepare_data.sh, bpe.sh, binarize.sh for PAIR
 #   qk_record_dir LABEL RUN        the committed record of the run directory RUN
 #   qk_grid_cell NAME RUN RECORD ARGS...  a grid's cell, or its committed record (QK_REC_*)
@@ -126,8 +126,8 @@ qk_launch_usage() {
   --launcher L   local (default: this machine, the job pool) or slurm (sbatch: one array job over
                  the unfinished cells, then the aggregation as a job after them)
   --jobs N       cells at once (local: default 1, N > 1 gives each cell --threads 1, a warning
-                 when CPU cells x --nproc exceed the cores; slurm: the array's limit of running
-                 tasks, default none)
+                 when the CPU cells running at once (N, or the cells to run if fewer) x --nproc
+                 exceed the cores; slurm: the array's limit of running tasks, default none)
   --gpus LIST    local: GPU ids shared out, one per running cell (--nproc N: N per cell); default
                  $CUDA_VISIBLE_DEVICES, else nvidia-smi's list, else none (CPU)
   --cells-per-gpu K  local: K running cells share each GPU (small models leave a GPU mostly
@@ -228,16 +228,28 @@ qk_cpu_cores() {
 }
 
 # _qk_warn_cpu_jobs JOBS: CPU cells (no GPU here, no --gpus) of the local launcher: a warning
-# when JOBS cells x QK_NPROC processes each exceed the CPU cores (the processes then share the
+# when the cells that run at once (JOBS, or fewer: the registered cells not done,
+# _qk_cell_state) x QK_NPROC processes each exceed the CPU cores (the processes then share the
 # cores and every cell runs slower).
 _qk_warn_cpu_jobs() {
-    local jobs="$1" cores fix
+    local jobs="$1" cores fix i todo=0 at_once
     [[ -z "$QK_GPUS_ARG" && -z "$(qk_gpu_list)" ]] || return 0
     cores="$(qk_cpu_cores)"
     ((jobs * QK_NPROC > cores)) || return 0
+    declare -p QK_SQUEUE >/dev/null 2>&1 || declare -gA QK_SQUEUE=()  # local: no Slurm states
+    for i in "${!QK_CELL_NAME[@]}"; do
+        _qk_cell_state "$i"
+        [[ "$QK_STATE" == done ]] || ((++todo))
+    done
+    at_once="--jobs $jobs"
+    if ((todo < jobs)); then
+        jobs="$todo"
+        at_once+=" ($todo cells to run)"
+    fi
+    ((jobs * QK_NPROC > cores)) || return 0
     fix="--jobs $((cores / QK_NPROC))"
     ((cores >= QK_NPROC)) || fix="--jobs 1 --nproc $cores"
-    qk_warn "--jobs $jobs x --nproc $QK_NPROC = $((jobs * QK_NPROC)) training processes at once on $cores CPU cores: they share the cores and every cell runs slower; $fix keeps a core for each process"
+    qk_warn "$at_once x --nproc $QK_NPROC = $((jobs * QK_NPROC)) training processes at once on $cores CPU cores: they share the cores and every cell runs slower; $fix keeps a core for each process"
 }
 
 # qk_prepare_data DRY_RUN PAIR [--data-dir DIR]: scripts/prepare_data.sh, bpe.sh and binarize.sh

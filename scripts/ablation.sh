@@ -190,7 +190,8 @@ fi
 qk_mktemp_dir STAMP "$OUT" collect
 touch "$STAMP/started"
 # after an error, only what applies: the collection's own message says what it refused
-qk_run "${REPRO[@]}" || die "collecting the finished cells failed (above): no report written"
+# (its messages under this script's name: QK_STEP_OF)
+QK_STEP_OF="$QK_SCRIPT_NAME" qk_run "${REPRO[@]}" || die "collecting the finished cells failed (above): no report written"
 if [[ ! "$OUT/runs.json" -nt "$STAMP/started" ]]; then
     [[ ! -f "$OUT/runs.json" ]] || die "no finished cell: nothing to report ($OUT/runs.json, of an earlier collection, is left as it was)"
     die "no finished cell: nothing to report"

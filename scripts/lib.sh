@@ -13,7 +13,8 @@
 #
 # Sets
 #   QK_REPO_ROOT      repository root (found from this file's location, not from $PWD)
-#   QK_SCRIPT_NAME    the sourcing script's name (messages); QK_COMMAND_LINE its command line
+#   QK_SCRIPT_NAME    the sourcing script's name (messages; $QK_STEP_OF when run as a step of
+#                     that script); QK_COMMAND_LINE its command line
 #   QK_WORK_DIR       $QKNORM_WORK_DIR or the repository root; outputs go below it
 #   QK_DATA           $QK_WORK_DIR/data  (raw/, bpe/, bin/, download/ below it)
 #   QK_PY             python interpreter: $QKNORM_PYTHON, else <repo>/.venv/bin/python, else python3
@@ -37,6 +38,11 @@ QK_SCRIPT_NAME="$(basename "${BASH_SOURCE[1]:-$0}" .sh)"
 # the script's command line (sourcing without arguments keeps the script's "$@" here)
 printf -v QK_COMMAND_LINE '%q ' "scripts/$QK_SCRIPT_NAME.sh" "$@"
 QK_COMMAND_LINE="${QK_COMMAND_LINE% }"
+# a script run as a step of another (scripts/ablation.sh's collection runs scripts/reproduce.sh)
+# writes its messages under the name of the script that was run, which sets QK_STEP_OF to its
+# own name for that child only
+[[ -z "${QK_STEP_OF:-}" ]] || QK_SCRIPT_NAME="$QK_STEP_OF"
+unset QK_STEP_OF
 QK_WORK_DIR="${QKNORM_WORK_DIR:-$QK_REPO_ROOT}"
 # a relative QKNORM_WORK_DIR is taken from where the script started, and made absolute for the
 # steps that run from inside the work dir and for the scripts this one starts

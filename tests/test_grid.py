@@ -545,6 +545,9 @@ def test_ablation_without_a_finished_cell_reports_nothing_and_keeps_the_earlier_
         "error: collecting the finished cells failed (above): no report written"
     )
     assert "rerun" not in proc.stderr
+    # the collection (scripts/reproduce.sh, a step of this script) speaks as the script run
+    assert "[ablation] warning: collecting the finished cells failed" in proc.stderr
+    assert "[reproduce]" not in proc.stderr
     assert (res / "runs.json").read_text() == earlier
     assert not (res / "ablation.md").exists()
 
@@ -600,6 +603,7 @@ def test_reproduce_aggregates_finished_cells(tmp_path):
         work_dir=tmp_path,
     )
     assert "sk-en: no finished cell of the baseline 'twt'" in proc.stderr
+    assert "[reproduce] profile cpu-proxy: pairs gl-en sk-en;" in proc.stderr  # run by itself
     res = tmp_path / "results" / "cpu-proxy" / "gl-en+sk-en"
     doc = json.loads((res / "runs.json").read_text())
     assert doc["work_dir"] == "../../.."  # paths below are relative to the work dir

@@ -320,7 +320,8 @@ def check_pair(
     counts = []
     for path, name in ((src, src_name), (tgt, tgt_name)):
         if not os.path.isfile(path):
-            errors.append(CorpusError(name, "no such file"))
+            what = "is a directory, expected a file" if os.path.isdir(path) else "no such file"
+            errors.append(CorpusError(name, what))
             counts.append(None)
             continue
         forms = FormCounts()

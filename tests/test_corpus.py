@@ -16,7 +16,7 @@ import unicodedata
 
 import pytest
 
-from qknorm_tools import corpus_check
+from qknorm_tools import corpus, corpus_check
 
 from conftest import FAR_BOUND, cli_env, make_env, make_tiny_ted, out, run_script, write_sums
 
@@ -113,6 +113,22 @@ def test_check_names_file_line_and_character(tmp_path):
         "stray @@ token); replace it by a space"
     )
     assert lines[12].startswith(f"error: {src}:13: ideographic space (U+3000) at character 4")
+
+
+def test_check_of_a_directory_says_it_is_one(tmp_path, capsys):
+    """``check --src DIR`` said "no such file" of a directory: a path named on the command line
+    that exists but is not a file is a wrong file (exit 1, as a missing one), said as such."""
+    (tmp_path / "x.en").write_text("hello .\n", encoding="utf-8")
+    (tmp_path / "gl").mkdir()
+    assert (
+        corpus.main(["check", "--src", str(tmp_path / "gl"), "--tgt", str(tmp_path / "x.en")]) == 1
+    )
+    assert capsys.readouterr().err == f"error: {tmp_path / 'gl'}: is a directory, expected a file\n"
+    assert corpus.main(["check", "--src", str(tmp_path / "no.gl"), "--tgt", str(tmp_path)]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: {tmp_path / 'no.gl'}: no such file",
+        f"error: {tmp_path}: is a directory, expected a file",
+    ]
 
 
 def test_a_byte_order_mark_is_refused_anywhere_naming_file_line_and_character(tmp_path):

@@ -44,7 +44,7 @@ usage: scripts/ablation.sh PAIR [--seeds 1,2] [--profile P] [--max-update N] [--
                            [--launcher local|slurm] [--jobs N] [--gpus LIST] [--nproc N]
                            [--nodes M] [--partition P] [--account A] [--sbatch-args="OPTS"]
                            [-- EXTRA_FAIRSEQ_TRAIN_ARGS...]
-  PAIR           one of: $(qk_known_pairs)
+  PAIR           $(qk_pair_usage 17)
   --seeds L      comma-separated seeds (default: the profile's [design] seeds 1..N; without
                  them, a profile of the declared pilot (docs/decisive-2x2.md) its pilot's
                  seeds, e.g. cpu-fixed-d128 1,2,3,4; else 1,2: qknorm_tools.pilot.default_seeds)

@@ -24,7 +24,7 @@ source "$SCRIPT_DIR/lib.sh"
 usage() {
     cat <<EOF2
 usage: scripts/binarize.sh PAIR [--force]
-  PAIR      one of: $(qk_known_pairs)
+  PAIR      $(qk_pair_usage 12)
   --force   rebuild even if data/bin/PAIR is complete for the current data/bpe/PAIR
 needs data/bpe/PAIR from scripts/bpe.sh; environment: QKNORM_WORK_DIR
 EOF2

@@ -40,7 +40,7 @@ usage() {
     cat <<EOF
 usage: scripts/bpe.sh PAIR [--merges N] [--tool subword-nmt|sentencepiece] [--vocab-size N]
                       [--vocab-threshold N] [--bpe-dropout P] [--bpe-dropout-samples K] [--force]
-  PAIR               one of: $(qk_known_pairs)
+  PAIR               $(qk_pair_usage 21)
   --merges N         joint BPE merges for subword-nmt (default: the pair config's bpe_merges)
   --tool T           subword-nmt (default; joint BPE as in the papers) or sentencepiece
   --vocab-size N     sentencepiece vocabulary size (default: the pair config's spm_vocab_size)

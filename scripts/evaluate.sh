@@ -28,7 +28,7 @@ usage() {
 usage: scripts/evaluate.sh PAIR SYSTEM [--profile P] [--seed N] [--max-update N] [--lr LR]
                            [--bf16-autocast | --precision P] [--split test|dev] [--checkpoint best|last|avgN]
                            [--threads N] [--force] [--dry-run]
-  PAIR         one of: $(qk_known_pairs)
+  PAIR         $(qk_pair_usage 15)
   SYSTEM       one of: $(qk_known_systems)
   --profile P  one of: $(qk_known_profiles) (default: cpu-proxy)
   --seed N     seed of the run (default 1)

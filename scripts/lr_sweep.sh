@@ -79,7 +79,7 @@ usage: scripts/lr_sweep.sh PAIR [--systems S1,S2,...] [--lrs LR1,LR2,...] [--see
                            [--data-dir DIR] [--report-only] [--dry-run | --status]
                            [--launcher local|slurm] [--jobs N] [--gpus LIST] [--nproc N]
                            [--nodes M] [--partition P] [--account A] [--sbatch-args="OPTS"]
-  PAIR           one of: $(qk_known_pairs)
+  PAIR           $(qk_pair_usage 17)
   --systems L    comma-separated systems or all (default $SWEEP_SYSTEMS);
                  known: $(qk_known_systems)
   --lrs L        comma-separated peak learning rates > 0 (default $SWEEP_LRS); each replaces

@@ -29,8 +29,7 @@ source "$SCRIPT_DIR/lib.sh"
 usage() {
     cat <<EOF
 usage: scripts/prepare_data.sh PAIR [--data-dir DIR | --download] [--force]
-  PAIR            one of: $(qk_known_pairs); or the reverse direction of one (e.g.
-                  en-gl); or your own configs/pairs/PAIR.toml (docs/own-data.md)
+  PAIR            $(qk_pair_usage 18)
   --data-dir DIR  the local copy of the corpora to use (default: \$QKNORM_DATA_DIR, else
                   <repo>/../shared/data if it exists); a given DIR is used or refused, never
                   replaced by a download

@@ -31,7 +31,7 @@ usage: scripts/train.sh PAIR SYSTEM [--profile P] [--seed N] [--max-update N] [-
                         [--size d128|d384] [--threads N] [--nproc N [--launch auto|torchrun|srun]]
                         [--bf16-autocast | --precision bf16|fp32|auto]
                         [--dry-run] [--force] [-- EXTRA_FAIRSEQ_TRAIN_ARGS...]
-  PAIR         one of: $(qk_known_pairs)
+  PAIR         $(qk_pair_usage 15)
   SYSTEM       one of: $(qk_known_systems)
   --profile P  one of: $(qk_known_profiles) (default: cpu-proxy)
   --seed N     random seed (default 1)

@@ -281,3 +281,21 @@ def test_own_pairs_are_listed(tmp_path, own_corpus):
     assert re.search(r"^  mine\s+de->en\s+local\s+BPE\s+100 merges", p.stdout, flags=re.M)
     p = run_script("prepare_data.sh", "mine", "--download", env=make_env(work))
     assert p.returncode == 2 and "nothing to download" in p.stderr
+
+
+def test_every_pair_script_says_in_its_help_that_it_takes_own_and_reverse_pairs(tmp_path):
+    """bpe.sh and binarize.sh --help listed only the configured pairs as PAIR, though every step
+    takes the reverse direction of one and an own configs/pairs/PAIR.toml (prepare_data.sh said
+    so): each script that takes a PAIR says it in the same words, listing the configured ones
+    (the work dir's own configs among them)."""
+    work = tmp_path / "work"
+    write_config(work, "mine", 'reverse_of = "gl-en"\n')
+    for name in ("prepare_data", "bpe", "binarize", "train", "evaluate", "ablation", "lr_sweep"):
+        p = run_script(f"{name}.sh", "--help", env=make_env(work))
+        assert p.returncode == 0, out(p)
+        line = re.search(r"^  PAIR +(.*\n +.*)", p.stdout, flags=re.M)
+        assert line, p.stdout
+        assert " ".join(line.group(1).split()) == (
+            "one of: ar-en en-vi gl-en he-en mine sk-en; or the reverse direction of one (e.g. "
+            "en-gl); or your own configs/pairs/PAIR.toml (docs/own-data.md)"
+        ), name

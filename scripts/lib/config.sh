@@ -7,6 +7,7 @@
 #   _qk_config ARGS...             python -m qknorm_tools.config ARGS -> QK_CONFIG_OUT (exit 2: usage error)
 #   qk_config_names KIND [--in-all]  the configured names of KIND (pairs, systems, profiles)
 #   qk_known_pairs / qk_known_systems / qk_known_profiles   the same, per kind
+#   qk_pair_usage COLUMN           the PAIR line of a usage: the configured pairs, their reverse, own pairs
 #   qk_require_name KIND NAME [HINT]  usage error unless NAME is configured, listing the known names
 #   QK_PAIR_VARS, QK_LOCAL_FILE_VARS  the variables of a pair's settings
 #   load_pair_config PAIR          the pair's settings as globals (configs/base.toml, pairs/PAIR.toml)
@@ -58,6 +59,13 @@ qk_config_names() {
 }
 
 qk_known_pairs() { qk_config_names pairs; }
+# qk_pair_usage COLUMN: the text of a usage's PAIR line after "  PAIR  ..." (COLUMN: where it
+# starts, its continuation line indented to it): every pair a script takes, not only the
+# configured ones (the reverse direction of one, an own configs/pairs/PAIR.toml)
+qk_pair_usage() {
+    printf 'one of: %s; or the reverse direction of one (e.g.\n%*sen-gl); or your own configs/pairs/PAIR.toml (docs/own-data.md)\n' \
+        "$(qk_known_pairs)" "$1" ""
+}
 qk_known_systems() { qk_config_names systems; }
 qk_known_profiles() { qk_config_names profiles; }
 

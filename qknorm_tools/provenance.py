@@ -28,6 +28,7 @@ Command line (what the scripts run; no torch, no fairseq)::
 
     python -m qknorm_tools.provenance write --pair P --data DATA --bin-dir DIR [--files F...]
     python -m qknorm_tools.provenance check --pair P --data DATA      # prints the data_id
+    python -m qknorm_tools.provenance check-bpe --pair P --data DATA  # raw -> bpe only
     python -m qknorm_tools.provenance run RUN --identity DATA/bin/P/identity.json [--record]
     python -m qknorm_tools.provenance get FILE KEY                    # one field of a JSON file
 
@@ -66,6 +67,9 @@ __all__ = [
 IDENTITY_FILE = "identity.json"
 #: the identity a run trained on, ``RUN/data_identity.json``
 RUN_IDENTITY_FILE = "data_identity.json"
+#: the raw data's ``.done`` as ``scripts/bpe.sh`` read it (``data/bpe/PAIR/.raw.done``, not
+#: data): when the BPE data are stale it names the raw files that changed since
+RAW_DONE_COPY = ".raw.done"
 #: files of ``data/bin/PAIR`` that are not data: markers, the identity itself, logs
 NOT_DATA = frozenset(
     {".done", ".settings", IDENTITY_FILE, "fairseq-preprocess.out", "preprocess.log"}
@@ -109,6 +113,11 @@ def _read_done(step_dir: Path) -> dict[str, str]:
         text = marker.read_text(encoding="utf-8")
     except OSError:
         raise ProvenanceError(f"{marker} not found: {step_dir} is not complete") from None
+    return _parse_sums(marker, text)
+
+
+def _parse_sums(marker: Path, text: str) -> dict[str, str]:
+    """``{file: sha256}`` of ``sha256sum`` output ``text`` read from ``marker``."""
     entries = {}
     for i, line in enumerate(text.splitlines(), start=1):
         sha, sep, name = line.partition("  ")
@@ -173,14 +182,43 @@ def _step_dirs(data: Path, pair: str) -> tuple[Path, Path, Path]:
     return data / "raw" / pair, data / "bpe" / pair, data / "bin" / pair
 
 
+def _raw_changes(bpe_dir: Path, made_from: str | None, raw: Mapping[str, str]) -> str:
+    """The raw files that changed since ``scripts/bpe.sh`` read them, said in a few words.
+
+    ``raw`` holds the current raw checksums, ``made_from`` the fingerprint of the raw marker in
+    the BPE data's ``.settings``. Returns ``"train.gl, dev.gl changed since scripts/bpe.sh
+    ran"``, or ``""`` when unknown: no :data:`RAW_DONE_COPY` (BPE data made before it was
+    kept), or not the marker that ``made_from`` names.
+    """
+    copy = bpe_dir / RAW_DONE_COPY
+    try:
+        if _sha256_file(copy) != made_from:
+            return ""
+        old = _parse_sums(copy, copy.read_text(encoding="utf-8"))
+    except (OSError, ValueError, ProvenanceError):
+        return ""
+    names = []
+    for name in sorted(old.keys() | raw.keys(), key=lambda n: (n not in old, n)):
+        if name not in raw:
+            names.append(f"{name} (removed)")
+        elif name not in old:
+            names.append(f"{name} (new)")
+        elif old[name] != raw[name]:
+            names.append(name)
+    return f"{', '.join(names)} changed since scripts/bpe.sh ran" if names else ""
+
+
 def _chain_entries(data: Path, pair: str) -> tuple[dict, dict]:
     """Verified ``raw`` and ``bpe`` entries; ``bpe`` made from the current raw data."""
     raw_dir, bpe_dir, _ = _step_dirs(data, pair)
     raw = _verify_done(raw_dir, f"rerun scripts/prepare_data.sh {pair}")
     bpe = _verify_done(bpe_dir, f"rerun scripts/bpe.sh {pair} --force")
-    if _settings(bpe_dir).get("raw") != _marker_fingerprint(raw_dir):
+    made_from = _settings(bpe_dir).get("raw")
+    if made_from != _marker_fingerprint(raw_dir):
+        changes = _raw_changes(bpe_dir, made_from, raw)
         raise ProvenanceError(
-            f"{bpe_dir} was made from other raw data than the current {raw_dir}: "
+            f"{bpe_dir} was made from other raw data than the current {raw_dir}"
+            f"{f' ({changes})' if changes else ''}: "
             f"rerun scripts/bpe.sh {pair}, then scripts/binarize.sh {pair}"
         )
     return raw, bpe
@@ -377,6 +415,11 @@ def _cmd_check(a) -> int:
     return 0
 
 
+def _cmd_check_bpe(a) -> int:
+    _chain_entries(Path(a.data), a.pair)
+    return 0
+
+
 def _cmd_run(a) -> int:
     identity = _read_identity(Path(a.identity))
     if identity is None:
@@ -414,6 +457,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--data", required=True, help="the data directory (raw/, bpe/, bin/)")
     c.add_argument("--run", help="also check that this run was trained on these data")
     c.set_defaults(fn=_cmd_check)
+    cb = sub.add_parser(
+        "check-bpe",
+        help="verify raw -> bpe of PAIR: the BPE data made from the current raw data "
+        "(scripts/binarize.sh, before it binarizes)",
+    )
+    cb.add_argument("--pair", required=True)
+    cb.add_argument("--data", required=True, help="the data directory (raw/, bpe/, bin/)")
+    cb.set_defaults(fn=_cmd_check_bpe)
     r = sub.add_parser("run", help="a run's data identity against the current one")
     r.add_argument("run", help="the run directory")
     r.add_argument("--identity", required=True, help="the current data/bin/PAIR/identity.json")

@@ -38,6 +38,11 @@ BPE="$QK_DATA/bpe/$PAIR"
 OUT="$QK_DATA/bin/$PAIR"
 
 qk_is_done "$BPE" || die "$PAIR has no complete BPE data ($QK_DONE_REASON): run scripts/bpe.sh $PAIR first"
+# BPE data made from other raw data than the current ones are neither reused nor binarized: the
+# chain rule that scripts/train.sh checks (python -m qknorm_tools.provenance), which names the
+# raw files that changed and the step to rerun
+"$QK_PY" -m qknorm_tools.provenance check-bpe --pair "$PAIR" --data "$QK_DATA" \
+    || die "the data of $PAIR are not consistent (above); nothing was binarized"
 
 SETTINGS="pair=$PAIR
 source_lang=$SRC

@@ -144,6 +144,9 @@ if ((FORCE == 0)) && [[ -e "$OUT/.done" ]]; then
 fi
 
 qk_mktemp_dir TMP "$QK_DATA/bpe" "$PAIR"
+# the raw data's checksums as read here (not data: when the raw data change later, the chain
+# check of python -m qknorm_tools.provenance names the raw files that changed)
+cp -- "$RAW/.done" "$TMP/.raw.done"
 DETERMINISTIC="$TMP"  # the training split L is computed from: never a BPE-dropout sample
 if ((DROPOUT_ON)); then
     DETERMINISTIC="$TMP/.deterministic"

@@ -104,6 +104,8 @@ def test_tiny_pipeline_end_to_end_and_rerun_skips(tmp_path):
     bpe = work / "data" / "bpe" / "gl-en"
     for name in ("codes", "vocab.gl", "vocab.en", "length_stats.json", ".done"):
         assert (bpe / name).is_file(), name
+    # the raw marker it read: names the raw files that change later (qknorm_tools.provenance)
+    assert (bpe / ".raw.done").read_bytes() == (raw / ".done").read_bytes()
     assert (
         len((bpe / "codes").read_text(encoding="utf-8").splitlines()) <= 51
     )  # version line + <= 50 merges

@@ -61,6 +61,63 @@ def test_a_broken_chain_names_the_step_to_rerun(tmp_path, damage, message):
         provenance.check_data(tmp_path / "w" / "data", "gl-en")
 
 
+def _raw_prepared_again(work, text="raw train.gl, new\n"):
+    """The raw data of a make_data_chain prepared again (scripts/prepare_data.sh rerun on a
+    changed corpus): train.gl changed, its marker rewritten, the BPE data left as they were;
+    the BPE step keeps the raw marker it read (.raw.done, as scripts/bpe.sh)."""
+    raw, bpe = work / "data/raw/gl-en", work / "data/bpe/gl-en"
+    (bpe / ".raw.done").write_bytes((raw / ".done").read_bytes())
+    (raw / "train.gl").write_text(text, encoding="utf-8")
+    (raw / ".done").write_text(f"{sha256(raw / 'train.gl')}  train.gl\n", encoding="utf-8")
+
+
+def test_stale_bpe_names_the_raw_files_that_changed(tmp_path, capsys):
+    """The BPE data made from other raw data than the current ones: the chain rule says which raw
+    files changed since scripts/bpe.sh ran (from its .raw.done), and without that record (BPE
+    data made before it was kept) what it said before."""
+    work = tmp_path / "w"
+    make_data_chain(work)
+    _raw_prepared_again(work)
+    data, bpe = work / "data", work / "data/bpe/gl-en"
+    stale = (
+        f"{bpe} was made from other raw data than the current {data / 'raw/gl-en'}"
+        " (train.gl changed since scripts/bpe.sh ran): rerun scripts/bpe.sh gl-en, then "
+        "scripts/binarize.sh gl-en"
+    )
+    with pytest.raises(ProvenanceError) as err:
+        provenance.check_data(data, "gl-en")
+    assert str(err.value) == stale
+    # the same rule for the BPE step alone (scripts/binarize.sh, before it binarizes)
+    assert provenance.main(["check-bpe", "--pair", "gl-en", "--data", str(data)]) == 1
+    assert capsys.readouterr().err == f"error: {stale}\n"
+    (bpe / ".raw.done").unlink()
+    with pytest.raises(ProvenanceError) as err:
+        provenance.check_data(data, "gl-en")
+    assert str(err.value) == stale.replace(" (train.gl changed since scripts/bpe.sh ran)", "")
+
+
+def test_binarize_refuses_bpe_data_of_other_raw_data(tmp_path):
+    """binarize.sh said "skip: already binarized from the current BPE data" (exit 0) when the raw
+    data had changed since scripts/bpe.sh ran (and with --force binarized, then failed): it now
+    refuses first, exit 1, with the chain rule's message naming the raw file and bpe.sh."""
+    work = tmp_path / "w"
+    make_data_chain(work)
+    _raw_prepared_again(work)
+    bin_dir = work / "data/bin/gl-en"
+    before = {f.name: f.read_bytes() for f in bin_dir.iterdir()}
+    for force in ([], ["--force"]):
+        p = run_script("binarize.sh", "gl-en", *force, env=make_env(work))
+        assert p.returncode == 1, out(p)
+        assert p.stderr.splitlines() == [
+            f"error: {work / 'data/bpe/gl-en'} was made from other raw data than the current "
+            f"{work / 'data/raw/gl-en'} (train.gl changed since scripts/bpe.sh ran): rerun "
+            "scripts/bpe.sh gl-en, then scripts/binarize.sh gl-en",
+            "error: the data of gl-en are not consistent (above); nothing was binarized",
+        ]
+        assert p.stdout == ""
+        assert {f.name: f.read_bytes() for f in bin_dir.iterdir()} == before
+
+
 def test_run_identity_recorded_then_checked(tmp_path, capsys):
     make_data_chain(tmp_path / "w")
     ident = provenance.check_data(tmp_path / "w" / "data", "gl-en")

@@ -170,11 +170,15 @@ class CheckResult:
         refused: dev/test lines over the limit (the split cannot be used as it is).
         dropped: training lines over the limit (their pairs were dropped), both sides.
         n_train: training pairs before dropping.
+        langs: the (source, target) languages checked.
+        max_positions: the (source, target) max positions checked against.
     """
 
     refused: list[LongLine]
     dropped: list[LongLine]
     n_train: int
+    langs: tuple[str, str] = ("", "")
+    max_positions: tuple[int, int] = (MAX_POSITIONS, MAX_POSITIONS)
 
 
 def check_segmentation(
@@ -233,7 +237,7 @@ def check_segmentation(
             (dropped if split == "train" else refused).extend(found)
             if split == "train":
                 n_train = len(line_lengths([os.path.join(raw_dir, name)]))
-    result = CheckResult(refused, dropped, n_train)
+    result = CheckResult(refused, dropped, n_train, (src, tgt), tuple(max_positions))
     if refused or not dropped:
         return result
     numbers = {x.line for x in dropped}
@@ -256,20 +260,47 @@ def check_segmentation(
     return result
 
 
+def _smaller_positions(result: CheckResult) -> list[tuple[str, int, int]]:
+    """The sides whose refused lines are over a run's max positions below fairseq's.
+
+    Below :data:`MAX_POSITIONS`, which ``scripts/bpe.sh`` checks the data against. Returns
+    ``(side, its max positions, the max positions its longest refused line needs)`` per such
+    side, side = ``source`` or ``target`` (fairseq-train's ``--max-SIDE-positions``).
+    """
+    out = []
+    for side, lang, positions in zip(("source", "target"), result.langs, result.max_positions):
+        over = [x.seg_tokens for x in result.refused if x.path.endswith(f".{lang}")]
+        if lang and over and positions < MAX_POSITIONS:
+            out.append((side, positions, max(over) + 1))
+    return out
+
+
 def report(result: CheckResult, seg_name: str) -> list[str]:
     """The stderr lines of a check.
 
     Each refused line (``error: FILE:LINE: ...``) and what to do, or the count of dropped
     training pairs with examples and where they are listed (``seg_name/too_long.json``).
+    Lines that are over a run's max positions smaller than fairseq's (``--run-command``) are
+    said to be so, with the max positions a retraining needs.
     """
     lines = []
     if result.refused:
         lines += _named(result.refused, "error: ")
+        fix = "split or shorten them in the raw data and prepare the pair again"
+        smaller = _smaller_positions(result)
+        if smaller:
+            had = " ".join(f"--max-{side}-positions {n}" for side, n, _ in smaller)
+            need = " ".join(f"--max-{side}-positions {n}" for side, _, n in smaller)
+            fix = (
+                f"the run was trained with {had}, below fairseq's {MAX_POSITIONS} that "
+                f"scripts/bpe.sh checks the data against: retrain it with {need} or more "
+                f"(fairseq-train's options, after the -- of scripts/train.sh ... --force), "
+                f"or {fix}"
+            )
         lines.append(
             f"error: {len(result.refused)} dev/test line(s) longer than the model takes: "
             "dev and test lines are never dropped "
-            "(a score on fewer lines is not comparable); split or shorten them in the raw data "
-            "and prepare the pair again"
+            f"(a score on fewer lines is not comparable); {fix}"
         )
     elif result.dropped:
         n = len({x.line for x in result.dropped})

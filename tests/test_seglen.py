@@ -114,11 +114,45 @@ def test_dev_and_test_lines_over_the_limit_are_refused_and_nothing_changes(tmp_p
         "over 7, the most the model takes (max positions 8, one for the end-of-sentence token)"
     )
     assert err[1].startswith(f"error: {raw}/test.gl:2: 8 tokens after segmentation")
-    assert err[2].startswith("error: 2 dev/test line(s) longer than the model takes: dev and test")
+    assert err[2] == (
+        "error: 2 dev/test line(s) longer than the model takes: dev and test lines are never "
+        "dropped (a score on fewer lines is not comparable); the run was trained with "
+        "--max-source-positions 8 --max-target-positions 8, below fairseq's 1024 that "
+        "scripts/bpe.sh checks the data against: retrain it with --max-source-positions 9 "
+        "--max-target-positions 9 or more (fairseq-train's options, after the -- of "
+        "scripts/train.sh ... --force), or split or shorten them in the raw data and prepare the "
+        "pair again"
+    )
     before["c"] = (tmp_path / "c").read_bytes()
     assert len(err) == 3 and snapshot(tmp_path) == before
     # fairseq's 1024 positions: everything fits, nothing is said
     assert seglen.main(argv[:-2]) == 0 and capsys.readouterr().err == ""
+
+
+def test_the_advice_for_a_long_line_fits_the_runs_max_positions(tmp_path):
+    """A run trained with smaller max positions than fairseq's (command.txt's
+    --max-source-positions 64): the advice named only the raw data, which scripts/bpe.sh had
+    accepted at 1024; it now names the run's own limit and what a retraining needs, only for
+    the side that is smaller; at fairseq's limit (bpe.sh, a run without such options) it
+    names the raw data alone, as before."""
+    raw, seg = pair_dirs(tmp_path, limit_tokens=79, long_at={("test", "gl"): 3})
+    result = seglen.check_segmentation(str(raw), str(seg), "gl", "en", ("test",), (), (64, 512))
+    assert [(x.line, x.seg_tokens, x.limit) for x in result.refused] == [(3, 80, 63)]
+    assert seglen.report(result, "seg")[-1] == (
+        "error: 1 dev/test line(s) longer than the model takes: dev and test lines are never "
+        "dropped (a score on fewer lines is not comparable); the run was trained with "
+        "--max-source-positions 64, below fairseq's 1024 that scripts/bpe.sh checks the data "
+        "against: retrain it with --max-source-positions 81 or more (fairseq-train's options, "
+        "after the -- of scripts/train.sh ... --force), or split or shorten them in the raw data "
+        "and prepare the pair again"
+    )
+    raw, seg = pair_dirs(tmp_path / "big", limit_tokens=1023, long_at={("dev", "en"): 1})
+    result = seglen.check_segmentation(str(raw), str(seg), "gl", "en", ("dev",))
+    assert seglen.report(result, "seg")[-1] == (
+        "error: 1 dev/test line(s) longer than the model takes: dev and test lines are never "
+        "dropped (a score on fewer lines is not comparable); split or shorten them in the raw "
+        "data and prepare the pair again"
+    )
 
 
 def test_training_pairs_over_the_limit_are_dropped_counted_and_listed(tmp_path, capsys):

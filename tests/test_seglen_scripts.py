@@ -128,6 +128,20 @@ def test_evaluate_sh_names_the_test_line_the_model_cannot_take(tmp_path):
                     f"model takes (max positions {n}, one for the end-of-sentence token)"
                 )
     assert expected and errors[: len(expected)] == expected, out(p)
+    # the advice fits the run: its own limit, and what a retraining needs
+    longest = {
+        side: max(len(x.split()) for x in (bpe / f"test.{lang}").read_text().splitlines())
+        for side, lang in (("source", "gl"), ("target", "en"))
+    }
+    over = [side for side in longest if longest[side] > n - 1]  # the sides with a refused line
+    had = " ".join(f"--max-{side}-positions {n}" for side in over)
+    need = " ".join(f"--max-{side}-positions {longest[side] + 1}" for side in over)
+    assert errors[-2].endswith(
+        f"the run was trained with {had}, below fairseq's 1024 that scripts/bpe.sh checks the "
+        f"data against: retrain it with {need} or more (fairseq-train's options, after the -- of "
+        "scripts/train.sh ... --force), or split or shorten them in the raw data and prepare the "
+        "pair again"
+    ), out(p)
     assert errors[-1] == "error: cannot decode the test split of gl-en (above): nothing was decoded"
     run = work / "runs/gl-en/cpu-proxy-max-update-2/twt/seed1"
     assert not list(run.glob("test.*")), sorted(x.name for x in run.iterdir())

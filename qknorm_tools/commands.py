@@ -266,7 +266,7 @@ def train_argv(
 # command line
 
 
-def _configs(args) -> tuple:
+def load_configs(args) -> tuple:
     """(pair, system, profile) of the command line (None where not given), QKNORM_* applied."""
     work_dir = config._work_dir(args.work_dir)
     name = getattr(args, "pair", None)
@@ -278,7 +278,7 @@ def _configs(args) -> tuple:
 
 def _argv(args) -> list:
     repo = args.repo if args.repo is not None else config.REPO
-    pair, system, profile = _configs(args)
+    pair, system, profile = load_configs(args)
     if args.cmd == "generate":
         return generate_argv(pair, profile, repo=repo, data=args.data, checkpoint=args.checkpoint,
                              gen_subset=args.gen_subset, seed=args.seed,
@@ -291,6 +291,35 @@ def _argv(args) -> list:
         remove_bpe=args.remove_bpe, lr=args.lr, qk_norm_length=args.qk_norm_length,
         bf16=args.bf16, nproc=args.nproc, dist_backend=args.dist_backend, extra=tuple(args.extra),
     )  # fmt: skip
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """--profile, --work-dir and --repo: where a command line finds the configuration."""
+    parser.add_argument("--profile", required=True)
+    parser.add_argument("--work-dir", type=Path)
+    parser.add_argument("--repo", type=Path, help="the repository root (its configs/ and plugin)")
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of one run's fairseq-train command that the calling script knows.
+
+    The arguments of :func:`train_argv` that the configuration does not give, as options
+    (``--remove-bpe`` and ``--qk-norm-length`` excepted: ``python -m qknorm_tools.run
+    train-plan`` finds them in the data), for ``commands train`` and ``run train-plan``.
+    """
+    parser.add_argument("--pair", required=True)
+    parser.add_argument("--system", required=True)
+    parser.add_argument("--data", required=True, help="the data path (BIN[:BIN/shards/K...])")
+    parser.add_argument("--run", type=Path, required=True, help="the run directory")
+    parser.add_argument("--label", required=True, help="the run's label (scripts: qk_run_label)")
+    parser.add_argument("--arch", required=True)
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--max-update", type=int, required=True)
+    parser.add_argument("--max-tokens", type=int, required=True, help="per process")
+    parser.add_argument("--lr", help="the peak learning rate replacing the profile's")
+    parser.add_argument("--bf16", action="store_true", help="bf16 autocast (the plugin task's)")
+    parser.add_argument("--nproc", type=int, default=1)
+    parser.add_argument("--dist-backend", choices=("gloo", "nccl"), default="gloo")
 
 
 def main(argv: list | None = None) -> int:
@@ -315,25 +344,11 @@ def main(argv: list | None = None) -> int:
     avg.add_argument("-n", type=int, required=True, help="how many checkpoints")
     avg.add_argument("--output", required=True)
     train = sub.add_parser("train", help="the fairseq-train command of a run")
-    train.add_argument("--pair", required=True)
-    train.add_argument("--system", required=True)
-    train.add_argument("--data", required=True, help="the data path (BIN[:BIN/shards/K...])")
-    train.add_argument("--run", type=Path, required=True, help="the run directory")
-    train.add_argument("--label", required=True, help="the run's label (scripts: qk_run_label)")
-    train.add_argument("--arch", required=True)
-    train.add_argument("--seed", type=int, required=True)
-    train.add_argument("--max-update", type=int, required=True)
-    train.add_argument("--max-tokens", type=int, required=True, help="per process")
+    add_train_arguments(train)
     train.add_argument("--remove-bpe", required=True, help="the data's BPE symbol")
-    train.add_argument("--lr", help="the peak learning rate replacing the profile's")
     train.add_argument("--qk-norm-length", help="the data's L (QKNorm systems)")
-    train.add_argument("--bf16", action="store_true", help="bf16 autocast (the plugin task's)")
-    train.add_argument("--nproc", type=int, default=1)
-    train.add_argument("--dist-backend", choices=("gloo", "nccl"), default="gloo")
     for p in sub.choices.values():
-        p.add_argument("--profile", required=True)
-        p.add_argument("--work-dir", type=Path)
-        p.add_argument("--repo", type=Path, help="the repository root (its configs/ and plugin)")
+        add_config_arguments(p)
     args = parser.parse_args(argv)
     args.extra = extra
     if args.cmd != "train" and extra:

@@ -5,9 +5,6 @@
 ``extract``
     Parse ``fairseq-generate`` output, restore source order, remove BPE (``--bpe-dir``: the
     way the tool recorded in ``data/bpe/PAIR/bpe.json`` requires).
-``bpe-symbol``
-    The fairseq ``post_process`` symbol that undoes a pair's segmentation (``subword_nmt`` or
-    ``sentencepiece``), for ``--eval-bleu-remove-bpe`` and ``--post-process``.
 ``score``
     Tokenized BLEU (``bleu_tok``, as reported by the papers; equals ``multi-bleu.perl``),
     detokenized sacreBLEU (``bleu``) and chrF, each with its sacreBLEU signature.
@@ -19,10 +16,6 @@
     seed-concatenated outputs, average delta over pairs; Markdown, LaTeX (booktabs) and CSV.
 ``ablation``
     2x2 {layernorm, scalenorm} x {dot, qknorm} confound report.
-``check-run``
-    Whether a run directory is the run asked for: the identity its ``train.json`` records
-    (pair, profile label, system, seed, precision, variant) equals the one given (what
-    ``scripts/train.sh`` and ``scripts/evaluate.sh`` check, ``qk_check_run_identity``).
 ``lr-sensitivity``
     LR sweep per system: final dev loss and test BLEU per peak learning rate, LR sensitivity
     (Wortsman et al. 2023), diverged runs, best LR (:mod:`.lr_sweep`).
@@ -137,11 +130,6 @@ def _cmd_extract(a) -> int:
     # written whole or not at all; an error names the output, not its temporary sibling
     hyps = extract_hypotheses(a.generate_output, a.output, mode, a.n_expected)
     print(f"wrote {len(hyps)} hypotheses to {a.output}", file=sys.stderr)
-    return 0
-
-
-def _cmd_bpe_symbol(a) -> int:
-    print(BPE_TOOL_SYMBOL[a.tool or bpe_tool(a.bpe_dir)])
     return 0
 
 
@@ -351,9 +339,9 @@ class RunIdentityError(EvaluationError):
 def check_run_identity(run, expected: dict) -> None:
     """Check that the run directory ``run`` holds the run asked for, by its ``train.json``.
 
-    What ``scripts/train.sh`` and ``scripts/evaluate.sh`` check (``qk_check_run_identity``,
-    through ``check-run``) and the translate helper too. A run without ``train.json`` (not
-    finished yet) passes.
+    What ``scripts/train.sh`` and ``scripts/evaluate.sh`` check (``python -m
+    qknorm_tools.run train-claim`` and ``evaluate-check``) and the translate helper too. A run
+    without ``train.json`` (not finished yet) passes.
 
     Args:
         run: the run directory.
@@ -378,25 +366,6 @@ def check_run_identity(run, expected: dict) -> None:
             "run directory copied or renamed is never trained on, decoded or scored under "
             "another name"
         )
-
-
-def _cmd_check_run(a) -> int:
-    expected = {
-        "pair": a.pair,
-        "profile": a.profile,
-        "system": a.system,
-        "seed": a.seed,
-        "precision": a.precision,
-        "variant": parse_kv(a.variant, "--variant"),
-    }
-    if not (Path(a.run) / "train.json").is_file():  # check-run is asked about a recorded run
-        raise EvaluationError(f"{Path(a.run) / 'train.json'}: cannot read the run's record")
-    try:
-        check_run_identity(a.run, expected)
-    except RunIdentityError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
 
 
 def _cmd_lr_sensitivity(a) -> int:
@@ -450,12 +419,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     e.add_argument("--n-expected", type=int, default=None, help="required number of hypotheses")
     e.set_defaults(fn=_cmd_extract)
-
-    y = sub.add_parser("bpe-symbol", help="the post_process symbol undoing a pair's BPE")
-    src = y.add_mutually_exclusive_group(required=True)
-    src.add_argument("--bpe-dir", help="a segmented pair, data/bpe/PAIR (its bpe.json)")
-    src.add_argument("--tool", choices=sorted(BPE_TOOL_SYMBOL), help="a BPE tool by name")
-    y.set_defaults(fn=_cmd_bpe_symbol)
 
     s = sub.add_parser("score", help="tokenized BLEU, detokenized sacreBLEU and chrF")
     s.add_argument("--hyp", required=True, help="hypotheses, one per line")
@@ -614,15 +577,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     eg.set_defaults(fn=_cmd_explain_generate)
 
-    cr = sub.add_parser("check-run", help="is RUN (its train.json) the run asked for?")
-    cr.add_argument("run", help="the run directory (holds train.json)")
-    cr.add_argument("--pair", required=True)
-    cr.add_argument("--profile", required=True, help="the profile label (e.g. cpu-proxy)")
-    cr.add_argument("--system", required=True)
-    cr.add_argument("--seed", type=int, required=True)
-    cr.add_argument("--precision", required=True, help="fp32 or bf16")
-    cr.add_argument("--variant", action="append", help="KEY=VALUE (e.g. lr=0.001), repeatable")
-    cr.set_defaults(fn=_cmd_check_run)
     return p
 
 

@@ -59,6 +59,7 @@ __all__ = [
     "check_run",
     "identity_of",
     "main",
+    "read_identity",
     "short_id",
     "write_identity",
 ]
@@ -261,7 +262,12 @@ def write_identity(data, pair: str, bin_dir, files: Sequence[str] | None = None)
     return ident
 
 
-def _read_identity(path: Path) -> dict | None:
+def read_identity(path: Path) -> dict | None:
+    """The identity stored at ``path`` (``identity.json``, ``data_identity.json``), or None.
+
+    Raises:
+        ProvenanceError: the file is not JSON or has no ``data_id``.
+    """
     try:
         ident = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -292,7 +298,7 @@ def check_data(data, pair: str) -> dict:
             f"{bin_dir} was binarized from another {bpe_dir} (scripts/bpe.sh was rerun since): "
             f"rerun scripts/binarize.sh {pair}"
         )
-    stored = _read_identity(bin_dir / IDENTITY_FILE)
+    stored = read_identity(bin_dir / IDENTITY_FILE)
     if stored is None:
         raise ProvenanceError(
             f"{bin_dir}/{IDENTITY_FILE} not found (binarized before data identities were "
@@ -334,7 +340,7 @@ def check_run(run_dir, identity: Mapping, record: bool = False) -> str | None:
     """
     run = Path(run_dir)
     path = run / RUN_IDENTITY_FILE
-    recorded = _read_identity(path)
+    recorded = read_identity(path)
     if recorded is not None:
         if recorded["data_id"] != identity["data_id"]:
             raise DataMismatchError(
@@ -421,7 +427,7 @@ def _cmd_check_bpe(a) -> int:
 
 
 def _cmd_run(a) -> int:
-    identity = _read_identity(Path(a.identity))
+    identity = read_identity(Path(a.identity))
     if identity is None:
         raise ProvenanceError(f"{a.identity} not found")
     print(check_run(a.run, identity, record=a.record) or "")

@@ -195,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--remove-bpe",
         choices=sorted(BPE_TOOL_SYMBOL.values()),
-        help="the symbol that undoes the data's BPE (python -m qknorm_tools.evaluate bpe-symbol)",
+        help="the symbol that undoes the data's BPE (qknorm_tools.textio.BPE_TOOL_SYMBOL)",
     )
     p.add_argument("--what", default="the fairseq-train command", help="name used in messages")
     a = p.parse_args(own)

@@ -97,39 +97,39 @@ STEM="$SPLIT"
 GEN="$RUN/$STEM.gen.out"
 HYP="$RUN/$STEM.hyp"
 SCORE="$RUN/$STEM.score.json"
-# the commands, built once (python -m qknorm_tools.commands): what --dry-run prints is what runs
-AVG_CMD=()
-# the last N checkpoints the profile keeps: update checkpoints (checkpoint_E_U.pt,
-# --keep-interval-updates), else epoch ones (checkpointE.pt, --keep-last-epochs)
-[[ -z "$N_AVERAGE" ]] \
-    || qk_command AVG_CMD average --profile "$PROFILE" --run "$RUN" -n "$N_AVERAGE" --output "$CHECKPOINT"
-qk_command GEN_CMD generate --pair "$PAIR" --profile "$PROFILE" --data "$BIN" \
-    --checkpoint "$CHECKPOINT" --gen-subset "$GEN_SUBSET" --seed "$SEED" --label "$LABEL"
+TRAIN_CMD="$(qk_train_cmd)"
+# one process (python -m qknorm_tools.run evaluate-plan) builds the commands, AVG_CMD (the last N
+# checkpoints the profile keeps: update checkpoints checkpoint_E_U.pt, --keep-interval-updates,
+# else epoch ones checkpointE.pt, --keep-last-epochs) and GEN_CMD (qknorm_tools.commands: what
+# --dry-run prints is what runs), and, under the run's lock, checks what train.sh checks, that
+# the run is the one asked for (a diverged run: no model to decode, exit 3), the checkpoint and
+# the reference, that the current data are consistent and the ones this run was trained on
+# (DATA_ID), that every line of the split fits the model (or fairseq-generate stops at it; the
+# model's max positions: the run's command.txt, else fairseq's 1024; each line named), and reads
+# the data's BPE tool (REMOVE_BPE). Exit 2 there is a usage error.
+evaluate_plan() {
+    local rc=0 out
+    out="$("$QK_PY" -m qknorm_tools.run evaluate-plan --repo "$QK_REPO_ROOT" --work-dir "$QK_WORK_DIR" \
+        --run "$RUN" --pair "$PAIR" --label "$LABEL" --system "$SYSTEM" --profile "$PROFILE" \
+        --seed "$SEED" --precision "${QK_BF16_RUN:-fp32}" ${QK_LR_OVERRIDE:+--variant "lr=$QK_LR_OVERRIDE"} \
+        --train-cmd "$TRAIN_CMD" --checkpoint "$CHECKPOINT" ${N_AVERAGE:+--average "$N_AVERAGE"} \
+        --data-root "$QK_DATA" --split "$SPLIT" "$@")" || rc=$?
+    case "$rc" in
+        0) eval "$out" ;;
+        2) qk_usage_error "$out" ;;
+        *) exit "$rc" ;;  # 3: diverged, 1: the errors, naming file and step, are on stderr
+    esac
+}
 if ((DRY_RUN)); then
+    evaluate_plan --dry-run
     ((${#AVG_CMD[@]} == 0)) || qk_print_cmd "${AVG_CMD[@]}"
     qk_print_cmd env "OMP_NUM_THREADS=$THREADS" "${GEN_CMD[@]}"
     printf '# outputs: %s %s %s\n' "$GEN" "$HYP" "$SCORE"
     exit 0
 fi
 [[ ! -d "$RUN" ]] || qk_lock_run "$RUN"  # before anything else: a run in training is busy
-TRAIN_CMD="$(qk_train_cmd)"
 [[ -f "$RUN/train.json" ]] || die "$RUN is not a finished run: run $TRAIN_CMD first$TWIN_HINT"
-qk_check_run_identity "$RUN" "$LABEL"  # what train.sh checks: the run is the one asked for
-if [[ -f "$RUN/diverged" ]]; then
-    qk_warn "$RUN diverged ($(head -n 1 "$RUN/diverged")): no model to decode"
-    exit 3
-fi
-[[ -n "$N_AVERAGE" || -f "$CHECKPOINT" ]] || die "checkpoint $CHECKPOINT not found"
-[[ -f "$REF" ]] || die "reference $REF not found: run scripts/prepare_data.sh $PAIR"
-# the current data must be consistent, and the ones this run was trained on (one process)
-DATA_ID="$("$QK_PY" -m qknorm_tools.provenance check --pair "$PAIR" --data "$QK_DATA" --run "$RUN")" \
-    || die "nothing was evaluated: the data of $PAIR are not consistent, or $RUN was trained on other data than the current $BIN (above); a run is never decoded with another dictionary or scored against another reference: retrain it with $TRAIN_CMD --force, or restore the data it was trained on"
-# every line of the split must fit the model, or fairseq-generate stops at it (data/bpe made
-# before scripts/bpe.sh checked segmented lengths): python -m qknorm_tools.seglen names each one
-# (the model's max positions: those of the run's command.txt, else fairseq's 1024)
-"$QK_PY" -m qknorm_tools.seglen check --raw "$QK_DATA/raw/$PAIR" --seg "$QK_DATA/bpe/$PAIR" \
-    --src "$SRC" --tgt "$TGT" --splits "$SPLIT" --run-command "$RUN/command.txt" \
-    || die "cannot decode the $SPLIT split of $PAIR (above): nothing was decoded"
+evaluate_plan
 
 if [[ -n "$N_AVERAGE" ]]; then
     # CHECKPOINT is checkpoint_avgN.pt, the average of the last N checkpoints the profile keeps
@@ -145,8 +145,6 @@ fi
 # checkpoint file, checkpoint choice, split, every fairseq-generate setting, BPE removal, data,
 # scorer versions and signatures), else decoded again saying what changed
 MADE_BY="$RUN/$STEM.made_by.json"
-REMOVE_BPE="$("$QK_PY" -m qknorm_tools.evaluate bpe-symbol --bpe-dir "$QK_DATA/bpe/$PAIR")" \
-    || die "cannot read the BPE tool of $PAIR from $QK_DATA/bpe/$PAIR/bpe.json"
 MADE_BY_ARGS=("$MADE_BY" --file "checkpoint=$CHECKPOINT" --set "checkpoint_choice=$CKPT"
     --set "split=$SPLIT" --set "remove_bpe=$REMOVE_BPE" --set "data_id=$DATA_ID" --scorer "$SRC" "$TGT"
     --generate "${GEN_CMD[@]:1}")

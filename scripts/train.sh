@@ -179,53 +179,42 @@ fi
 qk_precision_from_flag "$BF16"
 
 # (before the bf16 decision, which may measure for a minute: missing data is said at once)
-# validation BLEU removes exactly the data's segmentation (bpe.json's tool): fairseq's bare
-# --eval-bleu-remove-bpe means "@@ ", which leaves sentencepiece pieces in the BLEU
-if [[ -f "$BPE_DIR/bpe.json" ]]; then
-    REMOVE_BPE="$("$QK_PY" -m qknorm_tools.evaluate bpe-symbol --bpe-dir "$BPE_DIR")" \
-        || die "cannot read the BPE tool of $PAIR from $BPE_DIR/bpe.json"
-elif ((DRY_RUN)); then
-    REMOVE_BPE="$("$QK_PY" -m qknorm_tools.evaluate bpe-symbol --tool "$BPE_TOOL")"  # the pair's default
-else
-    die "$BPE_DIR/bpe.json not found: run scripts/bpe.sh $PAIR (then scripts/binarize.sh $PAIR) first"
-fi
+[[ -f "$BPE_DIR/bpe.json" ]] || ((DRY_RUN)) \
+    || die "$BPE_DIR/bpe.json not found: run scripts/bpe.sh $PAIR (then scripts/binarize.sh $PAIR) first"
 
 LABEL="$(qk_run_label)"
 [[ -z "$SIZE_ARG" ]] || LABEL="$LABEL-$SIZE_ARG"
 if ((DRY_RUN)); then qk_resolve_bf16 --cached-only; else qk_resolve_bf16; fi
 RUN="$(qk_run_dir "$PAIR" "$LABEL" "$SYSTEM" "$SEED" "$QK_LR_OVERRIDE")"
-RETRAIN="$(qk_train_cmd) --force"
+TRAIN_CMD="$(qk_train_cmd)"
+RETRAIN="$TRAIN_CMD --force"
 ARCH="$(qk_arch)"
 [[ -z "$SIZE_ARG" ]] || ARCH="${SYSTEM_ARCH}_$SIZE_ARG"
 
-L=""
-L_NOTE=""
-if [[ "$SYSTEM_QKNORM" == 1 ]]; then
-    if [[ -f "$BPE_DIR/length_stats.json" ]]; then
-        L="$(corpus_py length-stats --stats "$BPE_DIR/length_stats.json" --get L)" \
-            || die "cannot read L from $BPE_DIR/length_stats.json"
-    elif ((DRY_RUN)); then
-        L="${PAPER_L:-L}"  # dry run before BPE: show the command with the authors' L
-        L_NOTE=" (dry run without data/bpe/$PAIR: authors' L shown)"
-        [[ -n "$PAPER_L" ]] || L_NOTE=" (dry run without data/bpe/$PAIR: L comes from scripts/bpe.sh)"
-    else
-        die "$BPE_DIR/length_stats.json not found: run scripts/bpe.sh $PAIR first (QKNorm needs the data's L)"
-    fi
-    L_NOTE="QKNorm L = $L (authors' L for $PAIR: ${PAPER_L:-none}); the model logs its g0 = log2(L^2 - L)$L_NOTE"
-fi
-
-# the fairseq-train command (python -m qknorm_tools.commands: the configuration's settings, the
-# data's L for QKNORM systems, bf16 autocast through the plugin task, validation BLEU removing
-# the data's BPE, a short try's dev-BLEU length cap, the processes' DDP flags, EXTRA last)
-qk_command CMD train --pair "$PAIR" --system "$SYSTEM" --profile "$PROFILE" --data "$TRAIN_DATA" \
-    --run "$RUN" --label "$LABEL" --arch "$ARCH" --seed "$SEED" --max-update "$MAX_UPDATE" \
-    --max-tokens "$MAX_TOKENS" --remove-bpe "$REMOVE_BPE" ${QK_LR:+--lr "$QK_LR"} \
-    ${L:+--qk-norm-length "$L"} ${QK_BF16_RUN:+--bf16} --nproc "$NPROC" --dist-backend "$DIST_BACKEND" \
-    -- "${EXTRA[@]+"${EXTRA[@]}"}"
-
-"$QK_PY" -m qknorm_tools.train_check --remove-bpe "$REMOVE_BPE" \
-    --what "profile $PROFILE (configs/profiles/$PROFILE.toml)${EXTRA[*]:+ with -- ${EXTRA[*]}}" \
-    -- "${CMD[@]:1}" || die "refusing to train: settings that cannot work together (above)"
+# what is decided before the lock, in one process (python -m qknorm_tools.run train-plan):
+# REMOVE_BPE, the data's BPE symbol that validation BLEU removes (bpe.json's tool: fairseq's bare
+# --eval-bleu-remove-bpe means "@@ ", which leaves sentencepiece pieces in the BLEU); for QKNorm
+# systems L, the data's (length_stats.json), and L_NOTE, the line saying it; CMD, the
+# fairseq-train command (qknorm_tools.commands: the configuration's settings, L, bf16 autocast
+# through the plugin task, a short try's dev-BLEU length cap, the processes' DDP flags, EXTRA
+# last), refused with settings that cannot work together (qknorm_tools.train_check); and, but
+# for a dry run, DATA_ID: the data binarized, one consistent chain raw -> BPE -> binarized
+# (qknorm_tools.provenance), else which step to rerun. Exit 2 there is a usage error.
+PLAN_ARGS=(train-plan --repo "$QK_REPO_ROOT" --work-dir "$QK_WORK_DIR" --pair "$PAIR"
+    --system "$SYSTEM" --profile "$PROFILE" --data "$TRAIN_DATA" --run "$RUN" --label "$LABEL"
+    --arch "$ARCH" --seed "$SEED" --max-update "$MAX_UPDATE" --max-tokens "$MAX_TOKENS"
+    --data-root "$QK_DATA" --nproc "$NPROC" --dist-backend "$DIST_BACKEND"
+    --what "profile $PROFILE (configs/profiles/$PROFILE.toml)${EXTRA[*]:+ with -- ${EXTRA[*]}}")
+[[ -z "$QK_LR" ]] || PLAN_ARGS+=(--lr "$QK_LR")
+[[ -z "$QK_BF16_RUN" ]] || PLAN_ARGS+=(--bf16)
+((DRY_RUN == 0)) || PLAN_ARGS+=(--dry-run)
+PLAN_RC=0
+PLAN="$("$QK_PY" -m qknorm_tools.run "${PLAN_ARGS[@]}" -- "${EXTRA[@]+"${EXTRA[@]}"}")" || PLAN_RC=$?
+case "$PLAN_RC" in
+    0) eval "$PLAN" ;;
+    2) qk_usage_error "$PLAN" ;;
+    *) exit 1 ;;  # the errors, naming file and step, are on stderr
+esac
 
 if ((DRY_RUN)); then
     [[ -z "$L_NOTE" ]] || qk_log "$L_NOTE"
@@ -236,10 +225,6 @@ if ((DRY_RUN)); then
     exit 0
 fi
 
-[[ -f "$BIN/.done" ]] || die "$BIN is not binarized: run scripts/binarize.sh $PAIR first"
-# the data must be one consistent chain raw -> BPE -> binarized (else: which step to rerun)
-DATA_ID="$("$QK_PY" -m qknorm_tools.provenance check --pair "$PAIR" --data "$QK_DATA")" \
-    || die "the data of $PAIR are not consistent (above); nothing was trained"
 qk_lock_run "$RUN"
 NEW_COMMAND="$(CMD[0]=fairseq-train; qk_print_cmd "${CMD[@]}")"
 if [[ "$FORCE" == 0 && -f "$RUN/command.txt" ]] \
@@ -250,10 +235,12 @@ fi
 # empty_run_dir: remove everything in $RUN but the lock this script holds
 empty_run_dir() { find "$RUN" -mindepth 1 -maxdepth 1 ! -name .lock -exec rm -rf -- {} +; }
 ((FORCE == 0)) || empty_run_dir
-# a run (finished or resumable) made on other data is never reused; a new run records the data
-"$QK_PY" -m qknorm_tools.provenance run "$RUN" --identity "$BIN/identity.json" --record >/dev/null \
-    || die "$RUN belongs to other data than the current $BIN: retrain it on the current data with $RETRAIN (or restore the data it was trained on)"
-qk_check_run_identity "$RUN" "$LABEL"
+# one process (python -m qknorm_tools.run train-claim): a run (finished or resumable) made on
+# other data is never reused, a new run records the data; a finished run is the one asked for
+"$QK_PY" -m qknorm_tools.run train-claim --run "$RUN" --identity "$BIN/identity.json" \
+    --pair "$PAIR" --label "$LABEL" --system "$SYSTEM" --seed "$SEED" \
+    --precision "${QK_BF16_RUN:-fp32}" ${QK_LR_OVERRIDE:+--variant "lr=$QK_LR_OVERRIDE"} \
+    --train-cmd "$TRAIN_CMD" || exit 1  # the errors, naming what differs, are on stderr
 if [[ -f "$RUN/train.json" ]]; then
     if [[ -f "$RUN/diverged" ]]; then
         qk_warn "skip: $RUN diverged ($(head -n 1 "$RUN/diverged")): a finished result; --force to retrain"

@@ -145,6 +145,34 @@ CASES = {
         lambda t: [str(t), str(t), "-o", str(t / "r.html")],
         lambda t: [str(t / "missing-results-dir")],
     ),
+    "qknorm_tools.run": (
+        lambda t: ["train-plan", "--pair", "gl-en"],  # argparse: required options missing
+        lambda t: [
+            "train-plan",
+            "--pair",
+            "gl-en",
+            "--system",
+            "twt",
+            "--profile",
+            "cpu-proxy",
+            "--data",
+            str(t),
+            "--run",
+            str(t / "r"),
+            "--label",
+            "cpu-proxy",
+            "--arch",
+            "transformer_twt_proxy",
+            "--seed",
+            "1",
+            "--max-update",
+            "1",
+            "--max-tokens",
+            "1",
+            "--data-root",
+            str(t / "no-data"),
+        ],  # fmt: skip
+    ),
     "qknorm_tools.train_check": (
         lambda t: ["--", "--best-checkpoint-metric", "bleu"],
         None,  # checks a command line only

@@ -1,6 +1,6 @@
 """A run decoded under the wrong name (issue 22): a run directory copied under another
 profile label, seed or system is refused by evaluate.sh as by train.sh (one check,
-lib.sh qk_check_run_identity -> python -m qknorm_tools.evaluate check-run)."""
+python -m qknorm_tools.run train-claim and evaluate-check)."""
 
 from __future__ import annotations
 

@@ -19,8 +19,6 @@
 #   qk_resolve_bf16 [--cached-only]  the loaded profile's precision: QK_BF16_RUN, QK_PRECISION
 #   qk_resolve_bf16_of PROFILE [--cached-only]  the same for PROFILE, without loading it here
 #   qk_train_cmd                   the scripts/train.sh command of the loaded run (for messages)
-#   qk_command VAR KIND ARGS...    the fairseq command qknorm_tools.commands builds, as array VAR
-#   qk_check_run_identity RUN LABEL  RUN/train.json is the run asked for (train.sh, evaluate.sh)
 #   qk_arch                        the named arch of the loaded system at the profile's size
 #   qk_run_label [PROFILE [MAX_UPDATE]]  PROFILE, or PROFILE-max-update-N for another budget
 #   qk_run_dir PAIR LABEL SYSTEM SEED [LR [bf16]]  where a run lives
@@ -250,36 +248,6 @@ qk_train_cmd() {
     printf 'scripts/train.sh %s %s --profile %s --seed %s%s%s%s%s\n' "$PAIR" "$SYSTEM" \
         "$PROFILE" "$SEED" "${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG}" \
         "${QK_LR_OVERRIDE:+ --lr $QK_LR_OVERRIDE}" "${SIZE_ARG:+ --size $SIZE_ARG}" "$precision"
-}
-
-# qk_command VAR KIND ARGS... [-- EXTRA...]: the command line that python -m
-# qknorm_tools.commands KIND builds (generate: fairseq-generate, average: checkpoint averaging,
-# train: fairseq-train) from the configuration and ARGS, as the bash array VAR: the one place
-# every fairseq command is built. Exit status 2 there is a usage error, any other failure exits 1.
-qk_command() {
-    local var="$1" kind="$2" out rc=0
-    shift 2
-    [[ -n "$QK_PY" ]] || die "no python interpreter found (set QKNORM_PYTHON)"
-    out="$("$QK_PY" -m qknorm_tools.commands "$kind" --repo "$QK_REPO_ROOT" --work-dir "$QK_WORK_DIR" "$@")" \
-        || rc=$?
-    case "$rc" in
-        0) eval "$var=($out)" ;;
-        2) qk_usage_error "$out" ;;
-        *) exit 1 ;;
-    esac
-}
-
-# qk_check_run_identity RUN LABEL: RUN's train.json records the run asked for (the loaded pair
-# and system, profile label LABEL, SEED, the resolved precision, QK_LR_OVERRIDE), or die naming
-# the difference: a run directory copied or renamed (runs/.../cpu-proxy/... copied under
-# cpu-proxy-fast-max-update-60) is never reused, decoded or scored under another name. What
-# train.sh and evaluate.sh both check (python -m qknorm_tools.evaluate check-run).
-qk_check_run_identity() {
-    [[ -f "$1/train.json" ]] || return 0
-    "$QK_PY" -m qknorm_tools.evaluate check-run "$1" --pair "$PAIR" --profile "$2" \
-        --system "$SYSTEM" --seed "$SEED" --precision "${QK_BF16_RUN:-fp32}" \
-        ${QK_LR_OVERRIDE:+--variant "lr=$QK_LR_OVERRIDE"} \
-        || die "$1 is not the run of $(qk_train_cmd) (above): train it there with that command, or remove $1"
 }
 
 # qk_arch: the named arch of the loaded system (SYSTEM_ARCH, a family registered by

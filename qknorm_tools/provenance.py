@@ -32,8 +32,8 @@ Command line (what the scripts run; no torch, no fairseq)::
     python -m qknorm_tools.provenance run RUN --identity DATA/bin/P/identity.json [--record]
     python -m qknorm_tools.provenance get FILE KEY                    # one field of a JSON file
 
-Errors print ``error: ...`` with exit status 2 (data not consistent) or 3 (a run made on other
-data).
+Errors print ``error: ...`` with exit status 1 (data not consistent, a run made on other data,
+an identity that cannot be written); usage errors exit 2 (:mod:`qknorm_tools.exits`).
 """
 
 from __future__ import annotations

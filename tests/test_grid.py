@@ -449,6 +449,13 @@ def test_reproduce_jobs_2_gives_each_cell_one_thread(work):
         (["--pairs", "gl-en", "--systems", "twt", "--seeds", "1,x"], 2, "bad --seeds list '1,x'"),
         (["--pairs", "gl-en", "--systems", "twt", "--seeds", "1,,2"], 2, "bad --seeds list '1,,2'"),
         (["--pairs", "gl-en", "--systems", "twt", "--seeds", "1,"], 2, "bad --seeds list '1,'"),
+        # white space inside an item: "1 2" is neither seed 12 nor seeds 1 and 2 (a trial ran 12)
+        (
+            ["--pairs", "gl-en", "--systems", "twt", "--seeds", "1 2"],
+            2,
+            "bad list '1 2': item '1 2' holds white space; the items are separated by commas",
+        ),
+        (["--pairs", "gl-en mini", "--systems", "twt"], 2, "item 'gl-en mini' holds white space"),
         # seed01 and seed1 would be the same fairseq seed counted twice
         (["--pairs", "gl-en", "--systems", "twt", "--seeds", "01,1"], 2, "bad --seeds list '01,1'"),
         # a repeat is a typo (of 1,2 or twt,qknorm_paper), not silently one cell

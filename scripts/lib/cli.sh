@@ -152,7 +152,7 @@ qk_check_posint() {
 
 # split_list OUT_ARRAY LIST: comma-separated LIST -> array OUT_ARRAY (order kept, duplicates
 # dropped; QK_SPLIT_REPEAT: the first item LIST gives twice, empty if none). Returns 1 on an empty
-# item (e.g. "1,,2" or "1,").
+# item (e.g. "1,,2" or "1,"); white space inside an item ("1 2") is a usage error.
 split_list() {
     local -n __list_out="$1"
     local list="$2" item seen=" " items=()
@@ -161,8 +161,12 @@ split_list() {
     IFS=',' read -r -a items <<<"$list"
     __list_out=()
     for item in "${items[@]}"; do
-        item="${item//[[:space:]]/}"
+        item="${item#"${item%%[![:space:]]*}"}"  # white space around an item is dropped
+        item="${item%"${item##*[![:space:]]}"}"
         [[ -n "$item" ]] || return 1
+        # inside an item it is a usage error ("1 2" is not the seed 12, nor seeds 1 and 2)
+        [[ "$item" != *[[:space:]]* ]] \
+            || qk_usage_error "bad list '$list': item '$item' holds white space; the items are separated by commas (e.g. 1,2)"
         if [[ "$seen" != *" $item "* ]]; then
             seen+="$item "
             __list_out+=("$item")

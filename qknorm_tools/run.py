@@ -11,7 +11,10 @@ decided here in one start (issue 36: one Python spine for a run):
 3. the fairseq-train command (:func:`qknorm_tools.commands.train_argv`);
 4. settings that cannot work together refused (:func:`qknorm_tools.train_check.check_train_args`);
 5. unless a dry run: the data binarized (``BIN/.done``) and one consistent chain raw -> BPE ->
-   binarized (:func:`qknorm_tools.provenance.check_data`), its data identity.
+   binarized (:func:`qknorm_tools.provenance.check_data`), its data identity; and where the
+   command gives fewer max positions than fairseq's 1024 (which ``scripts/bpe.sh`` checks the
+   data against), no dev line over them (:mod:`qknorm_tools.seglen`: fairseq-train would stop
+   at its first validation).
 
 ``scripts/evaluate.sh``, once it holds a finished run's lock, asks one process (``evaluate-check``)
 what it asked four: the run is the one asked for (:func:`qknorm_tools.evaluate.check_run_identity`;
@@ -143,7 +146,8 @@ def train_plan(
         QKNorm).
 
     Raises:
-        PlanError: data missing or not consistent, settings that cannot work together.
+        PlanError: data missing or not consistent, settings that cannot work together, dev
+            lines over the command's max positions.
         config.UsageError: a value the configuration refuses (a usage error).
         config.ConfigError: a configuration file that cannot be read.
     """
@@ -173,7 +177,36 @@ def train_plan(
             raise PlanError(
                 str(e), f"the data of {pair.name} are not consistent (above); nothing was trained"
             ) from None
+        _check_dev_lengths(pair, data_root, cmd)
     return plan
+
+
+def _check_dev_lengths(pair: config.Pair, data_root: Path, cmd: list) -> None:
+    """Dev lines over the command's max positions, where they are below fairseq's 1024.
+
+    ``scripts/bpe.sh`` checks the data against fairseq's 1024 positions; a command that gives
+    fewer (``-- --max-source-positions 64``) would stop at its first validation on a longer
+    dev line ("Size of sample #N is invalid"): refused before training, each line named.
+    """
+    from qknorm_tools import seglen
+
+    positions = seglen.run_max_positions(" ".join(shlex.quote(str(t)) for t in cmd))
+    if min(positions) >= seglen.MAX_POSITIONS:
+        return
+    raw, seg = data_root / "raw" / pair.name, data_root / "bpe" / pair.name
+    try:
+        result = seglen.check_segmentation(
+            str(raw), str(seg), pair.src, pair.tgt, ("dev",), (), positions
+        )
+    except Exception as e:  # CorpusError: a file that is missing or not its raw file's
+        raise PlanError(
+            str(e), "cannot check the dev lines against the command's max positions"
+        ) from None
+    if result.refused:
+        raise PlanError(
+            *(line.removeprefix("error: ") for line in seglen.report(result, str(seg), True)),
+            "refusing to train: fairseq-train would stop at the first validation (above)",
+        )
 
 
 def _check_identity(run: Path, expected: dict, train_cmd: str) -> None:

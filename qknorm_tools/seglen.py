@@ -275,13 +275,14 @@ def _smaller_positions(result: CheckResult) -> list[tuple[str, int, int]]:
     return out
 
 
-def report(result: CheckResult, seg_name: str) -> list[str]:
+def report(result: CheckResult, seg_name: str, before_training: bool = False) -> list[str]:
     """The stderr lines of a check.
 
     Each refused line (``error: FILE:LINE: ...``) and what to do, or the count of dropped
     training pairs with examples and where they are listed (``seg_name/too_long.json``).
     Lines that are over a run's max positions smaller than fairseq's (``--run-command``) are
-    said to be so, with the max positions a retraining needs.
+    said to be so, with the max positions a retraining needs (``before_training``: the
+    max positions of the command about to train, which the training needs).
     """
     lines = []
     if result.refused:
@@ -297,6 +298,12 @@ def report(result: CheckResult, seg_name: str) -> list[str]:
                 f"(fairseq-train's options, after the -- of scripts/train.sh ... --force), "
                 f"or {fix}"
             )
+            if before_training:  # fairseq-train would stop at its first validation
+                fix = (
+                    f"the command gives {had}, below fairseq's {MAX_POSITIONS} that "
+                    f"scripts/bpe.sh checks the data against: train with {need} or more "
+                    f"(after the -- of scripts/train.sh), or {fix.rsplit(', or ', 1)[-1]}"
+                )
         lines.append(
             f"error: {len(result.refused)} dev/test line(s) longer than the model takes: "
             "dev and test lines are never dropped "

@@ -292,3 +292,25 @@ def test_evaluate_sh_starts_python_twice_before_decoding(tmp_path):
     p = run_script("evaluate.sh", "gl-en", "twt", env=env)
     assert p.returncode == 1 and "reference " in p.stderr, p.stderr  # a fake chain: no test set
     assert log.read_text().split() == ["qknorm_tools.config", "qknorm_tools.run"]
+
+
+def test_dev_lines_over_the_commands_smaller_max_positions_are_refused(tmp_path, capsys):
+    """-- --max-source-positions 4: fairseq-train would stop at its first validation on a
+    longer dev line (a trial saw 'Size of sample #102 is invalid'); refused before training."""
+    make_data_chain(tmp_path)
+    _write_l(tmp_path, 64)
+    raw, seg = tmp_path / "data/raw/gl-en", tmp_path / "data/bpe/gl-en"
+    (raw / "dev.gl").write_text("a b\na b c d e f\n")
+    (raw / "dev.en").write_text("a\nb\n")
+    (seg / "dev.gl").write_text("a b\na b c d e f\n")
+    (seg / "dev.en").write_text("a\nb\n")
+    small = ("--max-source-positions", "4", "--max-target-positions", "4")
+    rc, _, _, err = _plan(capsys, _args(tmp_path, "twt", *small))
+    assert rc == FAILURE, err
+    assert f"{raw}/dev.gl:2: " in err and "over 3" in err
+    assert "train with --max-source-positions 7 or more (after the -- of scripts/train.sh)" in err
+    assert err.rstrip().endswith(
+        "error: refusing to train: fairseq-train would stop at the first validation (above)"
+    )
+    rc, _, _, err = _plan(capsys, _args(tmp_path, "twt", "--max-source-positions", "8"))
+    assert (rc, err) == (OK, "")

@@ -76,10 +76,24 @@ def _read(path: Path) -> dict:
     try:
         with open(path, "rb") as f:
             return tomllib.load(f)
+    except UnicodeDecodeError as e:  # TOML is UTF-8 (tomllib decodes before it parses)
+        raise ConfigError(
+            f"{_rel(path)}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at byte offset "
+            f"{e.start}); TOML files are UTF-8"
+        ) from None
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{_rel(path)}: not valid TOML: {e}") from None
+        bom = " (it starts with a byte order mark: remove it)" if _starts_with_bom(path) else ""
+        raise ConfigError(f"{_rel(path)}: not valid TOML: {e}{bom}") from None
     except OSError as e:
         raise ConfigError(f"{_rel(path)}: cannot read it: {e.strerror}") from None
+
+
+def _starts_with_bom(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(3) == b"\xef\xbb\xbf"
+    except OSError:
+        return False
 
 
 def _rel(path: Path) -> str:

@@ -560,3 +560,20 @@ def test_a_bash_pair_config_in_the_repository_names_the_converter(tmp_path, monk
     (repo / "configs" / "pairs" / "gl-en.sh").write_text(USER_SH)
     with pytest.raises(config.ConfigError, match="pair gl-en is defined twice"):
         config.load_pair("gl-en", repo)
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"\xff\xfe", "not UTF-8 text (byte 0xff at byte offset 0); TOML files are UTF-8"),
+        (b'\xef\xbb\xbfsrc = "xx"\n', "(it starts with a byte order mark: remove it)"),
+    ],
+)
+def test_own_pair_file_not_utf8_or_with_a_bom_is_named(tmp_path, content, message):
+    """A trial's own configs/pairs/PAIR.toml that was not UTF-8 gave a traceback."""
+    pairs = tmp_path / "configs" / "pairs"
+    pairs.mkdir(parents=True)
+    (pairs / "cfgx.toml").write_bytes(content)
+    with pytest.raises(config.ConfigError) as e:
+        config.load_pair("cfgx", tmp_path)
+    assert str(e.value).startswith(str(pairs / "cfgx.toml")) and message in str(e.value)

@@ -67,33 +67,21 @@ from qknorm_tools.config_schema import (
 
 #: the repository whose configs/ are read (``--repo`` of the command line changes it)
 REPO = Path(__file__).resolve().parents[1]
-#: the pairs of the papers' tables (TWT Table 1, QKNorm Table 1), shipped in configs/pairs:
-#: what ``--pairs all`` means. A researcher's own pairs (docs/own-data.md) run only when named.
+#: the papers' pairs (TWT and QKNorm Table 1): ``--pairs all``; own pairs run only when named
 PAPER_PAIRS = ("ar-en", "en-vi", "gl-en", "he-en", "sk-en")
 
 
 def _read(path: Path) -> dict:
     try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except UnicodeDecodeError as e:  # TOML is UTF-8 (tomllib decodes before it parses)
-        raise ConfigError(
-            f"{_rel(path)}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at byte offset "
-            f"{e.start}); TOML files are UTF-8"
-        ) from None
+        data = path.read_bytes()
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:  # TOML is UTF-8
+        raise ConfigError(f"{_rel(path)}: not UTF-8 text ({e}); TOML files are UTF-8") from None
     except tomllib.TOMLDecodeError as e:
-        bom = " (it starts with a byte order mark: remove it)" if _starts_with_bom(path) else ""
+        bom = " (it starts with a byte order mark: remove it)" * data.startswith(b"\xef\xbb\xbf")
         raise ConfigError(f"{_rel(path)}: not valid TOML: {e}{bom}") from None
     except OSError as e:
         raise ConfigError(f"{_rel(path)}: cannot read it: {e.strerror}") from None
-
-
-def _starts_with_bom(path: Path) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(3) == b"\xef\xbb\xbf"
-    except OSError:
-        return False
 
 
 def _rel(path: Path) -> str:
@@ -773,9 +761,7 @@ def main(argv: list | None = None) -> int:
             "--repo", type=Path, help="the repository whose configs/ to read (default: this one)"
         )
     args = parser.parse_args(argv)
-    if (
-        args.repo is not None
-    ):  # scripts/lib.sh passes its own root (a copy of the scripts and configs)
+    if args.repo is not None:  # scripts/lib.sh passes its own root (a copy of configs/)
         global REPO
         REPO = args.repo.resolve()
     try:

@@ -565,7 +565,7 @@ def test_a_bash_pair_config_in_the_repository_names_the_converter(tmp_path, monk
 @pytest.mark.parametrize(
     "content, message",
     [
-        (b"\xff\xfe", "not UTF-8 text (byte 0xff at byte offset 0); TOML files are UTF-8"),
+        (b"\xff\xfe", "not UTF-8 text ('utf-8' codec can't decode byte 0xff in position 0"),
         (b'\xef\xbb\xbfsrc = "xx"\n', "(it starts with a byte order mark: remove it)"),
     ],
 )

@@ -69,15 +69,20 @@ class PlanError(Exception):
         self.lines, self.status, self.warning = lines, status, warning
 
 
+def _data_bpe_symbol(pair: str, bpe_dir: Path) -> str:
+    """The symbol that undoes the BPE tool ``bpe_dir/bpe.json`` names (train and evaluate)."""
+    try:
+        return BPE_TOOL_SYMBOL[bpe_tool(bpe_dir)]
+    except Exception as e:  # InputFileError, EvaluationError: named by bpe_tool
+        raise PlanError(
+            str(e), f"cannot read the BPE tool of {pair} from {bpe_dir}/bpe.json"
+        ) from None
+
+
 def _remove_bpe(pair: config.Pair, bpe_dir: Path, dry_run: bool) -> str:
     """The BPE symbol of the data (bpe.json), or of the pair's tool for a dry run without data."""
     if (bpe_dir / "bpe.json").is_file():
-        try:
-            return BPE_TOOL_SYMBOL[bpe_tool(bpe_dir)]
-        except Exception as e:  # InputFileError, EvaluationError: named by bpe_tool
-            raise PlanError(
-                str(e), f"cannot read the BPE tool of {pair.name} from {bpe_dir}/bpe.json"
-            ) from None
+        return _data_bpe_symbol(pair.name, bpe_dir)
     if dry_run:
         return BPE_TOOL_SYMBOL[pair.bpe_tool]
     raise PlanError(
@@ -323,24 +328,8 @@ def evaluate_check(
                       "--run-command", str(run / "command.txt")])  # fmt: skip
     if rc != 0:
         raise PlanError(f"cannot decode the {split} split of {pair} (above): nothing was decoded")
-    bpe_dir = data_root / "bpe" / pair
-    try:
-        remove_bpe = BPE_TOOL_SYMBOL[bpe_tool(bpe_dir)]
-    except Exception as e:  # InputFileError, EvaluationError: named by bpe_tool
-        raise PlanError(
-            str(e), f"cannot read the BPE tool of {pair} from {bpe_dir}/bpe.json"
-        ) from None
+    remove_bpe = _data_bpe_symbol(pair, data_root / "bpe" / pair)
     return {"DATA_ID": identity["data_id"], "REMOVE_BPE": remove_bpe}
-
-
-def _shell(plan: dict) -> str:
-    lines = []
-    for var, value in plan.items():
-        if isinstance(value, list):
-            lines.append(f"{var}=(" + " ".join(shlex.quote(str(v)) for v in value) + ")")
-        else:
-            lines.append(f"{var}={shlex.quote(str(value))}")
-    return "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -416,7 +405,9 @@ def main(argv: list | None = None) -> int:
     except (config.ConfigError, ValueError) as e:
         return fail(e)
     if out:
-        print(_shell(out))
+        # as `config shell` prints them: arrays VAR=(...), every value shell-quoted
+        print("\n".join(config.shell_lines([(k, tuple(map(str, v)) if isinstance(v, list) else v)
+                                             for k, v in out.items()])))  # fmt: skip
     return OK
 
 

@@ -108,17 +108,11 @@ TRAIN_CMD="$(qk_train_cmd)"
 # model's max positions: the run's command.txt, else fairseq's 1024; each line named), and reads
 # the data's BPE tool (REMOVE_BPE). Exit 2 there is a usage error.
 evaluate_plan() {
-    local rc=0 out
-    out="$("$QK_PY" -m qknorm_tools.run evaluate-plan --repo "$QK_REPO_ROOT" --work-dir "$QK_WORK_DIR" \
-        --run "$RUN" --pair "$PAIR" --label "$LABEL" --system "$SYSTEM" --profile "$PROFILE" \
-        --seed "$SEED" --precision "${QK_BF16_RUN:-fp32}" ${QK_LR_OVERRIDE:+--variant "lr=$QK_LR_OVERRIDE"} \
+    qk_run_py evaluate-plan --repo "$QK_REPO_ROOT" --work-dir "$QK_WORK_DIR" --run "$RUN" \
+        --pair "$PAIR" --label "$LABEL" --system "$SYSTEM" --profile "$PROFILE" --seed "$SEED" \
+        --precision "${QK_BF16_RUN:-fp32}" ${QK_LR_OVERRIDE:+--variant "lr=$QK_LR_OVERRIDE"} \
         --train-cmd "$TRAIN_CMD" --checkpoint "$CHECKPOINT" ${N_AVERAGE:+--average "$N_AVERAGE"} \
-        --data-root "$QK_DATA" --split "$SPLIT" "$@")" || rc=$?
-    case "$rc" in
-        0) eval "$out" ;;
-        2) qk_usage_error "$out" ;;
-        *) exit "$rc" ;;  # 3: diverged, 1: the errors, naming file and step, are on stderr
-    esac
+        --data-root "$QK_DATA" --split "$SPLIT" "$@"  # exit 3: diverged (said), 1: errors said
 }
 if ((DRY_RUN)); then
     evaluate_plan --dry-run

@@ -208,13 +208,7 @@ PLAN_ARGS=(train-plan --repo "$QK_REPO_ROOT" --work-dir "$QK_WORK_DIR" --pair "$
 [[ -z "$QK_LR" ]] || PLAN_ARGS+=(--lr "$QK_LR")
 [[ -z "$QK_BF16_RUN" ]] || PLAN_ARGS+=(--bf16)
 ((DRY_RUN == 0)) || PLAN_ARGS+=(--dry-run)
-PLAN_RC=0
-PLAN="$("$QK_PY" -m qknorm_tools.run "${PLAN_ARGS[@]}" -- "${EXTRA[@]+"${EXTRA[@]}"}")" || PLAN_RC=$?
-case "$PLAN_RC" in
-    0) eval "$PLAN" ;;
-    2) qk_usage_error "$PLAN" ;;
-    *) exit 1 ;;  # the errors, naming file and step, are on stderr
-esac
+qk_run_py "${PLAN_ARGS[@]}" -- "${EXTRA[@]+"${EXTRA[@]}"}"
 
 if ((DRY_RUN)); then
     [[ -z "$L_NOTE" ]] || qk_log "$L_NOTE"
@@ -237,10 +231,9 @@ empty_run_dir() { find "$RUN" -mindepth 1 -maxdepth 1 ! -name .lock -exec rm -rf
 ((FORCE == 0)) || empty_run_dir
 # one process (python -m qknorm_tools.run train-claim): a run (finished or resumable) made on
 # other data is never reused, a new run records the data; a finished run is the one asked for
-"$QK_PY" -m qknorm_tools.run train-claim --run "$RUN" --identity "$BIN/identity.json" \
-    --pair "$PAIR" --label "$LABEL" --system "$SYSTEM" --seed "$SEED" \
-    --precision "${QK_BF16_RUN:-fp32}" ${QK_LR_OVERRIDE:+--variant "lr=$QK_LR_OVERRIDE"} \
-    --train-cmd "$TRAIN_CMD" || exit 1  # the errors, naming what differs, are on stderr
+qk_run_py train-claim --run "$RUN" --identity "$BIN/identity.json" --pair "$PAIR" \
+    --label "$LABEL" --system "$SYSTEM" --seed "$SEED" --precision "${QK_BF16_RUN:-fp32}" \
+    ${QK_LR_OVERRIDE:+--variant "lr=$QK_LR_OVERRIDE"} --train-cmd "$TRAIN_CMD"
 if [[ -f "$RUN/train.json" ]]; then
     if [[ -f "$RUN/diverged" ]]; then
         qk_warn "skip: $RUN diverged ($(head -n 1 "$RUN/diverged")): a finished result; --force to retrain"

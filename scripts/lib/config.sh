@@ -19,6 +19,7 @@
 #   qk_resolve_bf16 [--cached-only]  the loaded profile's precision: QK_BF16_RUN, QK_PRECISION
 #   qk_resolve_bf16_of PROFILE [--cached-only]  the same for PROFILE, without loading it here
 #   qk_train_cmd                   the scripts/train.sh command of the loaded run (for messages)
+#   qk_run_py COMMAND ARGS...      python -m qknorm_tools.run COMMAND, its assignments evaluated
 #   qk_arch                        the named arch of the loaded system at the profile's size
 #   qk_run_label [PROFILE [MAX_UPDATE]]  PROFILE, or PROFILE-max-update-N for another budget
 #   qk_run_dir PAIR LABEL SYSTEM SEED [LR [bf16]]  where a run lives
@@ -248,6 +249,21 @@ qk_train_cmd() {
     printf 'scripts/train.sh %s %s --profile %s --seed %s%s%s%s%s\n' "$PAIR" "$SYSTEM" \
         "$PROFILE" "$SEED" "${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG}" \
         "${QK_LR_OVERRIDE:+ --lr $QK_LR_OVERRIDE}" "${SIZE_ARG:+ --size $SIZE_ARG}" "$precision"
+}
+
+# qk_run_py COMMAND ARGS...: python -m qknorm_tools.run COMMAND ARGS (train-plan,
+# train-claim, evaluate-plan: docs of qknorm_tools/run.py), its shell assignments evaluated here
+# (globals: REMOVE_BPE, CMD, DATA_ID, ...). Exit status 2 there is a usage error with the message
+# it printed; any other failure exits with its status (its errors are on stderr; 3: diverged).
+qk_run_py() {
+    local rc=0 out
+    [[ -n "$QK_PY" ]] || die "no python interpreter found (set QKNORM_PYTHON)"
+    out="$("$QK_PY" -m qknorm_tools.run "$@")" || rc=$?
+    case "$rc" in
+        0) eval "$out" ;;
+        2) qk_usage_error "$out" ;;
+        *) exit "$rc" ;;
+    esac
 }
 
 # qk_arch: the named arch of the loaded system (SYSTEM_ARCH, a family registered by

@@ -18,7 +18,6 @@ Problems are raised as :class:`.corpus_check.CorpusError`.
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import os
 import shutil
 import tarfile
@@ -28,24 +27,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from .corpus_check import CorpusError, info
+from .textio import sha256_file
 
 #: Name of the marker file ``untar`` writes inside a completed extraction.
 EXTRACTED_MARKER = ".qknorm_extracted"
 
 # --------------------------------------------------------------------------------------------
 # sha256 / download verification
-
-
-def sha256_file(path: str, bufsize: int = 1 << 20) -> str:
-    """The sha256 hex digest of a file, read in ``bufsize`` chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while True:
-            chunk = f.read(bufsize)
-            if not chunk:
-                break
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def looks_like_html(path: str) -> bool:

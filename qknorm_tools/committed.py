@@ -48,7 +48,7 @@ from . import trainlog
 from .exits import fail
 from .provenance import IDENTITY_FILE, RUN_IDENTITY_FILE, short_id
 from .records import PATH_FIELDS, QKNORM_RECORD, RunRecord, read_run, run_status
-from .textio import OutputError, ResultsError, atomic_output, output_error_message
+from .textio import OutputError, ResultsError, atomic_output, output_error_message, sha256_file
 
 __all__ = [
     "RECORD_FILE",
@@ -294,6 +294,7 @@ def write_record(
             (tmp / "command.txt").write_text(portable_command(text), encoding="utf-8")
             command = portable_command(text.strip())
         rec = read_run(tmp, split, scored=scored)
+        files = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
         doc = {
             "format": 1,
             "scored": scored,
@@ -301,6 +302,7 @@ def write_record(
             "command": command,
             "settings": command_settings(command) if command is not None else None,
             "code": code_version(repo),
+            "sha256": {name: sha256_file(tmp / name) for name in files},
         }
         text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
         (tmp / RECORD_FILE).write_text(text, "utf-8")
@@ -332,6 +334,7 @@ def read_record(rec_dir, split: str = "test") -> RunRecord:
     rec = read_run(rec_dir, split, scored=doc.get("scored", True) is not False)
     rec.source = str(doc_path)
     _check_files_give_the_record(rec, doc.get("record"), doc_path)
+    _check_checksums(rec_dir, doc.get("sha256"), doc_path)
     _check_place(rec, rec_dir, doc_path)
     rec.extra = {"settings": doc.get("settings"), "code": doc.get("code") or {}}
     return rec
@@ -361,6 +364,29 @@ def _check_files_give_the_record(rec: RunRecord, stored, doc_path: Path) -> None
                 f"{doc_path}: its files do not give the record it stores: {key} {value!r} stored, "
                 f"{read[key]!r} read from the files (a file cut short or edited?); restore the "
                 f"record (git checkout) or remove it to train the cell again"
+            )
+
+
+def _check_checksums(rec_dir: Path, stored, doc_path: Path) -> None:
+    """Every file ``record.json`` lists has the sha256 it stores (written by :func:`write_record`).
+
+    Catches what :func:`_check_files_give_the_record` cannot: a file edited in place that keeps
+    its line count and the fields read from it (a hypothesis rewritten by hand).
+    """
+    if not isinstance(stored, dict) or not stored:
+        raise ResultsError(
+            f"{doc_path}: stores no sha256 of its files (key 'sha256'): not a record written by "
+            f"`python -m qknorm_tools.committed write`"
+        )
+    for name, digest in sorted(stored.items()):
+        path = rec_dir / name
+        if Path(name).is_absolute() or ".." in Path(name).parts or not path.is_file():
+            raise ResultsError(f"{doc_path}: lists {name!r}, which is not a file of the record")
+        if sha256_file(path) != digest:
+            raise ResultsError(
+                f"{doc_path}: {name} is not the file the record was written with (its sha256 "
+                f"differs: edited by hand?); restore the record (git checkout) or remove it to "
+                f"train the cell again"
             )
 
 

@@ -47,7 +47,14 @@ from pathlib import Path
 
 from .exits import fail
 from .freshness import read_record
-from .textio import EvaluationError, OutputError, output_error_message, warn, write_text_atomic
+from .textio import (
+    EvaluationError,
+    OutputError,
+    output_error_message,
+    sha256_file,
+    warn,
+    write_text_atomic,
+)
 
 __all__ = [
     "IDENTITY_FILE",
@@ -90,14 +97,6 @@ def short_id(data_id: str | None) -> str:
     return data_id[:12] if data_id else "unknown"
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _digest(lines: Iterable[str]) -> str:
     return hashlib.sha256("".join(f"{line}\n" for line in lines).encode("utf-8")).hexdigest()
 
@@ -135,7 +134,7 @@ def _verify_done(step_dir: Path, fix: str) -> dict[str, str]:
         path = step_dir / name
         if not path.is_file():
             raise ProvenanceError(f"{path} (listed in {step_dir}/.done) is missing: {fix}")
-        if _sha256_file(path) != sha:
+        if sha256_file(path) != sha:
             raise ProvenanceError(
                 f"{path} was modified after it was made (its sha256 differs from "
                 f"{step_dir}/.done): {fix}"
@@ -156,7 +155,7 @@ def _settings(step_dir: Path) -> dict[str, str]:
 
 def _marker_fingerprint(step_dir: Path) -> str:
     """sha256 of the ``.done`` file's bytes (``scripts/lib.sh:qk_fingerprint``)."""
-    return _sha256_file(step_dir / ".done")
+    return sha256_file(step_dir / ".done")
 
 
 def identity_of(raw: Mapping[str, str], bpe: Mapping[str, str], bin_: Mapping[str, str]) -> dict:
@@ -193,7 +192,7 @@ def _raw_changes(bpe_dir: Path, made_from: str | None, raw: Mapping[str, str]) -
     """
     copy = bpe_dir / RAW_DONE_COPY
     try:
-        if _sha256_file(copy) != made_from:
+        if sha256_file(copy) != made_from:
             return ""
         old = _parse_sums(copy, copy.read_text(encoding="utf-8"))
     except (OSError, ValueError, ProvenanceError):
@@ -246,7 +245,7 @@ def write_identity(data, pair: str, bin_dir, files: Sequence[str] | None = None)
     raw, bpe = _chain_entries(data, pair)
     if files is None:
         files = [p.name for p in bin_dir.iterdir() if p.is_file() and not p.name.startswith(".")]
-    bin_files = {name: _sha256_file(bin_dir / name) for name in files if name not in NOT_DATA}
+    bin_files = {name: sha256_file(bin_dir / name) for name in files if name not in NOT_DATA}
     ident = identity_of(raw, bpe, bin_files)
     try:
         tool = json.loads((data / "bpe" / pair / "bpe.json").read_text(encoding="utf-8"))["tool"]

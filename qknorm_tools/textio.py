@@ -8,6 +8,7 @@ raises :class:`OutputError`, which names the output's own path (exit status 1).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -21,6 +22,7 @@ from pathlib import Path
 from . import exits
 
 __all__ = [
+    "sha256_file",
     "BPE_MODES",
     "BPE_TOOL_SYMBOL",
     "BPEMarkerError",
@@ -718,3 +720,16 @@ def extract_hypotheses(
     if output is not None:
         write_lines(output, out)
     return out
+
+
+def sha256_file(path) -> str:
+    """The sha256 hex digest of the file ``path``, read in 1 MiB blocks.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

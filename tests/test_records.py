@@ -437,6 +437,38 @@ def test_a_record_cut_short_edited_or_misfiled_is_refused_naming_its_file(tmp_pa
     )
 
 
+def test_a_record_whose_hypotheses_are_edited_in_place_is_refused_naming_the_file(tmp_path):
+    """issue 37 (F2): a test.hyp rewritten by hand with its line count kept passed every check
+    (the fields read from the files are the same): record.json stores each file's sha256."""
+    rec = _recorded(tmp_path, "twt", 1)
+    doc = json.loads((rec / "record.json").read_text())
+    assert (
+        sorted(doc["sha256"])
+        == sorted(
+            p.relative_to(rec).as_posix()
+            for p in rec.rglob("*")
+            if p.is_file() and p.name != "record.json"
+        )
+        and "test.hyp" in doc["sha256"]
+    )
+    committed.read_record(rec)  # as written: accepted
+    hyp = rec / "test.hyp"
+    lines = hyp.read_text().splitlines()
+    hyp.write_text("\n".join(["a better translation", *lines[1:]]) + "\n")
+    assert len(hyp.read_text().splitlines()) == len(lines)
+    with pytest.raises(ResultsError) as err:
+        committed.read_record(rec)
+    assert str(err.value) == (
+        f"{rec / 'record.json'}: test.hyp is not the file the record was written with (its "
+        "sha256 differs: edited by hand?); restore the record (git checkout) or remove it to "
+        "train the cell again"
+    )
+    del doc["sha256"]
+    (rec / "record.json").write_text(json.dumps(doc))
+    with pytest.raises(ResultsError, match="stores no sha256 of its files"):
+        committed.read_record(rec)
+
+
 def test_status_validates_each_record_and_names_its_own_seed(tmp_path):
     """ablation.sh --status listed a truncated record as a healthy committed record: each
     record now goes through collect's checks; a refused one is listed under its own cell, and

@@ -63,6 +63,8 @@ from qknorm_tools.config_schema import (
     _check,
     _flatten,
     check_option,
+    lr_override,
+    sweep_lrs,
 )
 
 #: the repository whose configs/ are read (``--repo`` of the command line changes it)
@@ -712,6 +714,13 @@ def _shell(args) -> list:
             pme = args.paper_max_epoch
             profile = dataclasses.replace(profile, max_epoch=int(pme) if pme.isdigit() else None)
         lines += shell_lines(profile.shell_vars())
+        if args.lr is not None:  # train.sh/evaluate.sh --lr: QK_LR, QK_LR_OVERRIDE
+            qk_lr = lr_override(profile.name, profile.optim_flags, args.lr)
+            lines += shell_lines([("QK_LR", qk_lr[0]), ("QK_LR_OVERRIDE", qk_lr[1])])
+        if args.sweep_lr:  # lr_sweep.sh --lrs: LRS and LR_DIRS (seedN-lrLR, "": seedN)
+            lrs = sweep_lrs(args.lrs_arg, args.sweep_lr)
+            dirs = [lr_override(profile.name, profile.optim_flags, lr)[1] for lr in lrs]
+            lines += shell_lines([("LRS", tuple(lrs)), ("LR_DIRS", tuple(dirs))])
     return lines
 
 
@@ -723,11 +732,7 @@ def main(argv: list | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("names", help="the configured names of a kind, space-separated")
     p.add_argument("kind", choices=KINDS)
-    p.add_argument(
-        "--in-all",
-        action="store_true",
-        help="only those `all` means: the papers' systems and pairs",
-    )
+    p.add_argument("--in-all", action="store_true", help="only the papers' (what `all` means)")
     p.add_argument("--work-dir", type=Path)
     p = sub.add_parser("known", help="exit 0 if NAME is configured, else 3 and the hint")
     p.add_argument("kind", choices=KINDS)
@@ -740,6 +745,9 @@ def main(argv: list | None = None) -> int:
     p.add_argument(
         "--paper-max-epoch", help='without --pair: the loaded pair\'s, for max_epoch = "paper"'
     )
+    p.add_argument("--lr", help="with --profile: a peak lr (QK_LR, QK_LR_OVERRIDE)")
+    p.add_argument("--sweep-lr", action="append", help="with --profile: lr_sweep.sh's lrs")
+    p.add_argument("--lrs-arg", default="", help="lr_sweep.sh's --lrs as given (messages)")
     p.add_argument("--work-dir", type=Path)
     p = sub.add_parser(
         "option",
@@ -747,12 +755,8 @@ def main(argv: list | None = None) -> int:
         "naming OPTION",
     )
     p.add_argument("key", help="the configuration key the option overrides, e.g. bpe.dropout")
-    p.add_argument(
-        "--value", required=True, help="the value given (--value=V: it may start with -)"
-    )
-    p.add_argument(
-        "--option", required=True, help="the option's name, for the message (--option=NAME)"
-    )
+    p.add_argument("--value", required=True, help="the value given (--value=V: may start -)")
+    p.add_argument("--option", required=True, help="the option's name (--option=NAME)")
     p.add_argument("--work-dir", type=Path)
     p = sub.add_parser("convert", help="a bash pair config FILE.sh -> FILE.toml next to it")
     p.add_argument("file", type=Path)
@@ -777,17 +781,9 @@ def main(argv: list | None = None) -> int:
         elif args.cmd == "option":
             print(_shell_value(check_option(args.key, args.value, args.option)))
         elif args.cmd == "convert":
-            from qknorm_tools.config_convert import _compare_converted, convert
+            from qknorm_tools.config_convert import convert_command
 
-            out, unknown = convert(args.file)
-            diffs = _compare_converted(args.file, out, args.file.stem)
-            print(f"wrote {out}")
-            if unknown:
-                print(f"not pair settings, kept as comments at the end: {' '.join(unknown)}")
-            if diffs:
-                print("differences (check them by hand):\n" + "\n".join(diffs))
-                return exits.FAILURE
-            print(f"same settings as {args.file}; remove it once checked: rm {args.file}")
+            return convert_command(args.file)
     except UsageError as e:  # on stdout: scripts/lib/config.sh shows it with the usage
         print(e)
         return exits.USAGE

@@ -182,3 +182,20 @@ def _compare_converted(sh_path: Path, toml_path: Path, name: str) -> list:
         if str(want) != str(got) and not (want in ("", []) and got in ("", [])):
             diffs.append(f"-{var}={want!r}\n+{key} = {got!r}")
     return diffs
+
+
+def convert_command(file: Path) -> int:
+    """``python -m qknorm_tools.config convert FILE``: FILE.sh's settings as FILE.toml.
+
+    Prints what to check by hand; returns the exit status (1: the two files differ).
+    """
+    out, unknown = convert(file)
+    diffs = _compare_converted(file, out, file.stem)
+    print(f"wrote {out}")
+    if unknown:
+        print(f"not pair settings, kept as comments at the end: {' '.join(unknown)}")
+    if diffs:
+        print("differences (check them by hand):\n" + "\n".join(diffs))
+        return 1
+    print(f"same settings as {file}; remove it once checked: rm {file}")
+    return 0

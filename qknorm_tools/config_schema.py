@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from decimal import Decimal
 from typing import Any, Union
 
 from qknorm_tools import exits
@@ -286,3 +287,109 @@ def _flatten(file: str, data: dict, known: list, prefix: str = "") -> dict:
             raise ConfigError(f"{file}: unknown key '{full}' ({hint})")
         flat[full] = value
     return flat
+
+
+# ---------------------------------------------------------------------------------------------
+# learning rates: one spelling per value (run directories seedN-lrLR, the sweep's cells)
+
+LR_RE = re.compile(r"^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$")
+
+
+def lr_spelling(value: str | float) -> str:
+    """A learning rate in its one spelling (0.003, 3E-03 and 3e-3 are all ``3e-3``).
+
+    MANTISSAeEXPONENT, 7 significant digits (``%.6e``) without trailing zeros (``3e-3``,
+    ``1.5e-2``, ``1e0``; ``0`` for zero), so that one learning rate is always one run directory.
+
+    Args:
+        value: a non-negative decimal number as typed (``3e-3``, ``0.003``) or a float.
+
+    Raises:
+        ValueError: not a non-negative decimal number, or an exponent beyond +-307 (fairseq reads
+            --lr as a double: 1e400 is infinite).
+    """
+    text = repr(float(value)) if isinstance(value, float) else str(value)
+    if not LR_RE.fullmatch(text):  # inf, nan, -1.0 too
+        raise ValueError(f"not a non-negative decimal number: {text!r}")
+    number = Decimal(text)
+    if number == 0:
+        return "0"
+    mantissa, exponent = format(number, ".6e").split("e")
+    if "." in mantissa:
+        mantissa = mantissa.rstrip("0").rstrip(".")
+    if abs(int(exponent)) > 307:
+        raise ValueError(f"exponent beyond the range of a double: {text!r}")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def lr_override(profile: str, optim_flags, lr: str) -> tuple[str, str]:
+    """The peak learning rate ``lr`` (train.sh --lr) for a profile whose ``optim.flags`` set one.
+
+    Returns:
+        (QK_LR, QK_LR_OVERRIDE): ``lr`` in its spelling (:func:`lr_spelling`, the value of
+        fairseq-train's --lr), and the same or ``""`` where it is the profile's own lr (that run
+        is the profile's, filed as seedN; any other is seedN-lrLR).
+
+    Raises:
+        UsageError: ``lr`` is not a learning rate (the message names --lr and the value).
+        ConfigError: the profile sets no --lr, or one that is not a number.
+    """
+    try:
+        spelled = lr_spelling(lr)
+    except ValueError:
+        if re.fullmatch(r"([0-9]+\.?[0-9]*|\.[0-9]+)[eE]\+?[0-9]+", lr):
+            raise UsageError(
+                f"--lr '{lr}' overflows: fairseq reads it as a double, at most about 1.8e308 "
+                "(infinite above)"
+            ) from None
+        raise UsageError(
+            f"--lr must be a non-negative decimal number (e.g. 3e-3, 0.003), got '{lr}'"
+        ) from None
+    flags, own = list(optim_flags), None
+    for i, flag in enumerate(flags[:-1]):
+        if flag == "--lr":
+            try:
+                own = lr_spelling(flags[i + 1])
+            except ValueError:
+                raise ConfigError(
+                    f"configs/profiles/{profile}.toml: key 'optim.flags': --lr "
+                    f"'{flags[i + 1]}' is not a number"
+                ) from None
+    if own is None:
+        raise ConfigError(
+            f"configs/profiles/{profile}.toml sets no --lr in key 'optim.flags': --lr cannot "
+            "replace it"
+        )
+    return spelled, ("" if spelled == own else spelled)
+
+
+def sweep_lrs(lrs_arg: str, items) -> list:
+    """The learning rates of ``scripts/lr_sweep.sh --lrs LRS_ARG``, in the order given.
+
+    ``items``: the comma-list's items; each is spelled once (:func:`lr_spelling`).
+
+    Raises:
+        UsageError: an item is not a learning rate, is 0 (the sweep measures the loss at
+            initialization itself) or is an earlier item written another way.
+    """
+    lrs: list = []
+    for item in items:
+        try:
+            lr = lr_spelling(item)
+        except ValueError:
+            raise UsageError(
+                f"bad --lrs list '{lrs_arg}': '{item}' is not a non-negative decimal number "
+                "(e.g. 3e-4,1e-3)"
+            ) from None
+        if lr == "0":
+            raise UsageError(
+                f"bad --lrs list '{lrs_arg}': lr 0 is the loss at initialization, which the "
+                "sweep measures itself"
+            )
+        if lr in lrs:
+            raise UsageError(
+                f"bad --lrs list '{lrs_arg}': '{item}' is lr {lr} again (given twice, written "
+                "another way)"
+            )
+        lrs.append(lr)
+    return lrs

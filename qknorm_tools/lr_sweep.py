@@ -34,6 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from . import trainlog
+from .config_schema import lr_spelling as format_lr  # the one spelling of an lr
 from .records import RunRecord, as_record
 from .tables import write_markdown_and_json
 from .textio import ResultsError, warn
@@ -54,15 +55,6 @@ CITATION = (
     "Wortsman et al. 2023, Small-scale proxies for large-scale Transformer training "
     "instabilities, arXiv:2309.14322, Sec. 2.2"
 )
-
-
-def format_lr(lr: float) -> str:
-    """A learning rate as the sweep names it: ``3e-3``, ``1e-2``, ``1.5e-3``, ``0``."""
-    if lr == 0:
-        return "0"
-    mantissa, exponent = f"{lr:.6e}".split("e")
-    mantissa = mantissa.rstrip("0").rstrip(".")
-    return f"{mantissa}e{int(exponent)}"
 
 
 @dataclass

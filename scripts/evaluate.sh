@@ -62,7 +62,7 @@ qk_check_uint --seed "$SEED"
 [[ -z "$THREADS_ARG" ]] || qk_check_posint --threads "$THREADS_ARG"
 case "$SPLIT" in test) GEN_SUBSET=test ;; dev) GEN_SUBSET=valid ;; *) qk_usage_error "--split must be test or dev" ;; esac
 
-load_run_config "$PAIR_ARG" "$SYSTEM_ARG" "$PROFILE_ARG"
+load_run_config "$PAIR_ARG" "$SYSTEM_ARG" "$PROFILE_ARG" "$LR_ARG"  # QK_LR_OVERRIDE: seedN-lrLR
 # the profile's decode.checkpoint (default best) is the run's result: SPLIT.* outputs
 CKPT="${CKPT:-${DECODE_CHECKPOINT:-best}}"
 N_AVERAGE=""
@@ -71,8 +71,6 @@ case "$CKPT" in
     avg*) N_AVERAGE="${CKPT#avg}"; qk_is_posint "$N_AVERAGE" || qk_usage_error "--checkpoint avgN needs a positive N (e.g. avg5), got '$CKPT'" ;;
     *) qk_usage_error "--checkpoint must be best, last or avgN (e.g. avg5), got '$CKPT'" ;;
 esac
-QK_LR_OVERRIDE=""
-[[ -z "$LR_ARG" ]] || qk_set_lr "$LR_ARG"
 [[ -z "$THREADS_ARG" ]] || THREADS="$THREADS_ARG"
 [[ -z "$MAX_UPDATE_ARG" ]] || MAX_UPDATE="$MAX_UPDATE_ARG"
 qk_check_stops  # as train.sh: no run of a budget that never stops exists

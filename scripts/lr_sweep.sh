@@ -123,16 +123,7 @@ qk_parse_names systems SYSTEMS "$SYSTEMS_ARG"
 qk_parse_seeds SEEDS "$SEEDS_ARG"
 split_list LR_ITEMS "$LRS_ARG" || qk_usage_error "bad --lrs list '$LRS_ARG' (empty item)"
 _qk_refuse_repeats lrs "$LRS_ARG" "$QK_SPLIT_REPEAT"  # 1e-3,1e-3: a typo, as for --seeds
-LRS=()
-for lr in "${LR_ITEMS[@]}"; do
-    c="$(qk_canonical_lr "$lr")" \
-        || qk_usage_error "bad --lrs list '$LRS_ARG': '$lr' is not a non-negative decimal number (e.g. 3e-4,1e-3)"
-    [[ "$c" != 0 ]] \
-        || qk_usage_error "bad --lrs list '$LRS_ARG': lr 0 is the loss at initialization, which the sweep measures itself"
-    [[ " ${LRS[*]} " != *" $c "* ]] \
-        || qk_usage_error "bad --lrs list '$LRS_ARG': '$lr' is lr $c again (given twice, written another way)"
-    LRS+=("$c")
-done
+# (each lr is checked and spelled once by load_profile_config below: LRS, LR_DIRS)
 # SIZES: train.sh --size values ("" = the profile's own proxy size, d 256); one "" without --sizes
 SIZES=("")
 SIZE_WIDTHS=()
@@ -150,7 +141,9 @@ if [[ -n "$SIZES_ARG" ]]; then
     done
 fi
 load_pair_config "$PAIR_ARG"
-load_profile_config "$PROFILE_ARG"
+LRS_OPTS=(--lrs-arg "$LRS_ARG")
+for lr in "${LR_ITEMS[@]}"; do LRS_OPTS+=(--sweep-lr "$lr"); done
+load_profile_config "$PROFILE_ARG" "${LRS_OPTS[@]}"  # LRS, LR_DIRS (a bad --lrs: usage error)
 [[ -z "$SIZES_ARG" ]] || qk_require_sizeable_profile --sizes
 MAX_UPDATE="$MAXU"
 # bf16 autocast or fp32 (--precision, QKNORM_BF16, the profile's PROFILE_BF16): decided once, here,
@@ -184,9 +177,7 @@ INIT_EXTRA=(-- --warmup-init-lr 0 --no-save-optimizer-state)
 
 # run directories: qk_run_dir is the one place that names them (the profile's own lr: seedN)
 declare -A LR_DIR=()
-for lr in "${LRS[@]}"; do
-    LR_DIR[$lr]="$(qk_set_lr "$lr" && printf '%s' "$QK_LR_OVERRIDE")"
-done
+for i in "${!LRS[@]}"; do LR_DIR[${LRS[$i]}]="${LR_DIRS[$i]}"; done
 RUN_NAMES=() INIT_NAMES=()
 declare -A RUN_OF=() SIZE_OF=()
 # size_tag SIZE: the cell-name part and results subfolder of a size ("" without --sizes)

@@ -108,9 +108,7 @@ case "$SIZE_ARG" in
     *) qk_usage_error "--size must be d128 or d384 (the LR sweep's sizes besides the proxy), got '$SIZE_ARG'" ;;
 esac
 
-load_run_config "$PAIR_ARG" "$SYSTEM_ARG" "$PROFILE_ARG"
-QK_LR_OVERRIDE="" QK_LR=""
-[[ -z "$LR_ARG" ]] || qk_set_lr "$LR_ARG"
+load_run_config "$PAIR_ARG" "$SYSTEM_ARG" "$PROFILE_ARG" "$LR_ARG"  # QK_LR, QK_LR_OVERRIDE
 [[ -z "$MAX_UPDATE_ARG" ]] || MAX_UPDATE="$MAX_UPDATE_ARG"
 [[ -z "$THREADS_ARG" ]] || THREADS="$THREADS_ARG"
 [[ -z "$MAX_UPDATE_ARG" ]] || qk_check_uint --max-update "$MAX_UPDATE_ARG"

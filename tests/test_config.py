@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from qknorm_tools import config
+from qknorm_tools import config, config_schema
 
 from conftest import FAR_BOUND, REPO, SCRIPTS, make_env
 
@@ -577,3 +577,63 @@ def test_own_pair_file_not_utf8_or_with_a_bom_is_named(tmp_path, content, messag
     with pytest.raises(config.ConfigError) as e:
         config.load_pair("cfgx", tmp_path)
     assert str(e.value).startswith(str(pairs / "cfgx.toml")) and message in str(e.value)
+
+
+# ---------------------------------------------------------------------------- learning rates
+@pytest.mark.parametrize(
+    "value, spelled",
+    [("3e-3", "3e-3"), ("0.003", "3e-3"), ("3E-03", "3e-3"), ("1.5e-2", "1.5e-2"),
+     ("0.00030", "3e-4"), ("1", "1e0"), ("100", "1e2"), ("0", "0"), ("0.0", "0"),
+     (0.003, "3e-3"), (2.5e-7, "2.5e-7"), (0.0, "0")],
+)  # fmt: skip
+def test_one_learning_rate_is_one_spelling(value, spelled):
+    """One lr is one run directory (seedN-lrLR): config_schema.lr_spelling is the one rule
+    (train.sh/evaluate.sh --lr, lr_sweep.sh --lrs, the sweep's report; it was also in bash)."""
+    assert config_schema.lr_spelling(value) == spelled
+
+
+@pytest.mark.parametrize(
+    "value", ["abc", "-1e-3", "1e", "3e-3x", "", "1,2", "1e400", "1e-400", -1.0, float("inf")]
+)
+def test_a_bad_learning_rate_is_refused(value):
+    with pytest.raises(ValueError):
+        config_schema.lr_spelling(value)
+
+
+def test_lr_override_names_the_run_or_says_what_is_wrong():
+    """The profile's own lr, spelled any way, is the profile's run (override ""); another is
+    seedN-lrLR; the messages are train.sh's usage errors and the profile's error."""
+    flags = ("--optimizer", "adam", "--lr", "0.002")
+    assert config_schema.lr_override("p", flags, "2E-3") == ("2e-3", "")
+    assert config_schema.lr_override("p", flags, "0.0030") == ("3e-3", "3e-3")
+    with pytest.raises(config_schema.UsageError) as err:
+        config_schema.lr_override("p", flags, "1e400")
+    assert str(err.value) == (
+        "--lr '1e400' overflows: fairseq reads it as a double, at most about 1.8e308 "
+        "(infinite above)"
+    )
+    with pytest.raises(config_schema.UsageError) as err:
+        config_schema.lr_override("p", flags, "fast")
+    assert str(err.value) == (
+        "--lr must be a non-negative decimal number (e.g. 3e-3, 0.003), got 'fast'"
+    )
+    with pytest.raises(config_schema.ConfigError) as err:
+        config_schema.lr_override("p", ("--optimizer", "adam"), "1e-3")
+    assert str(err.value) == (
+        "configs/profiles/p.toml sets no --lr in key 'optim.flags': --lr cannot replace it"
+    )
+
+
+def test_sweep_lrs_are_spelled_once_and_refused_by_name():
+    assert config_schema.sweep_lrs("x", ["0.001", "3E-3"]) == ["1e-3", "3e-3"]
+    for items, message in [
+        (["1e-3", "0.001"], "bad --lrs list 'x': '0.001' is lr 1e-3 again (given twice, "
+         "written another way)"),
+        (["0"], "bad --lrs list 'x': lr 0 is the loss at initialization, which the sweep "
+         "measures itself"),
+        (["abc"], "bad --lrs list 'x': 'abc' is not a non-negative decimal number (e.g. "
+         "3e-4,1e-3)"),
+    ]:  # fmt: skip
+        with pytest.raises(config_schema.UsageError) as err:
+            config_schema.sweep_lrs("x", items)
+        assert str(err.value) == message

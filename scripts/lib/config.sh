@@ -13,7 +13,7 @@
 #   load_pair_config PAIR          the pair's settings as globals (configs/base.toml, pairs/PAIR.toml)
 #   load_system_config SYSTEM      the settings of configs/systems/SYSTEM.toml
 #   load_profile_config PROFILE    the settings of configs/profiles/PROFILE.toml, MAX_UPDATE
-#   load_run_config PAIR SYSTEM PROFILE  the three above in one python call
+#   load_run_config PAIR SYSTEM PROFILE [LR]  the three above in one python call (and --lr LR)
 #   QK_PRECISION_SPEC, qk_precision_usage  a script's --precision option and its usage lines
 #   qk_precision_from_flag BF16    --bf16-autocast (BF16=1) as --precision bf16, or a usage error
 #   qk_resolve_bf16 [--cached-only]  the loaded profile's precision: QK_BF16_RUN, QK_PRECISION
@@ -23,9 +23,7 @@
 #   qk_arch                        the named arch of the loaded system at the profile's size
 #   qk_run_label [PROFILE [MAX_UPDATE]]  PROFILE, or PROFILE-max-update-N for another budget
 #   qk_run_dir PAIR LABEL SYSTEM SEED [LR [bf16]]  where a run lives
-#   qk_canonical_lr LR             one spelling of a learning rate (3e-3, 1.5e-2, 0)
 #   qk_check_stops                 usage error unless a training with MAX_UPDATE stops
-#   qk_set_lr LR                   --lr LR over the loaded profile's (QK_LR, QK_LR_OVERRIDE)
 
 # ---------------------------------------------------------------------------------------------
 # pair configuration
@@ -128,21 +126,30 @@ load_system_config() {
     eval "$QK_CONFIG_OUT"
 }
 
-# load_run_config PAIR SYSTEM PROFILE: load_pair_config, load_system_config and
+# load_run_config PAIR SYSTEM PROFILE [LR]: load_pair_config, load_system_config and
 # load_profile_config in one python call (train.sh and evaluate.sh run it for every cell:
 # one interpreter start instead of three); the same settings, errors and order of checks.
+# QK_LR and QK_LR_OVERRIDE: the profile trained at peak learning rate LR (train.sh/evaluate.sh
+# --lr; the warmup and the schedule stay the profile's): QK_LR is LR in its one spelling
+# (qknorm_tools.config_schema.lr_spelling: 0.003 and 3E-03 are 3e-3), the value of
+# fairseq-train's --lr (qknorm_tools.commands replaces the profile's); QK_LR_OVERRIDE the same,
+# or "" where LR is the profile's own lr (that run is the profile's, seedN); both "" without LR.
+# A bad LR is a usage error; a profile that sets no --lr an error.
 load_run_config() {
     unset "${QK_PAIR_VARS[@]}" PAIR_REVERSE_OF
-    _qk_config shell --pair "${1-}" --system "${2-}" --profile "${3-}"
+    QK_LR="" QK_LR_OVERRIDE=""
+    _qk_config shell --pair "${1-}" --system "${2-}" --profile "${3-}" ${4:+--lr "$4"}
     eval "$QK_CONFIG_OUT"
 }
 
 # load_profile_config PROFILE: the settings of configs/profiles/PROFILE.toml (its `extends`
 # chain resolved; after load_pair_config: max_epoch = "paper" is the pair's PAPER_MAX_EPOCH), and
 # MAX_UPDATE: $QKNORM_MAX_UPDATE or the profile's PROFILE_MAX_UPDATE (QKNORM_THREADS replaces
-# THREADS; qknorm_tools.config.apply_env).
+# THREADS; qknorm_tools.config.apply_env). lr_sweep.sh adds --lrs-arg LRS_ARG --sweep-lr LR...:
+# LRS, its learning rates in their one spelling, and LR_DIRS, each one's QK_LR_OVERRIDE (see
+# load_run_config; a bad list is a usage error).
 load_profile_config() {
-    _qk_config shell --profile "${1-}" --paper-max-epoch "${PAPER_MAX_EPOCH:-}"
+    _qk_config shell --profile "${1-}" --paper-max-epoch "${PAPER_MAX_EPOCH:-}" "${@:2}"
     eval "$QK_CONFIG_OUT"
 }
 
@@ -303,33 +310,13 @@ qk_run_label() {
 }
 
 # qk_run_dir PAIR LABEL SYSTEM SEED [LR [bf16]]: where a training run keeps checkpoints, logs and
-# scores (LABEL from qk_run_label; LR: a peak learning rate other than the profile's, from
-# qk_set_lr, filed as seedN-lrLR; empty or absent: the profile's own lr, seedN; bf16: trained
+# scores (LABEL from qk_run_label; LR: a peak learning rate other than the profile's,
+# QK_LR_OVERRIDE of load_run_config or LR_DIRS of load_profile_config --sweep-lr, filed as seedN-lrLR; empty or absent: the profile's own lr, seedN; bf16: trained
 # with bf16 autocast, filed as seedN[-lrLR]-bf16, next to its fp32 twin; absent: $QK_BF16_RUN
 # from qk_resolve_bf16).
 qk_run_dir() {
     local precision="${6-${QK_BF16_RUN:-}}"
     printf '%s\n' "$QK_WORK_DIR/runs/$1/$2/$3/seed$4${5:+-lr$5}${precision:+-$precision}"
-}
-
-# qk_canonical_lr VALUE: VALUE (a non-negative decimal number such as 3e-3, 0.003, 3E-03) in one
-# spelling, MANTISSAeEXPONENT without trailing zeros (3e-3, 1.5e-2, 1e0; 0 for zero), so that
-# one learning rate is always one run directory. Returns 1 if VALUE is not such a number.
-qk_canonical_lr() {
-    local v="${1-}" e m x
-    [[ "$v" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]] || return 1
-    e="$(LC_ALL=C printf '%.6e' "$v")" || return 1  # 3.000000e-03
-    m="${e%e*}" x="${e#*e}"
-    if [[ "$m" == *.* ]]; then
-        while [[ "$m" == *0 ]]; do m="${m%0}"; done
-        m="${m%.}"
-    fi
-    [[ "$m" != 0 ]] || { printf '0\n'; return 0; }
-    x="${x#+}"
-    [[ "$x" != -* ]] || x="-$(printf '%d' "$((10#${x#-}))")"
-    [[ "$x" == -* ]] || x="$((10#$x))"
-    ((${x#-} <= 307)) || return 1  # 1e400: infinite as a double (fairseq's float), not a rate
-    printf '%se%s\n' "$m" "$x"
 }
 
 # qk_check_stops: usage error unless a training with the loaded profile and MAX_UPDATE stops
@@ -340,26 +327,3 @@ qk_check_stops() {
         || qk_usage_error "--max-update 0 with profile $PROFILE (max-epoch 0) would never stop training"
 }
 
-# qk_set_lr LR: the loaded profile (load_profile_config) trained at peak learning rate LR (the
-# warmup and the schedule stay the profile's). Sets QK_LR to LR in canonical spelling
-# (qk_canonical_lr), the value of fairseq-train's --lr (qknorm_tools.commands replaces the
-# profile's), and QK_LR_OVERRIDE to the same, or to "" when LR is the profile's own lr (that run
-# is the profile's, seedN). Usage error on a bad LR, dies if the profile sets no --lr.
-qk_set_lr() {
-    local lr i own=""
-    if ! lr="$(qk_canonical_lr "${1-}")"; then
-        [[ ! "${1-}" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)[eE]\+?[0-9]+$ ]] \
-            || qk_usage_error "--lr '${1-}' overflows: fairseq reads it as a double, at most about 1.8e308 (infinite above)"
-        qk_usage_error "--lr must be a non-negative decimal number (e.g. 3e-3, 0.003), got '${1-}'"
-    fi
-    for i in "${!OPTIM_FLAGS[@]}"; do
-        if [[ "${OPTIM_FLAGS[$i]}" == --lr ]]; then
-            own="$(qk_canonical_lr "${OPTIM_FLAGS[$((i + 1))]}")" \
-                || die "configs/profiles/$PROFILE.toml: key 'optim.flags': --lr '${OPTIM_FLAGS[$((i + 1))]}' is not a number"
-        fi
-    done
-    [[ -n "$own" ]] || die "configs/profiles/$PROFILE.toml sets no --lr in key 'optim.flags': --lr cannot replace it"
-    QK_LR="$lr"
-    QK_LR_OVERRIDE="$lr"
-    [[ "$lr" != "$own" ]] || QK_LR_OVERRIDE=""
-}

@@ -1,38 +1,50 @@
-"""What ``scripts/train.sh`` decides about one run before training it, in one process.
+"""What ``scripts/train.sh`` and ``scripts/evaluate.sh`` decide about one run, in Python.
 
-``scripts/train.sh`` keeps what bash is good at (its options, the launcher, the lock, the
-process group, Ctrl-C, the exit hooks); what it used to ask five separate Python commands is
-decided here in one start (issue 36: one Python spine for a run):
+The scripts keep what bash is good at (their options, the launcher, the lock, the process
+group, Ctrl-C, the exit hooks); every rule is here (issue 36: one Python spine for a run).
+``train-plan`` and ``evaluate-plan`` take the script's options as given and build the run
+(:class:`qknorm_tools.run_spec.Run`: the configuration checked, label, directory, arch, the
+precision decided once) in one start:
 
-1. the symbol that undoes the data's BPE (``data/bpe/PAIR/bpe.json``; a dry run without it:
-   the pair's configured tool), for validation BLEU;
-2. for a QKNorm system, the data's L (``data/bpe/PAIR/length_stats.json``; a dry run without
+``train-plan`` (before the run's lock):
+
+1. the options, the configuration and the processes (``--nproc``: tokens per update kept;
+   ``--launch``; the GPUs train.sh found), in train.sh's order of checks;
+2. the symbol that undoes the data's BPE (``data/bpe/PAIR/bpe.json``; a dry run without it:
+   the pair's configured tool), for validation BLEU; then the precision (``auto`` may measure
+   once per machine, in ``qknorm_model_tools.bf16_auto``'s own process: it needs torch);
+3. for a QKNorm system, the data's L (``data/bpe/PAIR/length_stats.json``; a dry run without
    it: the authors' L) and the line that says it;
-3. the fairseq-train command (:func:`qknorm_tools.commands.train_argv`);
-4. settings that cannot work together refused (:func:`qknorm_tools.train_check.check_train_args`);
+4. the fairseq-train command (:func:`qknorm_tools.commands.train_argv`), settings that cannot
+   work together refused (:func:`qknorm_tools.train_check.check_train_args`);
 5. unless a dry run: the data binarized (``BIN/.done``) and one consistent chain raw -> BPE ->
    binarized (:func:`qknorm_tools.provenance.check_data`), its data identity; and where the
    command gives fewer max positions than fairseq's 1024 (which ``scripts/bpe.sh`` checks the
    data against), no dev line over them (:mod:`qknorm_tools.seglen`: fairseq-train would stop
    at its first validation).
 
-``scripts/evaluate.sh``, once it holds a finished run's lock, asks one process (``evaluate-check``)
-what it asked four: the run is the one asked for (:func:`qknorm_tools.evaluate.check_run_identity`;
-a diverged run has no model to decode, exit 3), its checkpoint and the reference exist, the data
-are consistent and the run's own (:mod:`qknorm_tools.provenance`), every line of the split fits
-the model (:mod:`qknorm_tools.seglen`), and the symbol that undoes the data's BPE.
+``train-claim`` (under the lock): a run made on other data is never reused, a new run records
+the data, a finished run is the one asked for.
 
-Command lines (shell-quoted assignments on stdout, for bash's ``eval``: ``REMOVE_BPE``, ``L``,
-``L_NOTE``, ``CMD`` (an array) and, unless ``--dry-run``, ``DATA_ID``; ``evaluate-check``:
-``DATA_ID`` and ``REMOVE_BPE``)::
+``evaluate-plan``: the run, its checkpoint, outputs and commands (:func:`plan_evaluation`);
+``evaluate-check`` (under the lock, with the precision the plan decided): the run is the one
+asked for (:func:`qknorm_tools.evaluate.check_run_identity`; a diverged run has no model to
+decode, exit 3), its checkpoint and the reference exist, the data are consistent and the
+run's own (:mod:`qknorm_tools.provenance`), every line of the split fits the model
+(:mod:`qknorm_tools.seglen`), and the symbol that undoes the data's BPE.
 
-    python -m qknorm_tools.run train-plan --pair P --system S --profile F --data DATA
-        --run RUN --label LABEL --arch ARCH --seed N --max-update N --max-tokens N
-        --data-root QK_DATA [--lr LR] [--bf16] [--nproc N --dist-backend gloo|nccl]
-        [--what NAME] [--dry-run] [-- EXTRA...]
-    python -m qknorm_tools.run evaluate-check --run RUN --pair P --profile LABEL --system S
-        --seed N --precision bf16|fp32 [--variant lr=LR] --train-cmd CMD --checkpoint PT
-        [--averaged] --ref REF --data-root QK_DATA --split test|dev
+Command lines (shell-quoted assignments on stdout, for bash's ``eval``; each function's
+docstring lists them)::
+
+    python -m qknorm_tools.run train-plan --pair P --system S --profile F --seed N
+        [--max-update N] [--lr LR] [--size S] [--threads N] [--nproc N] [--launch L]
+        [--gpus IDS] [--precision P | --bf16-autocast] --work-dir W --data-root D
+        [--dry-run] [-- EXTRA...]
+    python -m qknorm_tools.run train-claim --run RUN --identity ID --pair P --label LABEL
+        --system S --seed N --precision bf16|fp32 [--variant lr=LR] --train-cmd CMD
+    python -m qknorm_tools.run evaluate-plan|evaluate-check --pair P --system S --profile F
+        --seed N [--max-update N] [--lr LR] [--threads N] [--precision P | --bf16-autocast]
+        [--split test|dev] [--checkpoint best|last|avgN] --work-dir W --data-root D
 
 Exit status (:mod:`qknorm_tools.exits`): 0 planned; 2 a usage error (the message on stdout,
 which ``scripts/lib/cli.sh:qk_usage_error`` shows with the script's usage, as for
@@ -45,11 +57,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
 
-from qknorm_tools import commands, config
+from qknorm_tools import commands, config, run_spec
+from qknorm_tools.config_schema import POSINT_RE
 from qknorm_tools.exits import FAILURE, OK, USAGE, UsageError, die_usage, fail
 from qknorm_tools.provenance import check_data, check_run, read_identity
 from qknorm_tools.textio import BPE_TOOL_SYMBOL, bpe_tool
@@ -129,6 +143,7 @@ def train_plan(
     data_root: Path,
     dry_run: bool,
     what: str,
+    remove_bpe: str | None = None,
     **argv_kwargs,
 ) -> dict:
     """Everything train.sh needs to know about one run before it takes the run's lock.
@@ -142,6 +157,8 @@ def train_plan(
         dry_run: plan without data: the pair's BPE tool and the authors' L stand in for the
             data's, and the data are not checked.
         what: how error messages name the settings (the profile and the ``--`` arguments).
+        remove_bpe: the symbol that undoes the data's BPE where the caller found it already
+            (None: found here, as :func:`_remove_bpe`).
         **argv_kwargs: :func:`qknorm_tools.commands.train_argv`'s keyword arguments other than
             ``repo``, ``remove_bpe`` and ``qk_norm_length`` (which the plan finds).
 
@@ -157,7 +174,8 @@ def train_plan(
         config.ConfigError: a configuration file that cannot be read.
     """
     bpe_dir = data_root / "bpe" / pair.name
-    remove_bpe = _remove_bpe(pair, bpe_dir, dry_run)
+    if remove_bpe is None:
+        remove_bpe = _remove_bpe(pair, bpe_dir, dry_run)
     length, note = _qk_norm_length(pair, bpe_dir, dry_run) if system.qknorm else ("", "")
     cmd = commands.train_argv(
         pair, system, profile, repo=repo, remove_bpe=remove_bpe,
@@ -184,6 +202,123 @@ def train_plan(
             ) from None
         _check_dev_lengths(pair, data_root, cmd)
     return plan
+
+
+def _launch(a: argparse.Namespace, max_tokens: int, threads: int, environ) -> tuple:
+    """(nproc, launcher, DDP backend, max tokens per process, threads per process).
+
+    ``--nproc N``: N processes of fairseq's DistributedDataParallel training. ``--max-tokens`` is
+    per process and N processes x B tokens = 1 process x ``--update-freq N`` x B, so each
+    batches MAX_TOKENS/N: the profile's tokens per update stay. ``auto`` is srun inside a Slurm
+    job of N tasks with GPUs here, else torchrun. CPU: gloo, the threads shared out; GPU: NCCL,
+    one GPU per process (``--gpus``: the ids train.sh found).
+    """
+    nproc = run_spec.check_posint("--nproc", a.nproc)
+    launch = a.launch
+    if launch not in ("auto", "torchrun", "srun"):
+        raise UsageError("--launch must be auto, torchrun or srun")
+    gpus = [g for g in a.gpus.split(",") if g]
+    if nproc == 1:
+        return nproc, "", "gloo", max_tokens, threads
+    if max_tokens % nproc:
+        raise PlanError(f"--nproc {nproc} does not divide the profile's --max-tokens {max_tokens} "
+                        "(tokens per update are kept)")  # fmt: skip
+    ntasks = environ.get("SLURM_NTASKS") or "1"
+    if launch == "auto":
+        slurm = environ.get("SLURM_JOB_ID") and ntasks == str(nproc) and gpus
+        launch = "srun" if slurm else "torchrun"
+    backend = "nccl" if launch == "srun" or gpus else "gloo"
+    if launch == "srun" and not a.dry_run:
+        if not environ.get("SLURM_JOB_ID"):
+            raise PlanError(f"--launch srun runs inside a Slurm job (sbatch --ntasks {nproc}, one "
+                            "GPU per task)")  # fmt: skip
+        if ntasks != str(nproc):
+            raise PlanError(f"--nproc {nproc} with --launch srun needs a Slurm job of {nproc} "
+                            f"tasks, this one has {ntasks}")  # fmt: skip
+    elif launch == "torchrun" and gpus and len(gpus) < nproc:
+        raise PlanError(f"--nproc {nproc}: only {len(gpus)} GPUs here ({' '.join(gpus)})")
+    elif launch == "torchrun" and not gpus:
+        threads = threads // nproc if threads > nproc else 1
+    return nproc, launch, backend, max_tokens // nproc, threads
+
+
+def _train_data(bin_dir: str) -> str:
+    """BIN, and per-epoch BPE-dropout samples: BIN:BIN/shards/2:... (fairseq's epoch shards).
+
+    ``scripts/bpe.sh --bpe-dropout-samples K``: BIN holds sample 1 and BIN/shards/k sample k;
+    fairseq reads shard (epoch-1) % K of the data path.
+    """
+    shards = Path(bin_dir) / "shards"
+    if not shards.is_dir():
+        return bin_dir
+    ks = sorted(
+        (d.name for d in shards.iterdir() if d.is_dir()),
+        key=lambda k: (int(k) if k.isdigit() else 0, k),
+    )  # as sort -n
+    return ":".join([bin_dir] + [f"{bin_dir}/shards/{k}" for k in ks])
+
+
+def plan_training(a: argparse.Namespace, extra: tuple, environ=os.environ) -> dict:
+    """``train-plan``: the run of train.sh's options (a :class:`run_spec.Run`) and its plan.
+
+    In train.sh's order of checks: the options and the configuration (usage errors), the
+    processes (:func:`_launch`), the size and the precision options, the data's BPE (before the
+    precision decision, which may measure for a minute), the precision, then :func:`train_plan`.
+
+    Returns:
+        the assignments train.sh evaluates: the run (``PAIR``, ``SYSTEM``, ``PROFILE``,
+        ``LABEL``, ``RUN``, ``ARCH``, ``QK_BF16_RUN``, ``QK_LR_OVERRIDE``, ``TRAIN_CMD``), its
+        settings (``SYSTEM_DESC``, ``PAPER_ROW``, ``PAPER_L``, ``THREADS``, ``MAX_TOKENS`` per
+        process, ``MAX_UPDATE``, ``MAX_EPOCH``), its processes (``NPROC``, ``LAUNCH_KIND``:
+        torchrun, srun or empty), ``BIN``, and :func:`train_plan`'s.
+
+    Raises:
+        UsageError, PlanError, config.ConfigError: as :func:`run_spec.build_run`,
+            :func:`train_plan` and the checks above.
+    """
+    run = run_spec.build_run(a.pair, a.system, a.profile, seed=a.seed, max_update=a.max_update,
+                             lr=a.lr, size=a.size, work=a.work_dir, environ=environ)  # fmt: skip
+    pair, system, profile = run.pair, run.system, run.profile
+    threads = run_spec.check_posint("--threads", a.threads) if a.threads else profile.threads
+    nproc, launch, backend, max_tokens, threads = _launch(a, profile.max_tokens, threads, environ)
+    if a.size:  # usage errors that need the profile, before any data is looked for
+        run_spec.require_sizeable(profile, f"--size {a.size}")
+    precision = a.precision
+    if precision and precision not in ("bf16", "fp32", "auto"):
+        raise UsageError(f"--precision must be bf16, fp32 or auto, got '{precision}'")
+    if a.bf16_autocast:
+        if precision not in ("", "bf16"):
+            raise UsageError(f"--bf16-autocast and --precision {precision} exclude each other")
+        precision = "bf16"
+    root = str(a.data_root)
+    remove_bpe = _remove_bpe(pair, Path(root) / "bpe" / pair.name, a.dry_run)
+    mode = run_spec.precision_mode(precision, profile, environ)
+    run = run_spec.with_precision(
+        run,
+        run_spec.decide_precision(
+            mode, profile, work=a.work_dir, threads=threads, cached_only=a.dry_run, repo=config.REPO
+        ),
+    )
+    bin_dir = f"{root}/bin/{pair.name}"
+    what = f"profile {profile.name} (configs/profiles/{profile.name}.toml)"
+    plan = train_plan(
+        pair, system, profile, repo=config.REPO, data_root=Path(root), dry_run=a.dry_run,
+        what=what + (f" with -- {' '.join(extra)}" if extra else ""), remove_bpe=remove_bpe,
+        data=_train_data(bin_dir), run=run.dir, label=run.label, arch=run.arch, seed=run.seed,
+        max_update=run.max_update, max_tokens=max_tokens, lr=run.lr or None,
+        bf16=run.precision == "bf16", nproc=nproc, dist_backend=backend, extra=extra,
+    )  # fmt: skip
+    return {
+        "PAIR": pair.name, "SYSTEM": system.name, "PROFILE": profile.name, "LABEL": run.label,
+        "RUN": str(run.dir), "ARCH": run.arch,
+        "QK_BF16_RUN": "bf16" if run.precision == "bf16" else "",
+        "QK_LR_OVERRIDE": run.lr_override, "TRAIN_CMD": run.train_cmd(environ),
+        "SYSTEM_DESC": system.desc, "PAPER_ROW": system.paper_row,
+        "PAPER_L": "" if pair.paper_L is None else str(pair.paper_L), "THREADS": str(threads),
+        "MAX_TOKENS": str(max_tokens), "MAX_UPDATE": str(run.max_update),
+        "MAX_EPOCH": str(profile.max_epoch or 0), "NPROC": str(nproc), "LAUNCH_KIND": launch,
+        "BIN": bin_dir,
+    } | plan  # fmt: skip
 
 
 def _check_dev_lengths(pair: config.Pair, data_root: Path, cmd: list) -> None:
@@ -332,6 +467,112 @@ def evaluate_check(
     return {"DATA_ID": identity["data_id"], "REMOVE_BPE": remove_bpe}
 
 
+def _precision_arg(a: argparse.Namespace) -> str:
+    """A script's ``--precision`` (checked), ``bf16`` for its ``--bf16-autocast``.
+
+    Raises:
+        UsageError: a bad ``--precision``, or one other than bf16 with ``--bf16-autocast``.
+    """
+    precision = a.precision
+    if precision and precision not in ("bf16", "fp32", "auto"):
+        raise UsageError(f"--precision must be bf16, fp32 or auto, got '{precision}'")
+    if a.bf16_autocast:
+        if precision not in ("", "bf16"):
+            raise UsageError(f"--bf16-autocast and --precision {precision} exclude each other")
+        precision = "bf16"
+    return precision
+
+
+def plan_evaluation(a: argparse.Namespace, environ=os.environ) -> dict:
+    """``evaluate-plan``: the run evaluate.sh's options name, its outputs and its commands.
+
+    The run train.sh made with the same options (:class:`run_spec.Run`; the precision of a run
+    is decided as train.sh decides it, never measured here: ``auto`` reads the machine's cached
+    verdict); the checkpoint (``--checkpoint``, else the profile's ``decode.checkpoint``: best,
+    last or avgN); the outputs (``SPLIT.*`` for the profile's checkpoint, ``SPLIT.C.*`` for
+    another one C); AVG_CMD (the last N checkpoints the profile keeps) and GEN_CMD
+    (:mod:`qknorm_tools.commands`: what ``--dry-run`` prints is what runs).
+
+    Returns:
+        the assignments evaluate.sh evaluates (``RUN``, ``CHECKPOINT``, ``GEN``, ``HYP``,
+        ``SCORE``, ``TRAIN_CMD``, ``TWIN_HINT``, ``GEN_CMD``, ...).
+
+    Raises:
+        UsageError: a bad option; config.ConfigError: a configuration file that cannot be read.
+    """
+    run_spec.check_uint("--seed", a.seed)
+    if a.max_update:
+        run_spec.check_uint("--max-update", a.max_update)
+    threads = run_spec.check_posint("--threads", a.threads) if a.threads else 0
+    if a.split not in ("test", "dev"):
+        raise UsageError("--split must be test or dev")
+    run = run_spec.build_run(a.pair, a.system, a.profile, seed=a.seed, max_update=a.max_update,
+                             lr=a.lr, work=a.work_dir, environ=environ)  # fmt: skip
+    pair, profile = run.pair, run.profile
+    ckpt = a.checkpoint or profile.checkpoint
+    if ckpt.startswith("avg"):
+        if not POSINT_RE.match(ckpt[3:]):
+            raise UsageError(f"--checkpoint avgN needs a positive N (e.g. avg5), got '{ckpt}'")
+    elif ckpt not in ("best", "last"):
+        raise UsageError(f"--checkpoint must be best, last or avgN (e.g. avg5), got '{ckpt}'")
+    threads = threads or profile.threads
+    mode = run_spec.precision_mode(_precision_arg(a), profile, environ)
+    precision = run_spec.decide_precision(
+        mode, profile, work=a.work_dir, threads=threads, cached_only=True, repo=config.REPO
+    )
+    run = run_spec.with_precision(run, precision)
+    other = "fp32" if precision == "bf16" else "bf16"
+    twin = run_spec.with_precision(run, other).dir  # seedN <-> seedN-bf16
+    hint = f"; {twin} is finished: --precision {other} selects it"
+    root, rundir = str(a.data_root), str(run.dir)
+    checkpoint = f"{rundir}/checkpoints/checkpoint_{ckpt}.pt"
+    stem = a.split if ckpt == profile.checkpoint else f"{a.split}.{ckpt}"
+    n_average = int(ckpt[3:]) if ckpt.startswith("avg") else 0
+    gen = commands.generate_argv(
+        pair, profile, repo=config.REPO, data=f"{root}/bin/{pair.name}", checkpoint=checkpoint,
+        gen_subset="valid" if a.split == "dev" else "test", seed=run.seed, label=run.label,
+    )  # fmt: skip
+    avg = commands.average_argv(profile, run.dir, n_average, checkpoint) if n_average else []
+    return {
+        "PAIR": pair.name, "SYSTEM": run.system.name, "PROFILE": profile.name,
+        "LABEL": run.label, "RUN": rundir, "QK_BF16_RUN": "bf16" if precision == "bf16" else "",
+        "QK_LR_OVERRIDE": run.lr_override, "TRAIN_CMD": run.train_cmd(environ),
+        "TWIN_HINT": hint if (twin / "train.json").is_file() else "", "SPLIT": a.split,
+        "CKPT": ckpt, "N_AVERAGE": str(n_average or ""), "CHECKPOINT": checkpoint,
+        "BIN": f"{root}/bin/{pair.name}", "REF": f"{root}/raw/{pair.name}/{a.split}.{pair.tgt}",
+        "SRC": pair.src, "TGT": pair.tgt, "STEM": stem, "GEN": f"{rundir}/{stem}.gen.out",
+        "HYP": f"{rundir}/{stem}.hyp", "SCORE": f"{rundir}/{stem}.score.json",
+        "THREADS": str(threads), "BEAM": str(profile.beam), "LENPEN": str(profile.lenpen),
+        "AVG_CMD": avg, "GEN_CMD": gen,
+    }  # fmt: skip
+
+
+def check_evaluation(a: argparse.Namespace, environ=os.environ) -> dict:
+    """``evaluate-check``: :func:`evaluate_check` for the run of evaluate.sh's options.
+
+    evaluate.sh passes the precision :func:`plan_evaluation` decided (``--precision``), so that
+    nothing is decided twice.
+
+    Returns:
+        ``{"DATA_ID": str, "REMOVE_BPE": str}``.
+
+    Raises:
+        PlanError, UsageError, config.ConfigError: as :func:`plan_evaluation` and
+            :func:`evaluate_check`.
+    """
+    plan = plan_evaluation(a, environ)
+    lr = plan["QK_LR_OVERRIDE"]
+    expected = {"pair": plan["PAIR"], "profile": plan["LABEL"], "system": plan["SYSTEM"],
+                "seed": int(a.seed), "precision": plan["QK_BF16_RUN"] or "fp32",
+                "variant": {"lr": lr} if lr else {}}  # fmt: skip
+    return evaluate_check(
+        Path(plan["RUN"]), expected, train_cmd=plan["TRAIN_CMD"],
+        checkpoint=Path(plan["CHECKPOINT"]), averaged=bool(plan["N_AVERAGE"]),
+        ref=Path(plan["REF"]), data_root=Path(str(a.data_root)), split=a.split,
+        src=plan["SRC"], tgt=plan["TGT"],
+    )  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``python -m qknorm_tools.run`` argument parser."""
     parser = argparse.ArgumentParser(
@@ -339,33 +580,40 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("train-plan", help="what train.sh decides before training (one process)")
-    commands.add_train_arguments(p)
-    commands.add_config_arguments(p)
+    for name in ("pair", "system", "profile", "seed"):
+        p.add_argument(f"--{name}", required=True)
+    for name in ("max-update", "lr", "size", "threads", "precision", "gpus"):
+        p.add_argument(f"--{name}", default="", help="as train.sh's option ('': not given)")
+    p.add_argument("--nproc", default="1")
+    p.add_argument("--launch", default="auto")
+    p.add_argument("--bf16-autocast", action="store_true", help="train.sh --bf16-autocast")
+    p.add_argument("--work-dir", type=Path, required=True)
+    p.add_argument("--repo", type=Path)
     p.add_argument("--data-root", type=Path, required=True, help="raw/, bpe/ and bin/ of PAIR")
-    p.add_argument("--what", default="the fairseq-train command", help="for error messages")
     p.add_argument("--dry-run", action="store_true", help="plan without data (see the module)")
     c = sub.add_parser("train-claim", help="what train.sh checks under the run's lock")
     c.add_argument("--identity", type=Path, required=True, help="data/bin/PAIR/identity.json")
-    e = sub.add_parser("evaluate-plan", help="evaluate.sh's commands, and its checks")
-    for q in (c, e):  # the run asked for
-        q.add_argument("--run", type=Path, required=True, help="the run directory")
-        q.add_argument("--pair", required=True)
-        q.add_argument("--label", required=True, help="the run's label (scripts: qk_run_label)")
-        q.add_argument("--system", required=True)
-        q.add_argument("--seed", type=int, required=True)
-        q.add_argument("--precision", choices=("bf16", "fp32"), required=True)
-        q.add_argument("--variant", action="append", metavar="KEY=VALUE", help="e.g. lr=3e-3")
-        q.add_argument("--train-cmd", required=True, help="the run's train.sh command (messages)")
+    c.add_argument("--run", type=Path, required=True, help="the run directory")
+    c.add_argument("--pair", required=True)
+    c.add_argument("--label", required=True, help="the run's label")
+    c.add_argument("--system", required=True)
+    c.add_argument("--seed", type=int, required=True)
+    c.add_argument("--precision", choices=("bf16", "fp32"), required=True)
+    c.add_argument("--variant", action="append", metavar="KEY=VALUE", help="e.g. lr=3e-3")
+    c.add_argument("--train-cmd", required=True, help="the run's train.sh command (messages)")
     c.add_argument("--repo", type=Path, help="unused: the scripts pass their root to all")
-    commands.add_config_arguments(e)
-    e.add_argument("--checkpoint", required=True)
-    e.add_argument(
-        "--average", type=int, default=0, metavar="N",
-        help="CHECKPOINT is the average of the last N checkpoints (made after the checks)",
-    )  # fmt: skip
-    e.add_argument("--data-root", required=True, help="raw/, bpe/ and bin/ of PAIR")
-    e.add_argument("--split", choices=("test", "dev"), required=True)
-    e.add_argument("--dry-run", action="store_true", help="the commands only, no checks")
+    e = sub.add_parser("evaluate-plan", help="evaluate.sh's run, outputs and commands")
+    k = sub.add_parser("evaluate-check", help="evaluate.sh's checks under the run's lock")
+    for q in (e, k):  # evaluate.sh's options, as given
+        for name in ("pair", "system", "profile", "seed"):
+            q.add_argument(f"--{name}", required=True)
+        for name in ("max-update", "lr", "threads", "precision", "checkpoint"):
+            q.add_argument(f"--{name}", default="", help="as evaluate.sh's option ('': not given)")
+        q.add_argument("--split", default="test")
+        q.add_argument("--bf16-autocast", action="store_true", help="evaluate.sh --bf16-autocast")
+        q.add_argument("--work-dir", type=Path, required=True)
+        q.add_argument("--repo", type=Path)
+        q.add_argument("--data-root", required=True, help="raw/, bpe/ and bin/ of PAIR")
     return parser
 
 
@@ -383,16 +631,13 @@ def main(argv: list | None = None) -> int:
         config.REPO = a.repo.resolve()
     try:
         if a.cmd == "train-plan":
-            pair, system, profile = commands.load_configs(a)
-            out = train_plan(
-                pair, system, profile, repo=config.REPO, data_root=a.data_root,
-                dry_run=a.dry_run, what=a.what, data=a.data, run=a.run, label=a.label,
-                arch=a.arch, seed=a.seed, max_update=a.max_update, max_tokens=a.max_tokens,
-                lr=a.lr, bf16=a.bf16, nproc=a.nproc, dist_backend=a.dist_backend,
-                extra=tuple(extra),
-            )  # fmt: skip
+            out = plan_training(a, tuple(extra))
+        elif a.cmd == "evaluate-plan":
+            out = plan_evaluation(a)
+        elif a.cmd == "evaluate-check":
+            out = check_evaluation(a)
         else:
-            out = _checked(a, parser)
+            out = _claim(a, parser)
     except UsageError as e:  # on stdout: qk_usage_error shows it
         print(e)
         return USAGE
@@ -411,8 +656,8 @@ def main(argv: list | None = None) -> int:
     return OK
 
 
-def _checked(a: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
-    """train-claim ({}) or evaluate-plan (its commands, and unless a dry run its checks)."""
+def _claim(a: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
+    """train-claim: {} once the run is claimed (:func:`train_claim`)."""
     from qknorm_tools.evaluate import parse_kv
 
     try:
@@ -421,25 +666,8 @@ def _checked(a: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
         die_usage(parser, str(e))
     expected = {"pair": a.pair, "profile": a.label, "system": a.system, "seed": a.seed,
                 "precision": a.precision, "variant": variant}  # fmt: skip
-    if a.cmd == "train-claim":
-        train_claim(a.run, expected, identity_file=a.identity, train_cmd=a.train_cmd)
-        return {}
-    pair, _, profile = commands.load_configs(a)
-    root = a.data_root  # the paths as evaluate.sh spells them (what --dry-run prints)
-    gen = commands.generate_argv(
-        pair, profile, repo=config.REPO, data=f"{root}/bin/{pair.name}", checkpoint=a.checkpoint,
-        gen_subset="valid" if a.split == "dev" else "test", seed=a.seed, label=a.label,
-    )  # fmt: skip
-    out = {"AVG_CMD": [], "GEN_CMD": gen}
-    if a.average:
-        out["AVG_CMD"] = commands.average_argv(profile, a.run, a.average, a.checkpoint)
-    if a.dry_run:
-        return out
-    return out | evaluate_check(
-        a.run, expected, train_cmd=a.train_cmd, checkpoint=Path(a.checkpoint),
-        averaged=bool(a.average), ref=Path(f"{root}/raw/{pair.name}/{a.split}.{pair.tgt}"),
-        data_root=Path(root), split=a.split, src=pair.src, tgt=pair.tgt,
-    )  # fmt: skip
+    train_claim(a.run, expected, identity_file=a.identity, train_cmd=a.train_cmd)
+    return {}
 
 
 if __name__ == "__main__":

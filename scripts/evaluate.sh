@@ -57,63 +57,21 @@ BF16=0 DRY_RUN=0
 qk_parse_args "@PAIR_ARG SYSTEM_ARG" "--profile PROFILE_ARG" "--seed SEED" \
     "--max-update MAX_UPDATE_ARG" "--lr LR_ARG" "--bf16-autocast BF16=1" "$QK_PRECISION_SPEC" "--split SPLIT" "--checkpoint CKPT" "--threads THREADS_ARG" \
     "--force FORCE=1" "--dry-run DRY_RUN=1" -- "$@"
-qk_check_uint --seed "$SEED"
-[[ -z "$MAX_UPDATE_ARG" ]] || qk_check_uint --max-update "$MAX_UPDATE_ARG"
-[[ -z "$THREADS_ARG" ]] || qk_check_posint --threads "$THREADS_ARG"
-case "$SPLIT" in test) GEN_SUBSET=test ;; dev) GEN_SUBSET=valid ;; *) qk_usage_error "--split must be test or dev" ;; esac
-
-load_run_config "$PAIR_ARG" "$SYSTEM_ARG" "$PROFILE_ARG" "$LR_ARG"  # QK_LR_OVERRIDE: seedN-lrLR
-# the profile's decode.checkpoint (default best) is the run's result: SPLIT.* outputs
-CKPT="${CKPT:-${DECODE_CHECKPOINT:-best}}"
-N_AVERAGE=""
-case "$CKPT" in
-    best | last) ;;
-    avg*) N_AVERAGE="${CKPT#avg}"; qk_is_posint "$N_AVERAGE" || qk_usage_error "--checkpoint avgN needs a positive N (e.g. avg5), got '$CKPT'" ;;
-    *) qk_usage_error "--checkpoint must be best, last or avgN (e.g. avg5), got '$CKPT'" ;;
-esac
-[[ -z "$THREADS_ARG" ]] || THREADS="$THREADS_ARG"
-[[ -z "$MAX_UPDATE_ARG" ]] || MAX_UPDATE="$MAX_UPDATE_ARG"
-qk_check_stops  # as train.sh: no run of a budget that never stops exists
-qk_precision_from_flag "$BF16"
-qk_resolve_bf16 --cached-only  # finds the run train.sh made; never measures
-
-LABEL="$(qk_run_label)"
-RUN="$(qk_run_dir "$PAIR" "$LABEL" "$SYSTEM" "$SEED" "$QK_LR_OVERRIDE")"
-# the run of the other precision (seedN <-> seedN-bf16), named when this one is not there
-TWIN="$(qk_run_dir "$PAIR" "$LABEL" "$SYSTEM" "$SEED" "$QK_LR_OVERRIDE" "$([[ -n "$QK_BF16_RUN" ]] || echo bf16)")"
-TWIN_HINT=""
-if [[ -f "$TWIN/train.json" ]]; then
-    TWIN_HINT="; $TWIN is finished: --precision $([[ -n "$QK_BF16_RUN" ]] && echo fp32 || echo bf16) selects it"
-fi
-CHECKPOINT="$RUN/checkpoints/checkpoint_$CKPT.pt"
-BIN="$QK_DATA/bin/$PAIR"
-REF="$QK_DATA/raw/$PAIR/$SPLIT.$TGT"
-# outputs of the profile's checkpoint (decode.checkpoint: best unless the profile says) are
-# SPLIT.*, those of another one C SPLIT.C.* (e.g. test.last.*; never mixed)
-STEM="$SPLIT"
-[[ "$CKPT" == "${DECODE_CHECKPOINT:-best}" ]] || STEM="$SPLIT.$CKPT"
-GEN="$RUN/$STEM.gen.out"
-HYP="$RUN/$STEM.hyp"
-SCORE="$RUN/$STEM.score.json"
-TRAIN_CMD="$(qk_train_cmd)"
-# one process (python -m qknorm_tools.run evaluate-plan) builds the commands, AVG_CMD (the last N
-# checkpoints the profile keeps: update checkpoints checkpoint_E_U.pt, --keep-interval-updates,
-# else epoch ones checkpointE.pt, --keep-last-epochs) and GEN_CMD (qknorm_tools.commands: what
-# --dry-run prints is what runs), and, under the run's lock, checks what train.sh checks, that
-# the run is the one asked for (a diverged run: no model to decode, exit 3), the checkpoint and
-# the reference, that the current data are consistent and the ones this run was trained on
-# (DATA_ID), that every line of the split fits the model (or fairseq-generate stops at it; the
-# model's max positions: the run's command.txt, else fairseq's 1024; each line named), and reads
-# the data's BPE tool (REMOVE_BPE). Exit 2 there is a usage error.
-evaluate_plan() {
-    qk_run_py evaluate-plan --repo "$QK_REPO_ROOT" --work-dir "$QK_WORK_DIR" --run "$RUN" \
-        --pair "$PAIR" --label "$LABEL" --system "$SYSTEM" --profile "$PROFILE" --seed "$SEED" \
-        --precision "${QK_BF16_RUN:-fp32}" ${QK_LR_OVERRIDE:+--variant "lr=$QK_LR_OVERRIDE"} \
-        --train-cmd "$TRAIN_CMD" --checkpoint "$CHECKPOINT" ${N_AVERAGE:+--average "$N_AVERAGE"} \
-        --data-root "$QK_DATA" --split "$SPLIT" "$@"  # exit 3: diverged (said), 1: errors said
-}
+# the run train.sh made with these options, its checkpoint (--checkpoint, else the profile's
+# decode.checkpoint: best unless it says), outputs (SPLIT.* for the profile's checkpoint,
+# SPLIT.C.* for another one C; never mixed) and commands, in one process (python -m
+# qknorm_tools.run evaluate-plan; qknorm_tools/run_spec.py: the run, its precision decided as
+# train.sh decides it, never measured here): AVG_CMD (the last N checkpoints the profile keeps:
+# update checkpoints checkpoint_E_U.pt, --keep-interval-updates, else epoch ones checkpointE.pt,
+# --keep-last-epochs) and GEN_CMD (qknorm_tools.commands: what --dry-run prints is what runs).
+# Exit 2 there is a usage error. TWIN_HINT names the run of the other precision (seedN <->
+# seedN-bf16) when this one is not there and that one is finished.
+OPTS=("--repo=$QK_REPO_ROOT" "--work-dir=$QK_WORK_DIR" "--data-root=$QK_DATA" "--pair=$PAIR_ARG"
+    "--system=$SYSTEM_ARG" "--profile=$PROFILE_ARG" "--seed=$SEED" "--max-update=$MAX_UPDATE_ARG"
+    "--lr=$LR_ARG" "--threads=$THREADS_ARG" "--split=$SPLIT" "--checkpoint=$CKPT")
+((BF16 == 0)) || OPTS+=(--bf16-autocast)
+qk_run_py evaluate-plan "${OPTS[@]}" "--precision=$QK_PRECISION_ARG"
 if ((DRY_RUN)); then
-    evaluate_plan --dry-run
     ((${#AVG_CMD[@]} == 0)) || qk_print_cmd "${AVG_CMD[@]}"
     qk_print_cmd env "OMP_NUM_THREADS=$THREADS" "${GEN_CMD[@]}"
     printf '# outputs: %s %s %s\n' "$GEN" "$HYP" "$SCORE"
@@ -121,7 +79,14 @@ if ((DRY_RUN)); then
 fi
 [[ ! -d "$RUN" ]] || qk_lock_run "$RUN"  # before anything else: a run in training is busy
 [[ -f "$RUN/train.json" ]] || die "$RUN is not a finished run: run $TRAIN_CMD first$TWIN_HINT"
-evaluate_plan
+# under the run's lock, one process (python -m qknorm_tools.run evaluate-check, given the
+# precision the plan decided) checks what train.sh checks, that the run is the one asked for
+# (a diverged run: no model to decode, exit 3), the checkpoint and the reference, that the
+# current data are consistent and the ones this run was trained on (DATA_ID), that every line
+# of the split fits the model (or fairseq-generate stops at it; the model's max positions: the
+# run's command.txt, else fairseq's 1024; each line named), and reads the data's BPE tool
+# (REMOVE_BPE)
+qk_run_py evaluate-check "${OPTS[@]}" "--precision=${QK_BF16_RUN:-fp32}"
 
 if [[ -n "$N_AVERAGE" ]]; then
     # CHECKPOINT is checkpoint_avgN.pt, the average of the last N checkpoints the profile keeps

@@ -3,7 +3,7 @@
 # fairseq-train --user-dir <abs>/fairseq_qknorm, under a profile (configs/profiles/PROFILE.toml).
 #   data/bin/PAIR  ->  runs/PAIR/LABEL/SYSTEM/seedN/{checkpoints/,train.log,train.json,command.txt}
 # LABEL is the profile, or PROFILE-max-update-N for another budget than the profile's.
-# The arch is the system's named arch family at the profile's size (scripts/lib.sh:qk_arch); no
+# The arch is the system's named arch family at the profile's size (qknorm_tools/run_spec.py); no
 # size flag is passed. For QKNorm systems the data's L (data/bpe/PAIR/length_stats.json, the
 # 97.5th percentile of BPE'd training lengths from scripts/bpe.sh) goes to --qk-norm-length; the
 # model computes g0 = log2(L^2 - L) from it and logs it in train.log.
@@ -16,7 +16,7 @@
 # Settings that cannot work together (profile values, -- EXTRA arguments, the data's BPE tool)
 # are refused before anything runs (python -m qknorm_tools.train_check).
 # --lr LR trains at another peak learning rate than the profile's (warmup and schedule stay):
-# the run is RUN = .../seedN-lrLR (scripts/lib.sh:qk_run_dir), LR recorded in train.json.
+# the run is RUN = .../seedN-lrLR (qknorm_tools/run_spec.py: Run.dir), LR recorded in train.json.
 # A training that diverges (fairseq-train stops with FloatingPointError: non-finite gradients
 # or loss) is a finished result, not a failure to retry: RUN/diverged holds the reason,
 # train.json is written, the exit status is 3, and a rerun skips it (--force retrains).
@@ -102,111 +102,48 @@ for ((i = 0; i < ${#EXTRA[@]}; i++)); do
     esac
     qk_usage_error "$arg after -- would override a setting train.sh manages: use $use"
 done
-qk_check_uint --seed "$SEED"
-case "$SIZE_ARG" in
-    "" | d128 | d384) ;;
-    *) qk_usage_error "--size must be d128 or d384 (the LR sweep's sizes besides the proxy), got '$SIZE_ARG'" ;;
-esac
-
-load_run_config "$PAIR_ARG" "$SYSTEM_ARG" "$PROFILE_ARG" "$LR_ARG"  # QK_LR, QK_LR_OVERRIDE
-[[ -z "$MAX_UPDATE_ARG" ]] || MAX_UPDATE="$MAX_UPDATE_ARG"
-[[ -z "$THREADS_ARG" ]] || THREADS="$THREADS_ARG"
-[[ -z "$MAX_UPDATE_ARG" ]] || qk_check_uint --max-update "$MAX_UPDATE_ARG"
-qk_check_posint --threads "$THREADS"
-qk_check_stops
-
-BIN="$QK_DATA/bin/$PAIR"
-BPE_DIR="$QK_DATA/bpe/$PAIR"
-# per-epoch BPE-dropout (scripts/bpe.sh --bpe-dropout-samples K): BIN holds sample 1 and
-# BIN/shards/k sample k; fairseq reads shard (epoch-1) % K of the data path BIN:BIN/shards/2:...
-TRAIN_DATA="$BIN"
-if [[ -d "$BIN/shards" ]]; then
-    while read -r k; do TRAIN_DATA+=":$BIN/shards/$k"; done \
-        < <(find "$BIN/shards" -mindepth 1 -maxdepth 1 -type d -printf '%f\n' | sort -n)
-fi
-
-# --nproc N: N processes of fairseq's DistributedDataParallel training. --max-tokens is per
-# process and N processes x B tokens = 1 process x --update-freq N x B, so each process batches
-# MAX_TOKENS/N: the profile's tokens per update (the batch the papers report) stay the same.
-# CPU: torchrun + gloo + --cpu (fairseq_qknorm/distributed_compat.py), threads shared out;
-# GPU: NCCL, one GPU per process, through torchrun (one machine) or srun (Slurm tasks, any
-# number of nodes: fairseq's Slurm support reads SLURM_PROCID/SLURM_LOCALID/SLURM_NNODES; the
-# rendezvous port, from the job id, is not part of the run's command.txt).
-LAUNCH=() DIST_BACKEND=gloo PORT_FLAGS=()
-qk_check_posint --nproc "$NPROC"
-case "$LAUNCH_ARG" in auto | torchrun | srun) ;; *) qk_usage_error "--launch must be auto, torchrun or srun" ;; esac
+# What the run is and everything decided before its lock, in one process (python -m
+# qknorm_tools.run train-plan; qknorm_tools/run_spec.py: the typed Run): the options and the
+# configuration checked (usage errors: exit 2 there), the run's label, directory and arch; the
+# processes (--nproc: the profile's tokens per update kept, each process batching
+# max_tokens/N; CPU: torchrun + gloo + --cpu, threads shared out; GPU: NCCL, one GPU per
+# process, through torchrun or srun); the precision, decided once (QK_BF16_RUN: --precision,
+# else QKNORM_BF16, else the profile's bf16 key; auto measures once per machine, never for a
+# dry run); REMOVE_BPE, the symbol that undoes the data's BPE (bpe.json) for validation BLEU;
+# for QKNorm systems L, the data's (length_stats.json), and L_NOTE, the line saying it; CMD,
+# the fairseq-train command (qknorm_tools.commands, EXTRA last), refused with settings that
+# cannot work together (qknorm_tools.train_check); and, but for a dry run, DATA_ID: the data
+# binarized, one consistent chain raw -> BPE -> binarized (qknorm_tools.provenance).
 mapfile -t GPUS < <(qk_gpu_list)
-if ((NPROC > 1)); then
-    ((MAX_TOKENS % NPROC == 0)) || die "--nproc $NPROC does not divide the profile's --max-tokens $MAX_TOKENS (tokens per update are kept)"
-    MAX_TOKENS=$((MAX_TOKENS / NPROC))
-    if [[ "$LAUNCH_ARG" == auto ]]; then
-        LAUNCH_ARG=torchrun
-        if [[ -n "${SLURM_JOB_ID:-}" && "${SLURM_NTASKS:-1}" == "$NPROC" ]] && ((${#GPUS[@]})); then
-            LAUNCH_ARG=srun
-        fi
-    fi
-    if [[ "$LAUNCH_ARG" == srun ]]; then
-        if ((DRY_RUN == 0)); then
-            [[ -n "${SLURM_JOB_ID:-}" ]] || die "--launch srun runs inside a Slurm job (sbatch --ntasks $NPROC, one GPU per task)"
-            [[ "${SLURM_NTASKS:-1}" == "$NPROC" ]] || die "--nproc $NPROC with --launch srun needs a Slurm job of $NPROC tasks, this one has ${SLURM_NTASKS:-1}"
-        fi
+PLAN_ARGS=(train-plan "--repo=$QK_REPO_ROOT" "--work-dir=$QK_WORK_DIR" "--data-root=$QK_DATA"
+    "--pair=$PAIR_ARG" "--system=$SYSTEM_ARG" "--profile=$PROFILE_ARG" "--seed=$SEED"
+    "--max-update=$MAX_UPDATE_ARG" "--lr=$LR_ARG" "--size=$SIZE_ARG" "--threads=$THREADS_ARG"
+    "--nproc=$NPROC" "--launch=$LAUNCH_ARG" "--gpus=$(IFS=,; echo "${GPUS[*]}")"
+    "--precision=$QK_PRECISION_ARG")
+((BF16 == 0)) || PLAN_ARGS+=(--bf16-autocast)
+((DRY_RUN == 0)) || PLAN_ARGS+=(--dry-run)
+qk_run_py "${PLAN_ARGS[@]}" -- "${EXTRA[@]+"${EXTRA[@]}"}"
+RETRAIN="$TRAIN_CMD --force"
+
+# the launcher of --nproc N processes (LAUNCH_KIND, from train-plan): torchrun --standalone on
+# one machine, or srun (one Slurm task per GPU, several nodes possible: fairseq's Slurm support
+# reads SLURM_PROCID/SLURM_LOCALID/SLURM_NNODES; the rendezvous port, from the job id, is not
+# part of the run's command.txt)
+LAUNCH=() PORT_FLAGS=()
+case "$LAUNCH_KIND" in
+    srun)
         # srun does not take the job's --cpus-per-task from the environment in every version
         LAUNCH=(srun --ntasks "$NPROC" ${SLURM_CPUS_PER_TASK:+--cpus-per-task "$SLURM_CPUS_PER_TASK"}
             --kill-on-bad-exit=1)
-        DIST_BACKEND=nccl
         PORT_FLAGS=(--distributed-port "$((10000 + ${SLURM_JOB_ID:-0} % 50000))")
-    else
-        LAUNCH=(torchrun --standalone --nproc_per_node "$NPROC")
-        if ((${#GPUS[@]})); then
-            ((${#GPUS[@]} >= NPROC)) || die "--nproc $NPROC: only ${#GPUS[@]} GPUs here (${GPUS[*]})"
-            DIST_BACKEND=nccl
-        else
-            THREADS=$((THREADS > NPROC ? THREADS / NPROC : 1))
-        fi
-    fi
-fi
+        ;;
+    torchrun) LAUNCH=(torchrun --standalone --nproc_per_node "$NPROC") ;;
+esac
 # one process per GPU: with more GPUs visible than processes, fairseq would start a process on
 # each of them (its default --distributed-world-size is the GPU count) and change the batch
-if [[ "$LAUNCH_ARG" != srun ]] && ((${#GPUS[@]} > NPROC)); then
+if [[ "$LAUNCH_KIND" != srun ]] && ((${#GPUS[@]} > NPROC)); then
     export CUDA_VISIBLE_DEVICES="$(IFS=,; echo "${GPUS[*]:0:NPROC}")"
 fi
-
-# usage errors that need the loaded profile, before any data is looked for (a fresh clone's
-# missing data would otherwise hide them)
-[[ -z "$SIZE_ARG" ]] || qk_require_sizeable_profile "--size $SIZE_ARG"
-qk_precision_from_flag "$BF16"
-
-# (before the bf16 decision, which may measure for a minute: missing data is said at once)
-[[ -f "$BPE_DIR/bpe.json" ]] || ((DRY_RUN)) \
-    || die "$BPE_DIR/bpe.json not found: run scripts/bpe.sh $PAIR (then scripts/binarize.sh $PAIR) first"
-
-LABEL="$(qk_run_label)"
-[[ -z "$SIZE_ARG" ]] || LABEL="$LABEL-$SIZE_ARG"
-if ((DRY_RUN)); then qk_resolve_bf16 --cached-only; else qk_resolve_bf16; fi
-RUN="$(qk_run_dir "$PAIR" "$LABEL" "$SYSTEM" "$SEED" "$QK_LR_OVERRIDE")"
-TRAIN_CMD="$(qk_train_cmd)"
-RETRAIN="$TRAIN_CMD --force"
-ARCH="$(qk_arch)"
-[[ -z "$SIZE_ARG" ]] || ARCH="${SYSTEM_ARCH}_$SIZE_ARG"
-
-# what is decided before the lock, in one process (python -m qknorm_tools.run train-plan):
-# REMOVE_BPE, the data's BPE symbol that validation BLEU removes (bpe.json's tool: fairseq's bare
-# --eval-bleu-remove-bpe means "@@ ", which leaves sentencepiece pieces in the BLEU); for QKNorm
-# systems L, the data's (length_stats.json), and L_NOTE, the line saying it; CMD, the
-# fairseq-train command (qknorm_tools.commands: the configuration's settings, L, bf16 autocast
-# through the plugin task, a short try's dev-BLEU length cap, the processes' DDP flags, EXTRA
-# last), refused with settings that cannot work together (qknorm_tools.train_check); and, but
-# for a dry run, DATA_ID: the data binarized, one consistent chain raw -> BPE -> binarized
-# (qknorm_tools.provenance), else which step to rerun. Exit 2 there is a usage error.
-PLAN_ARGS=(train-plan --repo "$QK_REPO_ROOT" --work-dir "$QK_WORK_DIR" --pair "$PAIR"
-    --system "$SYSTEM" --profile "$PROFILE" --data "$TRAIN_DATA" --run "$RUN" --label "$LABEL"
-    --arch "$ARCH" --seed "$SEED" --max-update "$MAX_UPDATE" --max-tokens "$MAX_TOKENS"
-    --data-root "$QK_DATA" --nproc "$NPROC" --dist-backend "$DIST_BACKEND"
-    --what "profile $PROFILE (configs/profiles/$PROFILE.toml)${EXTRA[*]:+ with -- ${EXTRA[*]}}")
-[[ -z "$QK_LR" ]] || PLAN_ARGS+=(--lr "$QK_LR")
-[[ -z "$QK_BF16_RUN" ]] || PLAN_ARGS+=(--bf16)
-((DRY_RUN == 0)) || PLAN_ARGS+=(--dry-run)
-qk_run_py "${PLAN_ARGS[@]}" -- "${EXTRA[@]+"${EXTRA[@]}"}"
 
 if ((DRY_RUN)); then
     [[ -z "$L_NOTE" ]] || qk_log "$L_NOTE"

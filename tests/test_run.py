@@ -27,11 +27,10 @@ def _args(
     dry_run: bool = False,
     profile: str = "cpu-proxy",
 ) -> list:
+    """train-plan as train.sh calls it: its options as given (fp32: nothing measured)."""
     argv = ["train-plan", "--pair", "gl-en", "--system", system, "--profile", profile,
-            "--data", f"{work}/data/bin/gl-en", "--run", f"{work}/runs/r", "--label", profile,
-            "--arch", "transformer_qknorm_paper_proxy", "--seed", "1", "--max-update", "1200",
-            "--max-tokens", "4096", "--data-root", f"{work}/data",
-            "--what", "profile cpu-proxy"]  # fmt: skip
+            "--seed", "1", "--precision", "fp32", f"--work-dir={work}",
+            f"--data-root={work}/data"]  # fmt: skip
     return argv + (["--dry-run"] if dry_run else []) + (["--", *extra] if extra else [])
 
 
@@ -61,11 +60,19 @@ def test_plan_finds_the_datas_bpe_symbol_l_and_identity(tmp_path, capsys):
         "QKNorm L = 64 (authors' L for gl-en: 79); the model logs its g0 = log2(L^2 - L)"
     ]
     pair = config.load_pair("gl-en")
+    profile = config.load_profile("paper", pair)
+    r = tmp_path / "runs/gl-en/paper/qknorm_paper/seed1"  # the run of train.sh's options
+    assert (v["RUN"], v["LABEL"], v["ARCH"]) == (
+        [str(r)],
+        ["paper"],
+        ["transformer_qknorm_paper_small"],
+    )
     expected = commands.train_argv(
-        pair, config.load_system("qknorm_paper"), config.load_profile("paper", pair),
-        repo=config.REPO, data=f"{tmp_path}/data/bin/gl-en", run=tmp_path / "runs/r",
-        label="paper", arch="transformer_qknorm_paper_proxy", seed=1, max_update=1200,
-        max_tokens=4096, remove_bpe="sentencepiece", qk_norm_length="64",
+        pair, config.load_system("qknorm_paper"), profile,
+        repo=config.REPO, data=f"{tmp_path}/data/bin/gl-en", run=r,
+        label="paper", arch="transformer_qknorm_paper_small", seed=1,
+        max_update=profile.max_update, max_tokens=profile.max_tokens,
+        remove_bpe="sentencepiece", qk_norm_length="64",
     )  # fmt: skip
     assert v["CMD"] == expected
     assert v["CMD"][v["CMD"].index("--eval-bleu-remove-bpe") + 1] == "sentencepiece"
@@ -118,7 +125,8 @@ def test_settings_that_cannot_work_together_are_refused_by_name(tmp_path, capsys
     rc, _, _, err = _plan(capsys, _args(tmp_path, "qknorm_paper", "--stop-min-lr", "1"))
     assert rc == FAILURE
     lines = err.splitlines()
-    assert lines[0].startswith("error: profile cpu-proxy: ") and "is <= --stop-min-lr" in lines[0]
+    what = "profile cpu-proxy (configs/profiles/cpu-proxy.toml) with -- --stop-min-lr 1"
+    assert lines[0].startswith(f"error: {what}: ") and "is <= --stop-min-lr" in lines[0]
     assert lines[-1] == "error: refusing to train: settings that cannot work together (above)"
 
 
@@ -127,8 +135,8 @@ def test_an_unknown_system_is_a_usage_error_on_stdout(tmp_path, capsys):
     assert rc == USAGE and out.startswith("unknown system 'nosuch'")
 
 
-def test_train_sh_starts_python_at_most_twice_before_its_lock(tmp_path):
-    """train.sh's dry run: the configuration and the plan (bf16 decided from the cache)."""
+def test_train_sh_starts_python_once_before_its_lock(tmp_path):
+    """train.sh's dry run: the plan (the configuration, the run, its command) in one start."""
     env = make_env(tmp_path)
     log = tmp_path / "starts"
     env["QKNORM_PYTHON"] = str(tmp_path / "python")
@@ -139,7 +147,7 @@ def test_train_sh_starts_python_at_most_twice_before_its_lock(tmp_path):
     Path(env["QKNORM_PYTHON"]).chmod(0o755)
     p = run_script("train.sh", "gl-en", "qknorm_paper", "--dry-run", "--precision", "fp32", env=env)
     assert p.returncode == 0, p.stderr
-    assert log.read_text().split() == ["qknorm_tools.config", "qknorm_tools.run"]
+    assert log.read_text().split() == ["qknorm_tools.run"]
 
 
 def _finished_run(work: Path, **record) -> Path:
@@ -240,9 +248,10 @@ def _count_starts(env: dict, tmp_path: Path) -> Path:
 
 
 def test_train_sh_python_starts(tmp_path, fake_fairseq_train):
-    """A real train.sh run (a fake fairseq-train) starts Python five times: the configuration,
-    the plan, the claim under the lock, the progress display and train.json (issue 36 asks
-    for two: not there yet); a second call, which skips the finished run, three times."""
+    """A real train.sh run (a fake fairseq-train) starts Python four times: the plan (the
+    configuration and the run in one start), the claim under the lock, the progress display
+    and train.json (issue 36 asks for two: not there yet); a second call, which skips the
+    finished run, twice."""
     fake_bin, pid_file = fake_fairseq_train
     work = tmp_path / "work"
     make_data_chain(work)
@@ -251,38 +260,44 @@ def test_train_sh_python_starts(tmp_path, fake_fairseq_train):
     log = _count_starts(env, tmp_path)
     p = run_script("train.sh", "gl-en", "twt", "--max-update", 5, env=env)
     assert p.returncode == 0, p.stderr
-    assert log.read_text().split() == ["qknorm_tools.config", "qknorm_tools.run",
-        "qknorm_tools.run", "qknorm_tools.progress", "qknorm_tools.collect"]  # fmt: skip
+    assert log.read_text().split() == ["qknorm_tools.run", "qknorm_tools.run",
+        "qknorm_tools.progress", "qknorm_tools.collect"]  # fmt: skip
     log.unlink()
     p = run_script("train.sh", "gl-en", "twt", "--max-update", 5, env=env)
     assert p.returncode == 0 and "skip: " in p.stderr, p.stderr
-    assert log.read_text().split() == ["qknorm_tools.config", "qknorm_tools.run",
-        "qknorm_tools.run"]  # fmt: skip
+    assert log.read_text().split() == ["qknorm_tools.run", "qknorm_tools.run"]
 
 
-def test_evaluate_plan_builds_the_commands_then_checks(tmp_path, capsys):
+def test_evaluate_plan_builds_the_run_and_its_commands_then_checks(tmp_path, capsys):
     r = tmp_path / "runs/gl-en/paper/twt/seed1"
     ckpt = f"{r}/checkpoints/checkpoint_avg3.pt"
-    argv = ["evaluate-plan", "--run", str(r), "--pair", "gl-en", "--label", "paper",
-            "--system", "twt", "--profile", "paper", "--seed", "1", "--precision", "fp32",
-            "--train-cmd", TRAIN_CMD, "--checkpoint", ckpt, "--average", "3",
-            "--data-root", f"{tmp_path}/data", "--split", "dev"]  # fmt: skip
-    rc, v, _, _ = _plan(capsys, [*argv, "--dry-run"])
+    opts = ["--pair", "gl-en", "--system", "twt", "--profile", "paper", "--seed", "1",
+            "--precision", "fp32", "--checkpoint", "avg3", f"--work-dir={tmp_path}",
+            f"--data-root={tmp_path}/data", "--split", "dev"]  # fmt: skip
+    rc, v, _, _ = _plan(capsys, ["evaluate-plan", *opts])
     pair = config.load_pair("gl-en")
     profile = config.load_profile("paper", pair)
-    assert rc == OK and set(v) == {"AVG_CMD", "GEN_CMD"}
+    assert rc == OK and v["RUN"] == [str(r)] and v["CHECKPOINT"] == [ckpt]
+    assert v["TRAIN_CMD"] == [TRAIN_CMD.replace("cpu-proxy", "paper")]
+    assert (v["STEM"], v["N_AVERAGE"], v["TWIN_HINT"]) == (["dev.avg3"], ["3"], [""])
     assert v["GEN_CMD"] == commands.generate_argv(
         pair, profile, repo=config.REPO, data=f"{tmp_path}/data/bin/gl-en", checkpoint=ckpt,
         gen_subset="valid", seed=1, label="paper",
     )  # fmt: skip
     assert v["AVG_CMD"] == commands.average_argv(profile, r, 3, ckpt)
-    rc, _, _, err = _plan(capsys, argv)  # no dry run: the checks (no train.json here)
-    assert rc == FAILURE and f"{r}/train.json: cannot read" not in err and "error: " in err
+    twin = tmp_path / "runs/gl-en/paper/twt/seed1-bf16"
+    twin.mkdir(parents=True)
+    (twin / "train.json").write_text("{}")
+    rc, v, _, _ = _plan(capsys, ["evaluate-plan", *opts])
+    assert v["TWIN_HINT"] == [f"; {twin} is finished: --precision bf16 selects it"]
+    rc, _, _, err = _plan(capsys, ["evaluate-check", *opts])  # no train.json here
+    assert rc == FAILURE and "error: " in err
 
 
 def test_evaluate_sh_starts_python_twice_before_decoding(tmp_path):
-    """evaluate.sh up to its checks: the configuration and the plan (then, decoding, the
-    freshness check when outputs exist, the progress display and the scoring)."""
+    """evaluate.sh up to its checks: the plan (the configuration and the run) and the checks
+    under the lock (then, decoding, the freshness check when outputs exist, the progress
+    display and the scoring)."""
     work = tmp_path / "work"
     make_data_chain(work)
     r = _finished_run(work)
@@ -291,7 +306,7 @@ def test_evaluate_sh_starts_python_twice_before_decoding(tmp_path):
     log = _count_starts(env, tmp_path)
     p = run_script("evaluate.sh", "gl-en", "twt", env=env)
     assert p.returncode == 1 and "reference " in p.stderr, p.stderr  # a fake chain: no test set
-    assert log.read_text().split() == ["qknorm_tools.config", "qknorm_tools.run"]
+    assert log.read_text().split() == ["qknorm_tools.run", "qknorm_tools.run"]
 
 
 def test_dev_lines_over_the_commands_smaller_max_positions_are_refused(tmp_path, capsys):

@@ -13,13 +13,12 @@
 #   load_pair_config PAIR          the pair's settings as globals (configs/base.toml, pairs/PAIR.toml)
 #   load_system_config SYSTEM      the settings of configs/systems/SYSTEM.toml
 #   load_profile_config PROFILE    the settings of configs/profiles/PROFILE.toml, MAX_UPDATE
-#   load_run_config PAIR SYSTEM PROFILE [LR]  the three above in one python call (and --lr LR)
 #   QK_PRECISION_SPEC, qk_precision_usage  a script's --precision option and its usage lines
-#   qk_precision_from_flag BF16    --bf16-autocast (BF16=1) as --precision bf16, or a usage error
 #   qk_resolve_bf16 [--cached-only]  the loaded profile's precision: QK_BF16_RUN, QK_PRECISION
 #   qk_resolve_bf16_of PROFILE [--cached-only]  the same for PROFILE, without loading it here
-#   qk_train_cmd                   the scripts/train.sh command of the loaded run (for messages)
 #   qk_run_py COMMAND ARGS...      python -m qknorm_tools.run COMMAND, its assignments evaluated
+#                                  (train.sh and evaluate.sh: the run, its label, directory, arch
+#                                  and precision, qknorm_tools/run_spec.py)
 #   qk_arch                        the named arch of the loaded system at the profile's size
 #   qk_run_label [PROFILE [MAX_UPDATE]]  PROFILE, or PROFILE-max-update-N for another budget
 #   qk_run_dir PAIR LABEL SYSTEM SEED [LR [bf16]]  where a run lives
@@ -126,28 +125,13 @@ load_system_config() {
     eval "$QK_CONFIG_OUT"
 }
 
-# load_run_config PAIR SYSTEM PROFILE [LR]: load_pair_config, load_system_config and
-# load_profile_config in one python call (train.sh and evaluate.sh run it for every cell:
-# one interpreter start instead of three); the same settings, errors and order of checks.
-# QK_LR and QK_LR_OVERRIDE: the profile trained at peak learning rate LR (train.sh/evaluate.sh
-# --lr; the warmup and the schedule stay the profile's): QK_LR is LR in its one spelling
-# (qknorm_tools.config_schema.lr_spelling: 0.003 and 3E-03 are 3e-3), the value of
-# fairseq-train's --lr (qknorm_tools.commands replaces the profile's); QK_LR_OVERRIDE the same,
-# or "" where LR is the profile's own lr (that run is the profile's, seedN); both "" without LR.
-# A bad LR is a usage error; a profile that sets no --lr an error.
-load_run_config() {
-    unset "${QK_PAIR_VARS[@]}" PAIR_REVERSE_OF
-    QK_LR="" QK_LR_OVERRIDE=""
-    _qk_config shell --pair "${1-}" --system "${2-}" --profile "${3-}" ${4:+--lr "$4"}
-    eval "$QK_CONFIG_OUT"
-}
-
 # load_profile_config PROFILE: the settings of configs/profiles/PROFILE.toml (its `extends`
 # chain resolved; after load_pair_config: max_epoch = "paper" is the pair's PAPER_MAX_EPOCH), and
 # MAX_UPDATE: $QKNORM_MAX_UPDATE or the profile's PROFILE_MAX_UPDATE (QKNORM_THREADS replaces
 # THREADS; qknorm_tools.config.apply_env). lr_sweep.sh adds --lrs-arg LRS_ARG --sweep-lr LR...:
-# LRS, its learning rates in their one spelling, and LR_DIRS, each one's QK_LR_OVERRIDE (see
-# load_run_config; a bad list is a usage error).
+# LRS, its learning rates in their one spelling, and LR_DIRS, each one's directory suffix ("" for
+# the profile's own lr: seedN; qknorm_tools.config_schema.lr_override; a bad list is a usage
+# error).
 load_profile_config() {
     _qk_config shell --profile "${1-}" --paper-max-epoch "${PAPER_MAX_EPOCH:-}" "${@:2}"
     eval "$QK_CONFIG_OUT"
@@ -175,17 +159,6 @@ qk_check_precision_arg() {
         "" | bf16 | fp32 | auto) ;;
         *) qk_usage_error "--precision must be bf16, fp32 or auto, got '$QK_PRECISION_ARG'" ;;
     esac
-}
-
-# qk_precision_from_flag BF16: a script's --bf16-autocast (BF16=1) is --precision bf16; with
-# another --precision it is a usage error (and a bad --precision is one first:
-# qk_check_precision_arg).
-qk_precision_from_flag() {
-    qk_check_precision_arg
-    (($1)) || return 0
-    [[ -z "$QK_PRECISION_ARG" || "$QK_PRECISION_ARG" == bf16 ]] \
-        || qk_usage_error "--bf16-autocast and --precision $QK_PRECISION_ARG exclude each other"
-    QK_PRECISION_ARG=bf16
 }
 
 # qk_resolve_bf16 [--cached-only]: whether the loaded profile's runs train with bf16 autocast
@@ -248,16 +221,6 @@ qk_resolve_bf16_of() {
     qk_resolve_bf16  # bf16 or fp32 now: nothing measured
 }
 
-# qk_train_cmd: the scripts/train.sh command that makes the run of the loaded pair, system and
-# profile with SEED, MAX_UPDATE_ARG, QK_LR_OVERRIDE and the resolved precision (for messages)
-qk_train_cmd() {
-    local precision=""  # fp32 said only where the profile or the environment would not give it
-    [[ -z "${QK_BF16_RUN:-}" && "${PROFILE_BF16:-0}${QKNORM_BF16:-}" == 0 ]] || precision=" --precision $QK_PRECISION"
-    printf 'scripts/train.sh %s %s --profile %s --seed %s%s%s%s%s\n' "$PAIR" "$SYSTEM" \
-        "$PROFILE" "$SEED" "${MAX_UPDATE_ARG:+ --max-update $MAX_UPDATE_ARG}" \
-        "${QK_LR_OVERRIDE:+ --lr $QK_LR_OVERRIDE}" "${SIZE_ARG:+ --size $SIZE_ARG}" "$precision"
-}
-
 # qk_run_py COMMAND ARGS...: python -m qknorm_tools.run COMMAND ARGS (train-plan,
 # train-claim, evaluate-plan: docs of qknorm_tools/run.py), its shell assignments evaluated here
 # (globals: REMOVE_BPE, CMD, DATA_ID, ...). Exit status 2 there is a usage error with the message
@@ -311,7 +274,7 @@ qk_run_label() {
 
 # qk_run_dir PAIR LABEL SYSTEM SEED [LR [bf16]]: where a training run keeps checkpoints, logs and
 # scores (LABEL from qk_run_label; LR: a peak learning rate other than the profile's,
-# QK_LR_OVERRIDE of load_run_config or LR_DIRS of load_profile_config --sweep-lr, filed as seedN-lrLR; empty or absent: the profile's own lr, seedN; bf16: trained
+# LR_DIRS of load_profile_config --sweep-lr, filed as seedN-lrLR; empty or absent: the profile's own lr, seedN; bf16: trained
 # with bf16 autocast, filed as seedN[-lrLR]-bf16, next to its fp32 twin; absent: $QK_BF16_RUN
 # from qk_resolve_bf16).
 qk_run_dir() {

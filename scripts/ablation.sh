@@ -189,9 +189,10 @@ fi
 # left as it was, and never reported on as if it were this grid's
 qk_mktemp_dir STAMP "$OUT" collect
 touch "$STAMP/started"
-# after an error, only what applies: the collection's own message says what it refused
-# (its messages under this script's name: QK_STEP_OF)
-QK_STEP_OF="$QK_SCRIPT_NAME" qk_run "${REPRO[@]}" || die "collecting the finished cells failed (above): no report written"
+# after an error, only what applies: the collection's own message says what it refused, and
+# its last line that no report was written (its messages under this script's name: QK_STEP_OF);
+# said once, so nothing is added here
+QK_STEP_OF="$QK_SCRIPT_NAME" qk_run "${REPRO[@]}" || exit $?
 if [[ ! "$OUT/runs.json" -nt "$STAMP/started" ]]; then
     [[ ! -f "$OUT/runs.json" ]] || die "no finished cell: nothing to report ($OUT/runs.json, of an earlier collection, is left as it was)"
     die "no finished cell: nothing to report"

@@ -252,14 +252,14 @@ if ((NO_AGG == 0)); then
     if "${COLLECT[@]}"; then
         qk_log "results in $RESULTS_DIR"
     else
-        qk_warn "collecting the finished cells failed"
-        FAILED+=("aggregation")
+        FAILED+=("aggregation")  # said once, below
     fi
 fi
 
 if ((${#FAILED[@]} > 0)); then
-    # a rerun resumes failed cells; a failed collection says itself why (above)
-    [[ "${FAILED[*]}" == aggregation ]] && die "failed: aggregation (above)"
+    # a rerun resumes failed cells; a failed collection says itself why (above), and a rerun
+    # cannot mend what it refused (scripts/ablation.sh, whose step this is, adds nothing)
+    [[ "${FAILED[*]}" == aggregation ]] && die "collecting the finished cells failed (above): no report written"
     die "failed: ${FAILED[*]} (rerun the same command to resume)"
 fi
 qk_log "done"

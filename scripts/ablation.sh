@@ -95,7 +95,9 @@ qk_parse_seeds SEED_LIST "$SEEDS_ARG"
 qk_check_stops  # before any cell (dry runs too): the cells' train.sh would refuse it
 # bf16 autocast or fp32 (--precision, QKNORM_BF16, the profile's PROFILE_BF16): decided once, here,
 # and passed to every cell and child script as --precision
-if ((DRY_RUN || QK_STATUS || AGG_ONLY)); then qk_resolve_bf16 --cached-only; else qk_resolve_bf16; fi
+# (--aggregate-only trains nothing: it only finds the runs, and says no precision)
+if ((AGG_ONLY)); then qk_resolve_bf16 --cached-only --quiet
+elif ((DRY_RUN || QK_STATUS)); then qk_resolve_bf16 --cached-only; else qk_resolve_bf16; fi
 # a budget other than the profile's reports to its own folder: a short trial run never
 # overwrites the profile's results
 LABEL="$(qk_run_label)"

@@ -610,6 +610,34 @@ def test_reproduce_with_an_invalid_committed_record_says_its_failure_once(tmp_pa
     assert "warning" not in proc.stderr and "rerun" not in proc.stderr
 
 
+@pytest.mark.parametrize(
+    "name, args, runs",
+    [
+        ("reproduce.sh", ("--pairs", "gl-en", "--systems", "twt", "--profile", "cpu-proxy"),
+         "runs/gl-en/cpu-proxy/twt/seed1 "),
+        # a GPU profile with auto: the line said it trains at the papers' size
+        ("reproduce.sh", ("--pairs", "gl-en", "--systems", "twt", "--profile", "paper",
+                          "--precision", "auto"), "runs/gl-en/paper/twt/seed1 "),
+        ("ablation.sh", ("gl-en", "--profile", "cpu-proxy", "--seeds", "1"),
+         "runs/gl-en/cpu-proxy/twt/seed1 "),
+    ],
+)  # fmt: skip
+def test_aggregate_only_says_no_precision(tmp_path, name, args, runs):
+    """``--aggregate-only`` trains nothing (issue 37, leftover 3): no '[bf16 auto]' line (it
+    said 'fp32: this CPU has no native bf16 ...' before the collection); it still looks for the
+    runs of the cached precision (fp32 here: the seedN runs), and a dry run, which shows the
+    cells' commands, still says the precision it gives them."""
+    proc = script(name, *args, "--aggregate-only", work_dir=tmp_path, check=False)
+    assert proc.returncode == 1, proc.stderr  # no finished cell
+    assert "[bf16 auto]" not in proc.stderr, proc.stderr
+    assert f"left out: {tmp_path}/{runs}" in proc.stderr, proc.stderr
+    assert proc.stderr.splitlines()[-1] == (
+        "error: collecting the finished cells failed (above): no report written"
+    )
+    dry = script(name, *args, "--dry-run", work_dir=tmp_path)
+    assert "[bf16 auto] fp32: " in dry.stderr, dry.stderr
+
+
 def test_reproduce_aggregates_finished_cells(tmp_path):
     refs = [f"the cat number {i} sat on the mat ." for i in range(12)]
     raw = tmp_path / "data" / "raw" / "gl-en"

@@ -1,6 +1,7 @@
 r"""Whether the CPU profiles train in bf16 on this machine: measured once, then cached.
 
     python -m qknorm_model_tools.bf16_auto CACHE_DIR [--size proxy] [--threads N] [--cached-only]
+                                                     [--quiet]
 
 The CPU profiles (``configs/profiles/cpu-proxy*.toml``: ``bf16 = "auto"``) train with the
 plugin task's ``--bf16-autocast`` only where it is *measured* faster than fp32 on the CPU at
@@ -29,8 +30,9 @@ step that trained; a verdict read for another thread count says so.
 
 Before it measures (or waits for another process's measurement) it says on stderr what it
 measures and roughly how long that takes here (:func:`rough_minutes`). Prints ``bf16`` or
-``fp32`` on stdout and one line saying why on stderr. Exit status 0; 1 if
-a cached verdict cannot be read (named, with what to do) or the cache cannot be written (no
+``fp32`` on stdout and one line saying why on stderr (none with ``--quiet``: a step that trains
+nothing and only finds the runs, e.g. ``scripts/reproduce.sh --aggregate-only``). Exit status
+0; 1 if a cached verdict cannot be read (named, with what to do) or the cache cannot be written (no
 silent fp32 that a later step would not repeat); 2 for bad arguments. A measurement that
 fails is reported and answers fp32, uncached (so later steps answer fp32 too).
 """
@@ -263,6 +265,12 @@ def main(argv=None) -> int:
         action="store_true",
         help="never measure: answer fp32 where no verdict is cached",
     )
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no line saying why on stderr (errors are still said): for a step that trains "
+        "nothing and only finds the runs",
+    )
     a = p.parse_args(argv)
     if a.threads < 1 or a.reps < 5:
         p.error("--threads must be >= 1 and --reps >= 5")
@@ -281,7 +289,8 @@ def main(argv=None) -> int:
             file=sys.stderr,
         )
         return 1
-    print(f"[bf16 auto] {'bf16 autocast' if bf16 else 'fp32'}: {why}", file=sys.stderr)
+    if not a.quiet:
+        print(f"[bf16 auto] {'bf16 autocast' if bf16 else 'fp32'}: {why}", file=sys.stderr)
     print("bf16" if bf16 else "fp32")
     return 0
 

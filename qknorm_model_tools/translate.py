@@ -240,22 +240,24 @@ def averageable(save_dir: Path) -> Optional[int]:
 
 
 def bad_character_warning(lines: Sequence[str], name: str) -> Optional[str]:
-    """What an input to translate holds that the pipeline refuses in a corpus, or ``None``.
+    r"""What an input to translate holds that the pipeline refuses in a corpus, or ``None``.
 
     The characters of :func:`qknorm_tools.corpus_check.bad_character_problem` (tab, no-break and
     other space separators, control characters): BPE splits words on U+0020 only, so they
-    reach the model as parts of words (stray ``@@`` tokens). A translation input is translated
-    as it is, so this is a warning, naming the first such line (``NAME:LINE``, 1-based) and how
-    many lines hold one.
+    reach the model as parts of words (stray ``@@`` tokens); and the carriage returns of
+    :func:`qknorm_tools.corpus_check.carriage_return_problems` (a CRLF line ending, a stray
+    ``\r``), which the corpus checks refuse as well. A translation input is translated as it
+    is, so this is a warning, naming the first such line (``NAME:LINE``, 1-based) and how many
+    lines hold one.
     """
-    from qknorm_tools.corpus_check import bad_character_problem
+    from qknorm_tools.corpus_check import bad_character_problem, carriage_return_problems
 
     def problem(line: str) -> Optional[str]:
         if line.startswith("\ufeff"):  # the corpus checks refuse it at the start of a file
             return (
                 "UTF-8 byte order mark (U+FEFF) at character 1: it becomes part of the first word"
             )
-        return bad_character_problem(line)
+        return next(iter(carriage_return_problems(line)), None) or bad_character_problem(line)
 
     found = [(i, p) for i, line in enumerate(lines, 1) if (p := problem(line))]
     if not found:

@@ -64,6 +64,7 @@ from qknorm_tools.config_schema import (
     _flatten,
     check_option,
     lr_override,
+    name_hint,
     sweep_lrs,
 )
 
@@ -406,25 +407,23 @@ def known(kind: str, name: str, work_dir: Path | None = None) -> tuple:
     """Whether KIND NAME is configured.
 
     (True, "") if KIND NAME is configured (a pair also as the reverse of one), else (False,
-    the hint scripts add to their 'unknown pair' message).
+    the hint added to an 'unknown pair/system/profile' message, ending in "did you mean").
     """
-    if config_file(kind, name, work_dir) is not None:
+    if config_file(kind, name, work_dir) or (kind == "pairs" and reverse_of(name, work_dir)):
         return True, ""
-    if kind != "pairs":
-        return False, ""
-    if reverse_of(name, work_dir):
-        return True, ""
-    more = (
-        "; the reverse direction of one, e.g. en-gl; or your own configs/pairs/NAME.toml: "
-        "docs/own-data.md"
-    )
-    m = re.fullmatch(r"([a-zA-Z0-9_]+)-([a-zA-Z0-9_]+)", name or "")
-    if m:
-        a, b = m.groups()
-        path = config_file("pairs", f"{b}-{a}", work_dir)
-        if path is not None and _direction(path) == (a, b):
-            more += f"; note: {b}-{a} already is {a}->{b}"
-    return False, more
+    more = ""
+    if kind == "pairs":
+        more = (
+            "; the reverse direction of one, e.g. en-gl; or your own configs/pairs/NAME.toml: "
+            "docs/own-data.md"
+        )
+        m = re.fullmatch(r"([a-zA-Z0-9_]+)-([a-zA-Z0-9_]+)", name or "")
+        if m:
+            a, b = m.groups()
+            path = config_file("pairs", f"{b}-{a}", work_dir)
+            if path is not None and _direction(path) == (a, b):
+                more += f"; note: {b}-{a} already is {a}->{b}"
+    return False, more + name_hint(name, names(kind, work_dir))  # config_schema's rule
 
 
 def _unknown(kind: str, name: str, work_dir: Path | None) -> UsageError:

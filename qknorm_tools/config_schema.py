@@ -266,6 +266,28 @@ def _show(value: Any) -> str:
     )
 
 
+#: how close (difflib's ratio) a configured name must be to an unknown one to be suggested: a
+#: near miss (gl-em, cpu-converge-d12, qknorm_papr: 0.8 and more), not any pair ending in -en
+#: (xx-en and sk-en: 0.6), as the keys of a file (cutoff 0.5) would
+NAME_CUTOFF = 0.75
+
+
+def did_you_mean(word: str, known, cutoff: float = 0.5) -> str:
+    """``did you mean 'X'?`` for the closest of ``known`` to ``word`` (difflib), else "".
+
+    The one suggestion for a key of a file and (``cutoff`` :data:`NAME_CUTOFF`) for a pair,
+    system or profile name.
+    """
+    close = difflib.get_close_matches(word or "", list(known), n=1, cutoff=cutoff)
+    return f"did you mean '{close[0]}'?" if close else ""
+
+
+def name_hint(name: str, known) -> str:
+    """``; did you mean 'X'?`` after an unknown pair, system or profile name, else ""."""
+    close = did_you_mean(name, known, NAME_CUTOFF)
+    return f"; {close}" if close else ""
+
+
 def _flatten(file: str, data: dict, known: list, prefix: str = "") -> dict:
     """The TOML data as {dotted key: value}, every key checked.
 
@@ -282,8 +304,7 @@ def _flatten(file: str, data: dict, known: list, prefix: str = "") -> dict:
             flat.update(_flatten(file, value, known, full + "."))
             continue
         if full not in known:
-            close = difflib.get_close_matches(full, known, n=1, cutoff=0.5)
-            hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(known)}"
+            hint = did_you_mean(full, known) or f"known keys: {', '.join(known)}"
             raise ConfigError(f"{file}: unknown key '{full}' ({hint})")
         flat[full] = value
     return flat

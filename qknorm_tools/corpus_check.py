@@ -113,6 +113,27 @@ def decode_line(raw: bytes, path: str, lineno: int) -> str:
 # check
 
 
+def carriage_return_problems(line: str | bytes) -> list[str]:
+    r"""The carriage returns of a line without its ``\n`` (text or raw bytes), as problems.
+
+    A ``\r`` at the end: a CRLF line ending; one anywhere else: a stray carriage return, at
+    which text-mode readers (fairseq, subword-nmt: Python's universal newlines) split the line.
+    Both can hold for one line; ``[]`` when it has none.
+    """
+    cr = "\r" if isinstance(line, str) else b"\r"
+    problems = []
+    if line.endswith(cr):
+        problems.append(
+            "CRLF line ending (carriage return before newline); convert with `sed -i 's/\\r$//'`"
+        )
+    if cr in line.removesuffix(cr):
+        problems.append(
+            "stray carriage return (\\r) inside the line; text-mode readers would split the "
+            "line here"
+        )
+    return problems
+
+
 def bad_character_problem(text: str) -> str | None:
     r"""The problem of a decoded line's first refused character, or None when it has none.
 
@@ -192,25 +213,8 @@ def _check_file_lines(
             if n == 1 and raw.startswith(b"\xef\xbb\xbf"):
                 errors.append(CorpusError(name, "UTF-8 byte order mark (BOM) at start of file", n))
                 raw = raw[3:]
-            if raw.endswith(b"\r"):
-                errors.append(
-                    CorpusError(
-                        name,
-                        "CRLF line ending (carriage return before newline); "
-                        "convert with `sed -i 's/\\r$//'`",
-                        n,
-                    )
-                )
-                raw = raw[:-1]
-            if b"\r" in raw:
-                errors.append(
-                    CorpusError(
-                        name,
-                        "stray carriage return (\\r) inside the line; "
-                        "text-mode readers would split the line here",
-                        n,
-                    )
-                )
+            errors.extend(CorpusError(name, p, n) for p in carriage_return_problems(raw))
+            raw = raw.removesuffix(b"\r")
             nul = raw.find(b"\x00")
             if nul >= 0:
                 errors.append(

@@ -12,7 +12,8 @@ Records are stored next to their output:
 * ``STEM.made_by.json`` next to ``STEM.hyp`` / ``STEM.score.json`` (``scripts/evaluate.sh``):
   ``{"made_by": {...}}``, written last, after the score;
 * a data step's ``.settings`` (``key=value`` lines, ``scripts/lib.sh:qk_write_done``;
-  ``scripts/bpe.sh``, ``scripts/binarize.sh``; read by :mod:`.provenance` as well).
+  ``scripts/prepare_data.sh`` for a source given explicitly, ``scripts/bpe.sh``,
+  ``scripts/binarize.sh``; read by :mod:`.provenance` as well).
 
 What a decode is made by (:func:`decode_record`): the checkpoint file (path, size and
 modification time: :func:`file_identity`), the checkpoint choice (best, last, avgN), the split,

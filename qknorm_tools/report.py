@@ -73,6 +73,7 @@ from .report_sources import (
     ReportInputError,
     _clean,
     collect_sources,
+    not_a_directory,
     report_dirs,
     validate_attention,
 )
@@ -366,8 +367,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     dirs = args.results_dirs
     if args.all:
-        if not Path(args.all).is_dir():
-            return fail(f"results root {args.all!r} not found")
+        why = not_a_directory(args.all, "results root")
+        if why:
+            return fail(why)
         dirs, skipped = report_dirs(args.all)
         for d, why in skipped:
             print(f"skipped {d.as_posix()}: {why}", file=sys.stderr)

@@ -19,6 +19,7 @@ __all__ = [
     "KNOWN",
     "ReportInputError",
     "collect_sources",
+    "not_a_directory",
     "report_dirs",
     "validate_attention",
 ]
@@ -44,6 +45,21 @@ class ReportInputError(ValueError):
 
 
 # ----------------------------------------------------------------------------- reading
+def not_a_directory(path, what: str) -> str | None:
+    """Why ``path`` (``what``: "results directory", ...) cannot be read as one, or ``None``.
+
+    Not there (``not found``), or there but a file (or another non-directory), said as such.
+    """
+    path = Path(path)
+    if path.is_dir():
+        return None
+    if path.is_file():
+        return f"{what} {str(path)!r} is a file, not a directory"
+    if path.exists():
+        return f"{what} {str(path)!r} is not a directory"
+    return f"{what} {str(path)!r} not found"
+
+
 def _source_paths(root: Path) -> list[Path]:
     """The :data:`KNOWN` files of ``root`` and two levels below it, in reading order."""
     return [
@@ -85,11 +101,13 @@ def collect_sources(results_dir) -> dict[str, object]:
     """``{path relative to results_dir: parsed JSON}`` of the :data:`KNOWN` files.
 
     Raises:
-        ReportInputError: no such directory, none of the files, or a file that is not JSON.
+        ReportInputError: no such directory (or a file), none of the files, or a file that is
+            not JSON.
     """
     root = Path(results_dir)
-    if not root.is_dir():
-        raise ReportInputError(f"results directory {str(root)!r} not found")
+    why = not_a_directory(root, "results directory")
+    if why:
+        raise ReportInputError(why)
     found: dict[str, object] = {}
     for path in _source_paths(root):
         rel = path.relative_to(root).as_posix()

@@ -212,7 +212,8 @@ def check_segmentation(
         max_positions: the model's (source, target) max positions (:data:`MAX_POSITIONS`).
         raw_name: ``raw_dir`` as messages show it.
         seg_name: ``seg_dir`` as messages show it (a temporary directory is shown as the one
-            it becomes).
+            it becomes; a refused dev or test line then names no segmented file: nothing is
+            kept when one is refused).
 
     Raises:
         CorpusError: a segmented file is not line for line its raw file.
@@ -220,6 +221,7 @@ def check_segmentation(
     """
     limits = dict(zip((src, tgt), map(max_segment_tokens, max_positions)))
     raw_name = raw_name or raw_dir
+    kept = not seg_name or seg_name == seg_dir  # else seg_dir becomes seg_name if none is refused
     seg_name = seg_name or seg_dir
     refused: list[LongLine] = []
     dropped: list[LongLine] = []
@@ -230,10 +232,10 @@ def check_segmentation(
             segs = [os.path.join(seg_dir, name)]
             if split == "train":
                 segs += [os.path.join(d, name) for d in train_copies]
+            shown = os.path.join(seg_name, name) if kept or split == "train" else ""
             found = long_lines(
-                os.path.join(raw_dir, name), segs, limit,
-                os.path.join(raw_name, name), os.path.join(seg_name, name),
-            )  # fmt: skip
+                os.path.join(raw_dir, name), segs, limit, os.path.join(raw_name, name), shown
+            )
             (dropped if split == "train" else refused).extend(found)
             if split == "train":
                 n_train = len(line_lengths([os.path.join(raw_dir, name)]))
@@ -369,7 +371,11 @@ def build_parser() -> argparse.ArgumentParser:
         "as the plugin's archs)",
     )
     c.add_argument("--raw-name", help="--raw as messages show it")
-    c.add_argument("--seg-name", help="--seg as messages show it")
+    c.add_argument(
+        "--seg-name",
+        help="--seg as messages show it: the directory a temporary --seg becomes when no line is "
+        "refused (a refused line then names no segmented file)",
+    )
     c.set_defaults(func=_cmd_check)
     return p
 

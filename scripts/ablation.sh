@@ -95,7 +95,9 @@ qk_parse_seeds SEED_LIST "$SEEDS_ARG"
 qk_check_stops  # before any cell (dry runs too): the cells' train.sh would refuse it
 # bf16 autocast or fp32 (--precision, QKNORM_BF16, the profile's PROFILE_BF16): decided once, here,
 # and passed to every cell and child script as --precision
-if ((DRY_RUN || QK_STATUS || AGG_ONLY)); then qk_resolve_bf16 --cached-only; else qk_resolve_bf16; fi
+# (--aggregate-only trains nothing: it only finds the runs, and says no precision)
+if ((AGG_ONLY)); then qk_resolve_bf16 --cached-only --quiet
+elif ((DRY_RUN || QK_STATUS)); then qk_resolve_bf16 --cached-only; else qk_resolve_bf16; fi
 # a budget other than the profile's reports to its own folder: a short trial run never
 # overwrites the profile's results
 LABEL="$(qk_run_label)"
@@ -189,9 +191,10 @@ fi
 # left as it was, and never reported on as if it were this grid's
 qk_mktemp_dir STAMP "$OUT" collect
 touch "$STAMP/started"
-# after an error, only what applies: the collection's own message says what it refused
-# (its messages under this script's name: QK_STEP_OF)
-QK_STEP_OF="$QK_SCRIPT_NAME" qk_run "${REPRO[@]}" || die "collecting the finished cells failed (above): no report written"
+# after an error, only what applies: the collection's own message says what it refused, and
+# its last line that no report was written (its messages under this script's name: QK_STEP_OF);
+# said once, so nothing is added here
+QK_STEP_OF="$QK_SCRIPT_NAME" qk_run "${REPRO[@]}" || exit $?
 if [[ ! "$OUT/runs.json" -nt "$STAMP/started" ]]; then
     [[ ! -f "$OUT/runs.json" ]] || die "no finished cell: nothing to report ($OUT/runs.json, of an earlier collection, is left as it was)"
     die "no finished cell: nothing to report"

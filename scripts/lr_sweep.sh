@@ -154,7 +154,9 @@ if [[ -n "$SIZES_ARG" && -z "$QK_PRECISION_ARG" && -z "${QKNORM_BF16:-}" ]]; the
     QK_PRECISION_ARG=fp32
     qk_log "size axis: fp32 pinned (a grid over several sittings; --precision or QKNORM_BF16 overrides)"
 fi
-if ((DRY_RUN || QK_STATUS || REPORT_ONLY)); then qk_resolve_bf16 --cached-only; else qk_resolve_bf16; fi
+# (--report-only trains nothing: it only finds the runs, and says no precision)
+if ((REPORT_ONLY)); then qk_resolve_bf16 --cached-only --quiet
+elif ((DRY_RUN || QK_STATUS)); then qk_resolve_bf16 --cached-only; else qk_resolve_bf16; fi
 if [[ "$MAX_UPDATE" == 0 && "${MAX_EPOCH:-0}" == 0 ]]; then
     qk_usage_error "--max-update 0 with profile $PROFILE (max-epoch 0) would never stop training"
 fi

@@ -117,17 +117,23 @@ normalized_as_wanted() {
     [[ "$(grep -x 'normalize=.*' "$RAW/.settings" 2>/dev/null || true)" == "$NORMALIZE_SETTING" ]]
 }
 
-if ((FORCE == 0)); then
-    if ((EXPLICIT)) && qk_is_done "$RAW" "$SETTINGS"; then
-        echo "skip: $RAW already prepared from $SOURCE_SHOWN (checksums in $RAW/.done verified); use --force to redo"
-        exit 0
-    elif ((EXPLICIT == 0)) && qk_is_done "$RAW" && normalized_as_wanted; then
+# reused only if complete (.done checksums) and, for a source given explicitly, made from it with
+# these settings (.settings, the one rule of python -m qknorm_tools.freshness); else prepared
+# again, the log naming what changed (each setting as recorded -> as now)
+if ((FORCE == 0)) && [[ -e "$RAW/.done" ]]; then
+    if ! qk_is_done "$RAW"; then
+        qk_log "$QK_DONE_REASON: preparing again"
+    elif ((EXPLICIT)); then
+        if CHANGED="$("$QK_PY" -m qknorm_tools.freshness check "$RAW/.settings" --settings-lines "$SETTINGS" 2>&1)"; then
+            echo "skip: $RAW already prepared from $SOURCE_SHOWN (checksums in $RAW/.done verified); use --force to redo"
+            exit 0
+        fi
+        qk_log "$RAW was made with other settings or inputs: $CHANGED: preparing again"
+    elif normalized_as_wanted; then
         echo "skip: $RAW already prepared (checksums in $RAW/.done verified; source in $RAW/SOURCE); use --force to redo"
         exit 0
-    elif [[ -e "$RAW/.done" ]]; then
-        [[ -n "$QK_DONE_REASON" ]] \
-            || QK_DONE_REASON="$RAW was prepared with another [text] normalize than '$TEXT_NORMALIZE'"
-        qk_log "$QK_DONE_REASON: preparing again"
+    else
+        qk_log "$RAW was prepared with another [text] normalize than '$TEXT_NORMALIZE': preparing again"
     fi
 fi
 

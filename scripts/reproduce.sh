@@ -139,7 +139,9 @@ for _pair in "${PAIRS[@]}"; do  # a budget that never stops is refused before an
         qk_check_stops) || exit 2
 done
 # bf16 autocast or fp32 (the profile's PROFILE_BF16, QKNORM_BF16): decided once, here, for every cell
-if ((DRY_RUN || QK_STATUS || AGG_ONLY)); then qk_resolve_bf16_of "$PROFILE" --cached-only; else qk_resolve_bf16_of "$PROFILE"; fi
+# (--aggregate-only trains nothing: it only finds the runs, and says no precision)
+if ((AGG_ONLY)); then qk_resolve_bf16_of "$PROFILE" --cached-only --quiet
+elif ((DRY_RUN || QK_STATUS)); then qk_resolve_bf16_of "$PROFILE" --cached-only; else qk_resolve_bf16_of "$PROFILE"; fi
 # a budget other than the profile's reports to its own folder (never over the profile's results)
 RESULTS_DIR="${RESULTS_DIR_ARG:-$QK_WORK_DIR/results/$LABEL/$(IFS=+; echo "${PAIRS[*]}")}"
 if [[ " ${SYSTEMS[*]} " != *" $BASELINE "* ]] && ((NO_AGG == 0)); then
@@ -252,14 +254,14 @@ if ((NO_AGG == 0)); then
     if "${COLLECT[@]}"; then
         qk_log "results in $RESULTS_DIR"
     else
-        qk_warn "collecting the finished cells failed"
-        FAILED+=("aggregation")
+        FAILED+=("aggregation")  # said once, below
     fi
 fi
 
 if ((${#FAILED[@]} > 0)); then
-    # a rerun resumes failed cells; a failed collection says itself why (above)
-    [[ "${FAILED[*]}" == aggregation ]] && die "failed: aggregation (above)"
+    # a rerun resumes failed cells; a failed collection says itself why (above), and a rerun
+    # cannot mend what it refused (scripts/ablation.sh, whose step this is, adds nothing)
+    [[ "${FAILED[*]}" == aggregation ]] && die "collecting the finished cells failed (above): no report written"
     die "failed: ${FAILED[*]} (rerun the same command to resume)"
 fi
 qk_log "done"

@@ -230,6 +230,12 @@ def test_prepared_pair_is_prepared_again_from_another_given_dir(tmp_path, good):
     p = run_script("prepare_data.sh", "gl-en", "--data-dir", other, env=env)
     assert p.returncode == 0, out(p)
     assert not p.stdout.startswith("skip:")
+    # the log names the source as recorded and as now (issue 37, leftover 6: it showed the
+    # recorded settings only, as if they were what it prepared from)
+    assert (
+        f"{raw} was made with other settings or inputs: data_dir {good} -> {other}: preparing "
+        "again\n"
+    ) in p.stderr, out(p)
     assert sha256(raw / "train.gl") == sha256(other / "ted-gl-en" / "train.gl")
     assert f"data_dir={other}" in (raw / ".settings").read_text()
     # the same dir again, or no dir at all: skipped

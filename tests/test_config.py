@@ -115,6 +115,28 @@ def test_unknown_key_names_the_closest_known_key(tmp_path, monkeypatch):
         config.load_profile("paper")
 
 
+def test_unknown_name_near_a_known_one_is_suggested():
+    """A near miss of a pair, system or profile name got no suggestion (issue 37, leftover
+    7): now 'did you mean', from the rule of the keys' (config_schema.did_you_mean), at the end
+    of the hint every unknown name gets (config.known: the scripts' usage error and the
+    loaders'); a name near none (xx-en is no nearer to sk-en than to any other -en pair) gets
+    none."""
+    profiles = " ".join(config.names("profiles"))
+    with pytest.raises(config.UsageError) as e:
+        config.load_profile("cpu-converge-d12")
+    assert str(e.value) == (
+        f"unknown profile 'cpu-converge-d12' (known profiles: {profiles}; did you mean "
+        "'cpu-converge-d128'?)"
+    )
+    assert config.known("systems", "qknorm_papr") == (False, "; did you mean 'qknorm_paper'?")
+    ok, hint = config.known("pairs", "gl-em")
+    assert not ok and hint.startswith("; the reverse direction of one, e.g. en-gl; ")
+    assert hint.endswith("docs/own-data.md; did you mean 'gl-en'?")
+    assert config.known("profiles", "gpu") == (False, "")
+    assert "did you mean" not in config.known("pairs", "xx-en")[1]
+    assert config.known("pairs", "en-gl") == (True, "")
+
+
 def test_extends_cycle_names_the_chain(tmp_path, monkeypatch):
     cfg = _configs(tmp_path, monkeypatch)
     path = cfg / "profiles/cpu-proxy.toml"

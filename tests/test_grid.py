@@ -552,8 +552,11 @@ def test_ablation_without_a_finished_cell_reports_nothing_and_keeps_the_earlier_
         "error: collecting the finished cells failed (above): no report written"
     )
     assert "rerun" not in proc.stderr
+    # the failure is said once (was a warning, 'failed: aggregation (above)' and this line)
+    assert proc.stderr.count("collecting the finished cells failed") == 1, proc.stderr
+    assert "failed: aggregation" not in proc.stderr and "warning" not in proc.stderr
     # the collection (scripts/reproduce.sh, a step of this script) speaks as the script run
-    assert "[ablation] warning: collecting the finished cells failed" in proc.stderr
+    assert "[ablation] profile cpu-proxy: pairs gl-en;" in proc.stderr
     assert "[reproduce]" not in proc.stderr
     assert (res / "runs.json").read_text() == earlier
     assert not (res / "ablation.md").exists()
@@ -582,7 +585,57 @@ def test_ablation_with_a_cell_of_no_record_writes_nothing_and_names_the_cells(tm
     assert proc.stderr.splitlines()[-1] == (
         "error: collecting the finished cells failed (above): no report written"
     )
+    assert proc.stderr.count("collecting the finished cells failed") == 1, proc.stderr
     assert sorted(p.relative_to(res) for p in res.rglob("*")) == before
+
+
+def test_reproduce_with_an_invalid_committed_record_says_its_failure_once(tmp_path):
+    """``reproduce.sh --aggregate-only`` over an invalid committed record (issue 37): the
+    collection's message naming the record, then one line saying the collection failed (it was
+    said three times: a warning, 'failed: aggregation (above)' and ablation.sh's line)."""
+    import shutil
+
+    res = tmp_path / "results" / "cpu-fixed-d128" / "gl-en"
+    shutil.copytree(REPO / "results/cpu-fixed-d128/gl-en/records/twt/seed1",
+                    res / "records/twt/seed1")  # fmt: skip
+    bad = res / "records/twt/seed1/record.json"
+    bad.write_text('{"format": 1, "record": \n', encoding="utf-8")
+    args = ("--pairs", "gl-en", "--systems", "twt", "--seeds", "1", "--profile", "cpu-fixed-d128")
+    proc = script("reproduce.sh", *args, "--aggregate-only", work_dir=tmp_path, check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert [line for line in proc.stderr.splitlines() if "error" in line] == [
+        f"error: {str(bad)!r} is not valid UTF-8 JSON: Expecting value: line 2 column 1 (char 25)",
+        "error: collecting the finished cells failed (above): no report written",
+    ]
+    assert "warning" not in proc.stderr and "rerun" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "name, args, runs",
+    [
+        ("reproduce.sh", ("--pairs", "gl-en", "--systems", "twt", "--profile", "cpu-proxy"),
+         "runs/gl-en/cpu-proxy/twt/seed1 "),
+        # a GPU profile with auto: the line said it trains at the papers' size
+        ("reproduce.sh", ("--pairs", "gl-en", "--systems", "twt", "--profile", "paper",
+                          "--precision", "auto"), "runs/gl-en/paper/twt/seed1 "),
+        ("ablation.sh", ("gl-en", "--profile", "cpu-proxy", "--seeds", "1"),
+         "runs/gl-en/cpu-proxy/twt/seed1 "),
+    ],
+)  # fmt: skip
+def test_aggregate_only_says_no_precision(tmp_path, name, args, runs):
+    """``--aggregate-only`` trains nothing (issue 37, leftover 3): no '[bf16 auto]' line (it
+    said 'fp32: this CPU has no native bf16 ...' before the collection); it still looks for the
+    runs of the cached precision (fp32 here: the seedN runs), and a dry run, which shows the
+    cells' commands, still says the precision it gives them."""
+    proc = script(name, *args, "--aggregate-only", work_dir=tmp_path, check=False)
+    assert proc.returncode == 1, proc.stderr  # no finished cell
+    assert "[bf16 auto]" not in proc.stderr, proc.stderr
+    assert f"left out: {tmp_path}/{runs}" in proc.stderr, proc.stderr
+    assert proc.stderr.splitlines()[-1] == (
+        "error: collecting the finished cells failed (above): no report written"
+    )
+    dry = script(name, *args, "--dry-run", work_dir=tmp_path)
+    assert "[bf16 auto] fp32: " in dry.stderr, dry.stderr
 
 
 def test_reproduce_aggregates_finished_cells(tmp_path):

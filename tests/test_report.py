@@ -517,6 +517,25 @@ def test_report_errors_name_the_input(tmp_path):
     assert proc.returncode == 2 and "-o/--output takes one RESULTS_DIR" in proc.stderr
 
 
+def test_report_says_a_file_given_as_a_directory_is_a_file(tmp_path, capsys):
+    """A regular file as RESULTS_DIR (or as --all's RESULTS_ROOT) was 'not found' (issue 37,
+    leftover 4): now said to be a file, exit 1 (a file named that is wrong: a data error), and
+    nothing written next to it."""
+    from qknorm_tools import report
+
+    f = tmp_path / "runs.json"
+    f.write_text("{}\n")
+    assert report.main([str(f)]) == 1
+    assert capsys.readouterr().err == (
+        f"error: results directory '{f}' is a file, not a directory\n"
+    )
+    assert report.main(["--all", str(f)]) == 1
+    assert capsys.readouterr().err == f"error: results root '{f}' is a file, not a directory\n"
+    assert report.main([str(tmp_path / "nope")]) == 1
+    assert capsys.readouterr().err == f"error: results directory '{tmp_path / 'nope'}' not found\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs.json"]
+
+
 def report_dirs() -> list[Path]:
     """The results directories `make report` builds a page for (``report --all results``)."""
     from qknorm_tools.report_sources import report_dirs as pages_and_skipped

@@ -105,13 +105,21 @@ def test_dev_and_test_lines_over_the_limit_are_refused_and_nothing_changes(tmp_p
         (f"{raw}/test.gl", 2, 1, 8, 7),
     ]
     assert snapshot(tmp_path) == before
-    # the command line, as bpe.sh calls it (its temporary dir shown as data/bpe/PAIR)
+    # the command line, as bpe.sh calls it (its temporary dir shown as data/bpe/PAIR): a refused
+    # line names no segmented file, since none is kept (issue 37, leftover 8: it named
+    # data/bpe/gl-en/dev.en, which did not exist or held an earlier segmentation)
     argv = check_argv(raw, seg, "--seg-name", "data/bpe/gl-en", positions=8, cmd=tmp_path / "c")
     assert seglen.main(argv) == 1
     err = capsys.readouterr().err.splitlines()
     assert err[0] == (
-        f"error: {raw}/dev.en:4: 8 tokens after segmentation (data/bpe/gl-en/dev.en), 1 before: "
-        "over 7, the most the model takes (max positions 8, one for the end-of-sentence token)"
+        f"error: {raw}/dev.en:4: 8 tokens after segmentation, 1 before: over 7, the most the "
+        "model takes (max positions 8, one for the end-of-sentence token)"
+    )
+    # segmented files that stay where they are (no --seg-name, as evaluate.sh checks data/bpe)
+    assert seglen.main(check_argv(raw, seg, positions=8, cmd=tmp_path / "c")) == 1
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"error: {raw}/dev.en:4: 8 tokens after segmentation ({seg}/dev.en), 1 before: over 7, "
+        "the most the model takes (max positions 8, one for the end-of-sentence token)"
     )
     assert err[1].startswith(f"error: {raw}/test.gl:2: 8 tokens after segmentation")
     assert err[2] == (

@@ -58,10 +58,10 @@ def test_bpe_sh_refuses_long_test_lines_and_drops_long_training_pairs(tmp_path):
     raw = work / "data/raw/gl-en"
     line = next(x for x in p.stderr.splitlines() if x.startswith(f"error: {raw}/test.gl:3: "))
     n_seg = int(line.split(": ")[2].split()[0])
+    # no segmented file named: this segmentation is not kept ({bpe}/test.gl is the earlier one)
     assert n_seg > 1023 and line == (
-        f"error: {raw}/test.gl:3: {n_seg} tokens after segmentation ({bpe}/test.gl), 1 before: "
-        "over 1023, the most the model takes (max positions 1024, one for the end-of-sentence "
-        "token)"
+        f"error: {raw}/test.gl:3: {n_seg} tokens after segmentation, 1 before: over 1023, the "
+        "most the model takes (max positions 1024, one for the end-of-sentence token)"
     ), out(p)
     assert p.stderr.splitlines()[-1] == (
         f"error: the segmented lengths of gl-en are refused (above); nothing in {bpe} was changed"

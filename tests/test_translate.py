@@ -311,3 +311,28 @@ def test_translate_names_the_bad_line_and_the_first_step_of_a_missing_run(tmp_pa
         "options and --checkpoint avg3 (it averages the last 3 checkpoints); no run of gl-en twt "
         "has a checkpoint_avg3.pt"
     )
+
+
+def test_translate_warns_of_crlf_line_endings(tmp_path, monkeypatch, capsys):
+    """CRLF line endings (a file saved on Windows) went by without a word (issue 37, leftover
+    5): the carriage return is whitespace to fairseq's tokenizer. Now warned of as the corpus
+    checks refuse it (qknorm_tools.corpus_check.carriage_return_problems, the one rule): the
+    first line and how many more, before anything else is said."""
+    from qknorm_model_tools import translate
+    from qknorm_tools.corpus_check import carriage_return_problems
+
+    crlf = carriage_return_problems("ola mundo\r")
+    assert crlf == [
+        "CRLF line ending (carriage return before newline); convert with `sed -i 's/\\r$//'`"
+    ]
+    assert translate.bad_character_warning(["ola mundo", "bo\rdia", "tres\r"], "in.gl") == (
+        "in.gl:2: stray carriage return (\\r) inside the line; text-mode readers would split the "
+        "line here; 1 more line holds such characters; translated as it is"
+    )
+    f = tmp_path / "in.gl"
+    f.write_bytes(b"ola mundo\r\nbo dia\r\ntres\r\n")
+    monkeypatch.setenv("QKNORM_WORK_DIR", str(tmp_path / "work"))
+    assert translate.main(["gl-en", "twt", "--input", str(f)]) == 1  # no such run here
+    err = capsys.readouterr().err.splitlines()
+    more = "2 more lines hold such characters; translated as it is"
+    assert err[0] == f"warning: {f}:1: {crlf[0]}; {more}"

@@ -14,8 +14,9 @@
 #   load_system_config SYSTEM      the settings of configs/systems/SYSTEM.toml
 #   load_profile_config PROFILE    the settings of configs/profiles/PROFILE.toml, MAX_UPDATE
 #   QK_PRECISION_SPEC, qk_precision_usage  a script's --precision option and its usage lines
-#   qk_resolve_bf16 [--cached-only]  the loaded profile's precision: QK_BF16_RUN, QK_PRECISION
-#   qk_resolve_bf16_of PROFILE [--cached-only]  the same for PROFILE, without loading it here
+#   qk_resolve_bf16 [--cached-only] [--quiet]  the loaded profile's precision: QK_BF16_RUN,
+#                                  QK_PRECISION
+#   qk_resolve_bf16_of PROFILE [--cached-only] [--quiet]  the same for PROFILE, not loaded here
 #   qk_run_py COMMAND ARGS...      python -m qknorm_tools.run COMMAND, its assignments evaluated
 #                                  (train.sh and evaluate.sh: the run, its label, directory, arch
 #                                  and precision, qknorm_tools/run_spec.py)
@@ -161,8 +162,8 @@ qk_check_precision_arg() {
     esac
 }
 
-# qk_resolve_bf16 [--cached-only]: whether the loaded profile's runs train with bf16 autocast
-# (the plugin task's --bf16-autocast on CPU) on this machine. Sets QK_BF16_RUN to "bf16" or ""
+# qk_resolve_bf16 [--cached-only] [--quiet]: whether the loaded profile's runs train with bf16
+# autocast (the plugin task's --bf16-autocast on CPU) on this machine. Sets QK_BF16_RUN to "bf16" or ""
 # (qk_run_dir's default sixth argument) and QK_PRECISION to bf16 or fp32 (the `--precision`
 # that the calling script passes to each cell and child script). Decides by --precision
 # (QK_PRECISION_ARG) if given, else QKNORM_BF16 if set (1, 0 or auto), else the profile's
@@ -171,9 +172,12 @@ qk_check_precision_arg() {
 # THREADS, measured once after a line saying what and roughly how long, cached under
 # $QK_WORK_DIR/bf16-auto/); fp32 for a profile at the papers' size (a GPU profile: fairseq's
 # --fp16 there). --cached-only: never measure (answers fp32 without a cached verdict); for steps
-# that only find runs, and dry runs. The environment is left as it was.
+# that only find runs, and dry runs. --quiet: no '[bf16 auto]' line saying why (a step that
+# trains nothing and only finds the runs, e.g. --aggregate-only; errors are still said). The
+# environment is left as it was.
 qk_resolve_bf16() {
-    local mode answer
+    local mode answer quiet=0
+    [[ " $* " != *" --quiet "* ]] || quiet=1
     qk_check_precision_arg
     case "$QK_PRECISION_ARG" in
         "") mode="${QKNORM_BF16:-${PROFILE_BF16:-0}}" ;;
@@ -187,7 +191,7 @@ qk_resolve_bf16() {
         auto)
             if [[ "$PROFILE_ARCH" != proxy ]]; then
                 QK_BF16_RUN=""
-                printf '%s\n' "[bf16 auto] fp32: profile $PROFILE trains at the papers' size (a GPU profile); bf16 autocast on CPU is measured at the proxy size only (--precision bf16 forces it)" >&2
+                ((quiet)) || printf '%s\n' "[bf16 auto] fp32: profile $PROFILE trains at the papers' size (a GPU profile); bf16 autocast on CPU is measured at the proxy size only (--precision bf16 forces it)" >&2
             else
                 [[ -n "$QK_PY" ]] || die "no python interpreter found (set QKNORM_PYTHON)"
                 local threads="${THREADS:-${QKNORM_THREADS:-2}}"  # the run's (after --threads / --nproc)
@@ -210,8 +214,8 @@ qk_resolve_bf16() {
     QK_PRECISION="${QK_BF16_RUN:-fp32}"
 }
 
-# qk_resolve_bf16_of PROFILE [--cached-only]: qk_resolve_bf16 for PROFILE without loading it
-# into this shell (for scripts that load profiles in subshells only, e.g. reproduce.sh).
+# qk_resolve_bf16_of PROFILE [--cached-only] [--quiet]: qk_resolve_bf16 for PROFILE without
+# loading it into this shell (for scripts that load profiles in subshells only, e.g. reproduce.sh).
 qk_resolve_bf16_of() {
     local profile="$1" answer
     shift

@@ -6,7 +6,7 @@
 #   qk_mktemp_dir VAR PARENT NAME  a temporary directory next to the final output, removed on exit
 #   qk_replace_dir TMP FINAL       put the completed TMP in place as FINAL (never half-written)
 #   qk_write_done DIR SETTINGS FILE...  DIR/.settings and DIR/.done (sha256 of each FILE)
-#   qk_is_done DIR [SETTINGS]      DIR/.done holds and matches (QK_DONE_REASON otherwise)
+#   qk_is_done DIR                 DIR/.done holds and matches (QK_DONE_REASON otherwise)
 #   qk_fingerprint FILE            sha256 of one file
 #   qk_count_lines FILE            the number of lines of FILE
 #   qk_tool NAME                   path of a command-line tool (PATH, then the repo venv), or die
@@ -62,10 +62,11 @@ qk_write_done() {
     mv -- "$dir/.done.tmp" "$dir/.done"
 }
 
-# qk_is_done DIR [SETTINGS]: true if DIR/.done exists and every listed file still has its
-# checksum and, when SETTINGS is given, DIR/.settings equals it. Sets QK_DONE_REASON otherwise.
+# qk_is_done DIR: true if DIR/.done exists and every listed file still has its checksum. Sets
+# QK_DONE_REASON otherwise. (Whether DIR/.settings holds for what would make DIR now: python -m
+# qknorm_tools.freshness check, the one rule, which names each setting that changed.)
 qk_is_done() {
-    local dir="$1" settings="${2-}"
+    local dir="$1"
     QK_DONE_REASON=""
     if [[ ! -f "$dir/.done" ]]; then
         QK_DONE_REASON="no $dir/.done"
@@ -74,12 +75,6 @@ qk_is_done() {
     if ! (cd "$dir" && sha256sum --check --status --strict -- .done) 2>/dev/null; then
         QK_DONE_REASON="files in $dir do not match $dir/.done (missing or modified)"
         return 1
-    fi
-    if [[ $# -ge 2 ]]; then
-        if [[ ! -f "$dir/.settings" ]] || [[ "$(cat -- "$dir/.settings")" != "$settings" ]]; then
-            QK_DONE_REASON="$dir was made with other settings or inputs ($(tr '\n' ' ' <"$dir/.settings" 2>/dev/null || true))"
-            return 1
-        fi
     fi
     return 0
 }

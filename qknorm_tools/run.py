@@ -42,6 +42,8 @@ docstring lists them)::
         [--dry-run] [-- EXTRA...]
     python -m qknorm_tools.run train-claim --run RUN --identity ID --pair P --label LABEL
         --system S --seed N --precision bf16|fp32 [--variant lr=LR] --train-cmd CMD
+    python -m qknorm_tools.run precision --profile F [--precision P] [--threads N]
+        [--cached-only] [--quiet] --work-dir W
     python -m qknorm_tools.run evaluate-plan|evaluate-check --pair P --system S --profile F
         --seed N [--max-update N] [--lr LR] [--threads N] [--precision P | --bf16-autocast]
         [--split test|dev] [--checkpoint best|last|avgN] --work-dir W --data-root D
@@ -467,6 +469,28 @@ def evaluate_check(
     return {"DATA_ID": identity["data_id"], "REMOVE_BPE": remove_bpe}
 
 
+def grid_precision(a: argparse.Namespace, environ=os.environ) -> dict:
+    """``precision``: the precision a grid passes to each of its cells (decided once).
+
+    :func:`run_spec.precision_mode` and :func:`run_spec.decide_precision` for ``--profile``
+    (``QKNORM_*`` applied), as train.sh decides a run's.
+
+    Returns:
+        ``{"QK_BF16_RUN": "bf16" or "", "QK_PRECISION": "bf16" or "fp32"}``.
+
+    Raises:
+        UsageError: a bad ``--precision``, ``--threads`` or ``QKNORM_BF16``; config.ConfigError:
+            a configuration file that cannot be read, or no decision.
+    """
+    profile = config.apply_env(config.load_profile(a.profile), environ)
+    threads = run_spec.check_posint("--threads", a.threads) if a.threads else profile.threads
+    mode = run_spec.precision_mode(a.precision, profile, environ)
+    precision = run_spec.decide_precision(mode, profile, work=a.work_dir, threads=threads,
+                                          cached_only=a.cached_only, repo=config.REPO,
+                                          quiet=a.quiet)  # fmt: skip
+    return {"QK_BF16_RUN": "bf16" if precision == "bf16" else "", "QK_PRECISION": precision}
+
+
 def _precision_arg(a: argparse.Namespace) -> str:
     """A script's ``--precision`` (checked), ``bf16`` for its ``--bf16-autocast``.
 
@@ -602,6 +626,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--variant", action="append", metavar="KEY=VALUE", help="e.g. lr=3e-3")
     c.add_argument("--train-cmd", required=True, help="the run's train.sh command (messages)")
     c.add_argument("--repo", type=Path, help="unused: the scripts pass their root to all")
+    r = sub.add_parser("precision", help="the precision of a profile's runs here (the grids)")
+    r.add_argument("--profile", required=True)
+    r.add_argument("--precision", default="", help="the script's --precision ('': not given)")
+    r.add_argument("--threads", default="", help="the runs' threads ('': the profile's)")
+    r.add_argument("--cached-only", action="store_true", help="never measure (fp32 if no verdict)")
+    r.add_argument("--quiet", action="store_true", help="no line saying the verdict")
+    r.add_argument("--work-dir", type=Path, required=True)
+    r.add_argument("--repo", type=Path)
     e = sub.add_parser("evaluate-plan", help="evaluate.sh's run, outputs and commands")
     k = sub.add_parser("evaluate-check", help="evaluate.sh's checks under the run's lock")
     for q in (e, k):  # evaluate.sh's options, as given
@@ -632,6 +664,8 @@ def main(argv: list | None = None) -> int:
     try:
         if a.cmd == "train-plan":
             out = plan_training(a, tuple(extra))
+        elif a.cmd == "precision":
+            out = grid_precision(a)
         elif a.cmd == "evaluate-plan":
             out = plan_evaluation(a)
         elif a.cmd == "evaluate-check":

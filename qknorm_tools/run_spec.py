@@ -138,7 +138,14 @@ def precision_mode(arg: str, profile: config.Profile, environ: Mapping = os.envi
 
 
 def decide_precision(
-    mode: str, profile: config.Profile, *, work: Path, threads: int, cached_only: bool, repo: Path
+    mode: str,
+    profile: config.Profile,
+    *,
+    work: Path,
+    threads: int,
+    cached_only: bool,
+    repo: Path,
+    quiet: bool = False,
 ) -> str:
     """The precision a run trains in: ``bf16`` (bf16 autocast on CPU) or ``fp32``.
 
@@ -147,7 +154,8 @@ def decide_precision(
     process (it needs torch): bf16 only where the CPU has native bf16 and it was measured faster
     than fp32 at the proxy size with ``threads`` threads (measured once after a line saying what
     and roughly how long, cached under ``WORK/bf16-auto/``). ``cached_only``: never measure (fp32
-    without a cached verdict), for steps that only find runs, and dry runs.
+    without a cached verdict), for steps that only find runs, and dry runs. ``quiet``: no line
+    saying the verdict (errors are still said), for steps that train nothing.
 
     Raises:
         ConfigError: no decision (bf16_auto failed; its message is on stderr above).
@@ -155,13 +163,15 @@ def decide_precision(
     if mode != "auto":
         return mode
     if profile.arch_size != "proxy":
+        if quiet:
+            return "fp32"
         print(f"[bf16 auto] fp32: profile {profile.name} trains at the papers' size (a GPU "
               "profile); bf16 autocast on CPU is measured at the proxy size only (--precision "
               "bf16 forces it)", file=sys.stderr)  # fmt: skip
         return "fp32"
     cmd = [sys.executable, "-m", "qknorm_model_tools.bf16_auto", str(Path(work) / "bf16-auto"),
            "--size", "proxy", "--threads", str(threads)]  # fmt: skip
-    cmd += ["--cached-only"] if cached_only else []
+    cmd += (["--cached-only"] if cached_only else []) + (["--quiet"] if quiet else [])
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     done = subprocess.run(cmd, cwd=repo, env=env, stdout=subprocess.PIPE, text=True, check=False)
     answer = done.stdout.strip()

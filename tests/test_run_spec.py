@@ -129,3 +129,19 @@ def test_sizes_need_a_cpu_profile_without_its_own_model_size():
         match=r"^--sizes: profile cpu-converge-d128 sets its own model size \(--encoder-embed",
     ):
         run_spec.require_sizeable(config.load_profile("cpu-converge-d128"), "--sizes")
+
+
+def test_a_grid_decides_the_precision_once_in_python(tmp_path, capsys):
+    """python -m qknorm_tools.run precision: what scripts/lib/config.sh:qk_resolve_bf16 asks."""
+    from qknorm_tools import run
+
+    base = ["precision", f"--work-dir={tmp_path}"]
+    assert run.main([*base, "--profile", "cpu-converge-d128"]) == 0  # bf16 = 0: fp32
+    assert capsys.readouterr().out.split() == ["QK_BF16_RUN=''", "QK_PRECISION=fp32"]
+    assert run.main([*base, "--profile", "paper", "--precision", "bf16"]) == 0
+    assert capsys.readouterr().out.split() == ["QK_BF16_RUN=bf16", "QK_PRECISION=bf16"]
+    assert run.main([*base, "--profile", "paper", "--precision", "auto", "--quiet"]) == 0
+    cap = capsys.readouterr()
+    assert cap.out.split()[-1] == "QK_PRECISION=fp32" and cap.err == ""  # --quiet: no line
+    assert run.main([*base, "--profile", "paper", "--precision", "fp16"]) == 2
+    assert capsys.readouterr().out.startswith("--precision must be bf16, fp32 or auto")

@@ -154,75 +154,34 @@ qk_precision_usage() {
 USAGE
 }
 
-# qk_check_precision_arg: a usage error unless QK_PRECISION_ARG is empty, bf16, fp32 or auto.
-qk_check_precision_arg() {
-    case "$QK_PRECISION_ARG" in
-        "" | bf16 | fp32 | auto) ;;
-        *) qk_usage_error "--precision must be bf16, fp32 or auto, got '$QK_PRECISION_ARG'" ;;
-    esac
-}
-
 # qk_resolve_bf16 [--cached-only] [--quiet]: whether the loaded profile's runs train with bf16
-# autocast (the plugin task's --bf16-autocast on CPU) on this machine. Sets QK_BF16_RUN to "bf16" or ""
-# (qk_run_dir's default sixth argument) and QK_PRECISION to bf16 or fp32 (the `--precision`
-# that the calling script passes to each cell and child script). Decides by --precision
-# (QK_PRECISION_ARG) if given, else QKNORM_BF16 if set (1, 0 or auto), else the profile's
-# PROFILE_BF16 (default 0). auto: bf16 only where the CPU has native bf16 and it was measured
-# faster than fp32 (qknorm_model_tools/bf16_auto.py: a training step at the proxy size with the run's
-# THREADS, measured once after a line saying what and roughly how long, cached under
-# $QK_WORK_DIR/bf16-auto/); fp32 for a profile at the papers' size (a GPU profile: fairseq's
-# --fp16 there). --cached-only: never measure (answers fp32 without a cached verdict); for steps
+# autocast (the plugin task's --bf16-autocast on CPU) on this machine, decided in Python
+# (python -m qknorm_tools.run precision: qknorm_tools/run_spec.py, the rule train.sh's plan
+# uses). Sets QK_BF16_RUN to "bf16" or "" (qk_run_dir's default sixth argument) and
+# QK_PRECISION to bf16 or fp32 (the `--precision` that the calling script passes to each cell
+# and child script). Decides by --precision (QK_PRECISION_ARG) if given, else QKNORM_BF16 if
+# set (1, 0 or auto), else the profile's bf16 key (default 0). auto: bf16 only where the CPU has
+# native bf16 and it was measured faster than fp32 (qknorm_model_tools/bf16_auto.py: a training
+# step at the proxy size with the run's THREADS, measured once after a line saying what and
+# roughly how long, cached under $QK_WORK_DIR/bf16-auto/); fp32 for a profile at the papers'
+# size (a GPU profile: fairseq's --fp16 there). --cached-only: never measure (answers fp32 without a cached verdict); for steps
 # that only find runs, and dry runs. --quiet: no '[bf16 auto]' line saying why (a step that
 # trains nothing and only finds the runs, e.g. --aggregate-only; errors are still said). The
 # environment is left as it was.
 qk_resolve_bf16() {
-    local mode answer quiet=0
-    [[ " $* " != *" --quiet "* ]] || quiet=1
-    qk_check_precision_arg
-    case "$QK_PRECISION_ARG" in
-        "") mode="${QKNORM_BF16:-${PROFILE_BF16:-0}}" ;;
-        bf16) mode=1 ;;
-        fp32) mode=0 ;;
-        auto) mode=auto ;;
-    esac
-    case "$mode" in
-        0) QK_BF16_RUN="" ;;
-        1) QK_BF16_RUN=bf16 ;;
-        auto)
-            if [[ "$PROFILE_ARCH" != proxy ]]; then
-                QK_BF16_RUN=""
-                ((quiet)) || printf '%s\n' "[bf16 auto] fp32: profile $PROFILE trains at the papers' size (a GPU profile); bf16 autocast on CPU is measured at the proxy size only (--precision bf16 forces it)" >&2
-            else
-                [[ -n "$QK_PY" ]] || die "no python interpreter found (set QKNORM_PYTHON)"
-                local threads="${THREADS:-${QKNORM_THREADS:-2}}"  # the run's (after --threads / --nproc)
-                answer="$(cd "$QK_REPO_ROOT" && OMP_NUM_THREADS="$threads" "$QK_PY" -m qknorm_model_tools.bf16_auto \
-                    "$QK_WORK_DIR/bf16-auto" --size proxy --threads "$threads" "$@")" \
-                    || die "no bf16 decision (above; --precision fp32 or bf16, or QKNORM_BF16=0 or 1, decides without one)"
-                case "$answer" in
-                    bf16) QK_BF16_RUN=bf16 ;;
-                    fp32) QK_BF16_RUN="" ;;
-                    *) die "python -m qknorm_model_tools.bf16_auto answered '$answer', expected bf16 or fp32" ;;
-                esac
-            fi
-            ;;
-        *)
-            local what="expected 1 (bf16 autocast), 0 (fp32) or auto (bf16 where measured faster)"
-            [[ -z "${QKNORM_BF16:-}" ]] || qk_usage_error "QKNORM_BF16='$mode': $what"
-            die "configs/profiles/$PROFILE.toml: key 'bf16' = '$mode': $what"
-            ;;
-    esac
-    QK_PRECISION="${QK_BF16_RUN:-fp32}"
+    local opts=() opt
+    for opt in "$@"; do
+        case "$opt" in --cached-only | --quiet) opts+=("$opt") ;; *) die "qk_resolve_bf16: unknown option $opt" ;; esac
+    done
+    qk_run_py precision "--repo=$QK_REPO_ROOT" "--work-dir=$QK_WORK_DIR" "--profile=$PROFILE" \
+        "--precision=$QK_PRECISION_ARG" ${THREADS:+"--threads=$THREADS"} \
+        "${opts[@]+"${opts[@]}"}"
 }
 
 # qk_resolve_bf16_of PROFILE [--cached-only] [--quiet]: qk_resolve_bf16 for PROFILE without
 # loading it into this shell (for scripts that load profiles in subshells only, e.g. reproduce.sh).
 qk_resolve_bf16_of() {
-    local profile="$1" answer
-    shift
-    answer="$(load_pair_config "$(qk_known_pairs | cut -d' ' -f1)" && load_profile_config "$profile" \
-        && qk_resolve_bf16 "$@" && printf '%s' "$QK_PRECISION")" || exit $?
-    QK_PRECISION_ARG="$answer"
-    qk_resolve_bf16  # bf16 or fp32 now: nothing measured
+    PROFILE="$1" qk_resolve_bf16 "${@:2}"
 }
 
 # qk_run_py COMMAND ARGS...: python -m qknorm_tools.run COMMAND ARGS (train-plan,

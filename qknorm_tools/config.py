@@ -18,6 +18,7 @@ Command line::
     python -m qknorm_tools.config names pairs|systems|profiles [--in-all]
     python -m qknorm_tools.config known pairs|systems|profiles NAME   # exit 3: not configured
     python -m qknorm_tools.config shell [--pair P] [--system S] [--profile F] [--paper-max-epoch N]
+        [--max-update N] [--check-stops]  # MAX_UPDATE, QK_RUN_LABEL (and QK_ARCH: P, S and F)
     python -m qknorm_tools.config option KEY --value=V --option=NAME  # exit 2: V not allowed
     python -m qknorm_tools.config convert FILE.sh     # a bash pair config -> FILE.toml
 
@@ -63,6 +64,7 @@ from qknorm_tools.config_schema import (
     _check,
     _flatten,
     check_option,
+    check_uint,
     lr_override,
     name_hint,
     sweep_lrs,
@@ -637,7 +639,7 @@ def apply_env_pair(pair: Pair, environ: Mapping = os.environ) -> Pair:
 
 
 # ---------------------------------------------------------------------------------------------
-# runs (scripts/lib.sh: qk_run_label, qk_run_dir)
+# runs: named here only (the scripts read the names: QK_RUN_LABEL, qk_run_dirs)
 
 
 def work_dir(environ: Mapping = os.environ) -> Path:
@@ -660,7 +662,7 @@ def run_label(profile: Profile, max_update: int | None = None) -> str:
 def run_dir(
     work: Path, pair: str, label: str, system: str, seed: int, lr: str = "", precision: str = ""
 ) -> Path:
-    """WORK/runs/PAIR/LABEL/SYSTEM/seedN[-lrLR][-bf16] (scripts/lib.sh:qk_run_dir)."""
+    """WORK/runs/PAIR/LABEL/SYSTEM/seedN[-lrLR][-bf16] (the scripts: qk_run_dirs)."""
     name = f"seed{seed}" + (f"-lr{lr}" if lr else "") + (f"-{precision}" if precision else "")
     return Path(work) / "runs" / pair / label / system / name
 
@@ -712,10 +714,17 @@ def _shell(args) -> list:
         if pair is None and args.paper_max_epoch is not None and profile.max_epoch == "paper":
             pme = args.paper_max_epoch
             profile = dataclasses.replace(profile, max_epoch=int(pme) if pme.isdigit() else None)
-        lines += shell_lines(profile.shell_vars())
-        if args.lr is not None:  # train.sh/evaluate.sh --lr: QK_LR, QK_LR_OVERRIDE
-            qk_lr = lr_override(profile.name, profile.optim_flags, args.lr)
-            lines += shell_lines([("QK_LR", qk_lr[0]), ("QK_LR_OVERRIDE", qk_lr[1])])
+        if args.max_update:  # a script's --max-update: the budget instead of the profile's
+            budget = check_uint("--max-update", args.max_update)
+            profile = dataclasses.replace(profile, env_max_update=budget)
+        if args.check_stops and profile.run_max_update == 0 and not profile.max_epoch:
+            raise UsageError(f"--max-update 0 with profile {profile.name} (max-epoch 0) would "
+                             "never stop training")  # fmt: skip
+        lines += shell_lines(profile.shell_vars() + [("QK_RUN_LABEL", run_label(profile))])
+        if pair is not None and args.system is not None:  # QK_ARCH: the system at this size
+            from qknorm_tools.run_spec import arch_name
+
+            lines += shell_lines([("QK_ARCH", arch_name(load_system(args.system), profile, pair))])
         if args.sweep_lr:  # lr_sweep.sh --lrs: LRS and LR_DIRS (seedN-lrLR, "": seedN)
             lrs = sweep_lrs(args.lrs_arg, args.sweep_lr)
             dirs = [lr_override(profile.name, profile.optim_flags, lr)[1] for lr in lrs]
@@ -738,21 +747,16 @@ def main(argv: list | None = None) -> int:
     p.add_argument("name")
     p.add_argument("--work-dir", type=Path)
     p = sub.add_parser("shell", help="shell-quoted assignments for bash's eval")
-    p.add_argument("--pair")
-    p.add_argument("--system")
-    p.add_argument("--profile")
-    p.add_argument(
-        "--paper-max-epoch", help='without --pair: the loaded pair\'s, for max_epoch = "paper"'
-    )
-    p.add_argument("--lr", help="with --profile: a peak lr (QK_LR, QK_LR_OVERRIDE)")
+    for name in ("--pair", "--system", "--profile"):
+        p.add_argument(name)
+    p.add_argument("--paper-max-epoch", help='no --pair: the loaded pair\'s (max_epoch "paper")')
+    p.add_argument("--max-update", help="with --profile: a budget (MAX_UPDATE, QK_RUN_LABEL)")
+    p.add_argument("--check-stops", action="store_true", help="refuse a budget that never stops")
     p.add_argument("--sweep-lr", action="append", help="with --profile: lr_sweep.sh's lrs")
     p.add_argument("--lrs-arg", default="", help="lr_sweep.sh's --lrs as given (messages)")
     p.add_argument("--work-dir", type=Path)
-    p = sub.add_parser(
-        "option",
-        help="print VALUE as KEY spells it (exit 0) if allowed, else exit 2 and the message "
-        "naming OPTION",
-    )
+    what = "print VALUE as KEY spells it (exit 0) if allowed, else exit 2 naming OPTION"
+    p = sub.add_parser("option", help=what)
     p.add_argument("key", help="the configuration key the option overrides, e.g. bpe.dropout")
     p.add_argument("--value", required=True, help="the value given (--value=V: may start -)")
     p.add_argument("--option", required=True, help="the option's name (--option=NAME)")
@@ -760,9 +764,7 @@ def main(argv: list | None = None) -> int:
     p = sub.add_parser("convert", help="a bash pair config FILE.sh -> FILE.toml next to it")
     p.add_argument("file", type=Path)
     for p in sub.choices.values():
-        p.add_argument(
-            "--repo", type=Path, help="the repository whose configs/ to read (default: this one)"
-        )
+        p.add_argument("--repo", type=Path, help="the repository whose configs/ to read")
     args = parser.parse_args(argv)
     if args.repo is not None:  # scripts/lib.sh passes its own root (a copy of configs/)
         global REPO

@@ -316,6 +316,33 @@ def _flatten(file: str, data: dict, known: list, prefix: str = "") -> dict:
 LR_RE = re.compile(r"^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$")
 
 
+def check_uint(option: str, text: str) -> int:
+    """``text`` as a seed or an update budget (a script's option).
+
+    A non-negative integer below 10^9 without leading zeros (``seed01`` and ``seed1`` are never
+    one fairseq seed counted twice; ``--max-update 00`` is the 0 the never-stop check refuses).
+
+    Raises:
+        UsageError: naming ``option`` and the value.
+    """
+    if not UINT_RE.match(text):
+        raise UsageError(
+            f"{option} must be a non-negative integer (no leading zeros, below 10^9), got '{text}'"
+        )
+    return int(text)
+
+
+def check_posint(option: str, text: str) -> int:
+    """``text`` as a positive integer (threads, processes, jobs; a script's option).
+
+    Raises:
+        UsageError: naming ``option`` and the value.
+    """
+    if not POSINT_RE.match(text):
+        raise UsageError(f"{option} must be a positive integer, got '{text}'")
+    return int(text)
+
+
 def lr_spelling(value: str | float) -> str:
     """A learning rate in its one spelling (0.003, 3E-03 and 3e-3 are all ``3e-3``).
 

@@ -1,6 +1,6 @@
 """Run records: what one finished training + evaluation run contributes to the results.
 
-A run directory (``runs/PAIR/PROFILE/SYSTEM/seedN``, see ``scripts/lib.sh:qk_run_dir``) holds
+A run directory (``runs/PAIR/PROFILE/SYSTEM/seedN``, named by ``qknorm_tools.config.run_dir``) holds
 what ``scripts/train.sh`` and ``scripts/evaluate.sh`` wrote:
 
 * ``train.json`` - the run's identity and training facts (:func:`write_train_json`);

@@ -44,6 +44,8 @@ docstring lists them)::
         --system S --seed N --precision bf16|fp32 [--variant lr=LR] --train-cmd CMD
     python -m qknorm_tools.run precision --profile F [--precision P] [--threads N]
         [--cached-only] [--quiet] --work-dir W
+    python -m qknorm_tools.run dirs --work-dir W --label L --precision bf16|fp32 --pairs P,..
+        --systems S,.. --seeds N,.. [--lr LR ...]   # KEY<TAB>DIR lines (grid_dirs)
     python -m qknorm_tools.run evaluate-plan|evaluate-check --pair P --system S --profile F
         --seed N [--max-update N] [--lr LR] [--threads N] [--precision P | --bf16-autocast]
         [--split test|dev] [--checkpoint best|last|avgN] --work-dir W --data-root D
@@ -491,6 +493,25 @@ def grid_precision(a: argparse.Namespace, environ=os.environ) -> dict:
     return {"QK_BF16_RUN": "bf16" if precision == "bf16" else "", "QK_PRECISION": precision}
 
 
+def grid_dirs(a: argparse.Namespace) -> dict:
+    """``dirs``: the run directory of each cell of a grid (:func:`qknorm_tools.config.run_dir`).
+
+    Returns:
+        ``{"PAIR/SYSTEM/SEED": dir}``, or with ``--lr`` (lr_sweep.sh's LR_DIRS, ``""`` for the
+        profile's own lr) ``{"PAIR/SYSTEM/SEED/LR": dir}``, in the order of the arguments.
+    """
+    bf16 = "bf16" if a.precision == "bf16" else ""
+    out = {}
+    for pair in a.pairs.split(","):
+        for system in a.systems.split(","):
+            for seed in a.seeds.split(","):
+                for lr in a.lr or [None]:
+                    key = f"{pair}/{system}/{seed}" + ("" if lr is None else f"/{lr}")
+                    out[key] = str(config.run_dir(a.work_dir, pair, a.label, system, int(seed),
+                                                  lr or "", bf16))  # fmt: skip
+    return out
+
+
 def _precision_arg(a: argparse.Namespace) -> str:
     """A script's ``--precision`` (checked), ``bf16`` for its ``--bf16-autocast``.
 
@@ -634,6 +655,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--quiet", action="store_true", help="no line saying the verdict")
     r.add_argument("--work-dir", type=Path, required=True)
     r.add_argument("--repo", type=Path)
+    d = sub.add_parser("dirs", help="a grid's run directories (KEY<TAB>DIR lines)")
+    d.add_argument("--work-dir", type=Path, required=True)
+    d.add_argument("--label", required=True, help="the runs' label (qk_run_label)")
+    d.add_argument("--precision", choices=("bf16", "fp32"), required=True)
+    for name in ("pairs", "systems", "seeds"):
+        d.add_argument(f"--{name}", required=True, help="comma-separated")
+    d.add_argument("--lr", action="append", help="a run directory's lr (LR_DIRS; '': seedN)")
+    d.add_argument("--repo", type=Path)
     e = sub.add_parser("evaluate-plan", help="evaluate.sh's run, outputs and commands")
     k = sub.add_parser("evaluate-check", help="evaluate.sh's checks under the run's lock")
     for q in (e, k):  # evaluate.sh's options, as given
@@ -666,6 +695,9 @@ def main(argv: list | None = None) -> int:
             out = plan_training(a, tuple(extra))
         elif a.cmd == "precision":
             out = grid_precision(a)
+        elif a.cmd == "dirs":
+            print("\n".join(f"{k}\t{v}" for k, v in grid_dirs(a).items()))
+            return OK
         elif a.cmd == "evaluate-plan":
             out = plan_evaluation(a)
         elif a.cmd == "evaluate-check":

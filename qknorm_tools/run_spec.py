@@ -28,7 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from qknorm_tools import config
-from qknorm_tools.config_schema import POSINT_RE, UINT_RE, ConfigError, UsageError, lr_override
+from qknorm_tools.config_schema import (
+    ConfigError,
+    UsageError,
+    check_posint,
+    check_uint,
+    lr_override,
+)
 
 __all__ = [
     "SIZES",
@@ -46,33 +52,6 @@ __all__ = [
 SIZES = ("d128", "d384")
 
 _BF16_MODES = "expected 1 (bf16 autocast), 0 (fp32) or auto (bf16 where measured faster)"
-
-
-def check_uint(option: str, text: str) -> int:
-    """``text`` as a seed or an update budget.
-
-    A non-negative integer below 10^9 without leading zeros (``seed01`` and ``seed1`` are never
-    one fairseq seed counted twice; ``--max-update 00`` is the 0 the never-stop check refuses).
-
-    Raises:
-        UsageError: naming ``option`` and the value.
-    """
-    if not UINT_RE.match(text):
-        raise UsageError(
-            f"{option} must be a non-negative integer (no leading zeros, below 10^9), got '{text}'"
-        )
-    return int(text)
-
-
-def check_posint(option: str, text: str) -> int:
-    """``text`` as a positive integer (threads, processes, jobs).
-
-    Raises:
-        UsageError: naming ``option`` and the value.
-    """
-    if not POSINT_RE.match(text):
-        raise UsageError(f"{option} must be a positive integer, got '{text}'")
-    return int(text)
 
 
 def arch_name(

@@ -75,11 +75,12 @@ qk_parse_args "@PAIR_ARG" "--seeds SEEDS_ARG" "--profile PROFILE_ARG" "--max-upd
     "--data-dir DATA_DIR_ARG" "--no-significance NO_SIG=1" "--aggregate-only AGG_ONLY=1" \
     "--dry-run DRY_RUN=1" "$QK_PRECISION_SPEC" "${QK_LAUNCH_SPECS[@]}" -- "$@"
 EXTRA=("${QK_REST[@]+"${QK_REST[@]}"}")
-[[ -z "$MAXU" ]] || qk_check_uint --max-update "$MAXU"
 ((DRY_RUN == 0 || QK_STATUS == 0)) || qk_usage_error "--dry-run and --status exclude each other"
 qk_launch_check
 load_pair_config "$PAIR_ARG"
-load_profile_config "$PROFILE_ARG"
+# --max-update: the budget (checked, and refused where training would never stop, before any
+# cell: the cells' train.sh would refuse it) and the label its runs are filed under
+load_profile_config "$PROFILE_ARG" --max-update "$MAXU" --check-stops
 # no --seeds: the profile's declared seeds, or its declared pilot's, or 1,2 (the rule and why:
 # qknorm_tools.pilot.default_seeds; line 1 the seeds, line 2 why)
 SEEDS_WHY=""
@@ -91,8 +92,6 @@ if [[ -z "$SEEDS_ARG" ]]; then
 fi
 qk_parse_seeds SEED_LIST "$SEEDS_ARG"
 
-[[ -z "$MAXU" ]] || MAX_UPDATE="$MAXU"
-qk_check_stops  # before any cell (dry runs too): the cells' train.sh would refuse it
 # bf16 autocast or fp32 (--precision, QKNORM_BF16, the profile's PROFILE_BF16): decided once, here,
 # and passed to every cell and child script as --precision
 # (--aggregate-only trains nothing: it only finds the runs, and says no precision)
@@ -110,10 +109,12 @@ CELL_OPTS=(--profile "$PROFILE" --precision "$QK_PRECISION")
 for c in "${CELLS[@]}"; do
     SYSTEMS+=("${CELL_SYSTEM[$c]}")
 done
+declare -A RUN_DIR=()  # PAIR/SYSTEM/SEED -> the run directory
+qk_run_dirs RUN_DIR "$LABEL" "$PAIR" "$(IFS=,; echo "${SYSTEMS[*]}")" "$(IFS=,; echo "${SEED_LIST[*]}")"
 for seed in "${SEED_LIST[@]}"; do  # seed-major, as scripts/reproduce.sh
     for c in "${CELLS[@]}"; do
         s="${CELL_SYSTEM[$c]}"
-        run="$(qk_run_dir "$PAIR" "$LABEL" "$s" "$seed")"
+        run="${RUN_DIR[$PAIR/$s/$seed]}"
         qk_grid_cell "$PAIR/$s/seed$seed" "$run" "$(qk_record_dir "$LABEL" "$run")" \
             "$PAIR" "$s" --seed "$seed" "${CELL_OPTS[@]}"
     done
@@ -168,7 +169,7 @@ if ((DRY_RUN)); then
         qk_print_cmd "${BARS[@]}"
         CURVE_DRY=("$QK_PY" -m qknorm_tools.plots curves --out "$OUT/ablation_curves.png" --log)
         for c in "${CELLS[@]}"; do
-            CURVE_DRY+=("${CELL_SYSTEM[$c]}=$(qk_run_dir "$PAIR" "$LABEL" "${CELL_SYSTEM[$c]}" "${SEED_LIST[0]}")/train.log")
+            CURVE_DRY+=("${CELL_SYSTEM[$c]}=${RUN_DIR[$PAIR/${CELL_SYSTEM[$c]}/${SEED_LIST[0]}]}/train.log")
         done
         qk_print_cmd "${CURVE_DRY[@]}"
     fi
@@ -211,7 +212,7 @@ qk_log "wrote $OUT/ablation.md and $OUT/ablation.json"
 CURVES=("$QK_PY" -m qknorm_tools.plots curves --out "$OUT/ablation_curves.png" --log)
 for c in "${CELLS[@]}"; do
     for seed in "${SEED_LIST[@]}"; do
-        run="$(qk_run_dir "$PAIR" "$LABEL" "${CELL_SYSTEM[$c]}" "$seed")"
+        run="${RUN_DIR[$PAIR/${CELL_SYSTEM[$c]}/$seed]}"
         rec="$(qk_record_dir "$LABEL" "$run")"
         if [[ -f "$run/train.json" ]]; then
             CURVES+=("${CELL_SYSTEM[$c]}=$run/train.log")

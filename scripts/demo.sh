@@ -43,7 +43,6 @@ qk_parse_args "@PAIR_ARG?" "--seed SEED" "--max-update MAX_UPDATE_ARG" "--data-d
 # every option and setting is checked before the first data step (a typo never costs the
 # data preparation first)
 qk_check_uint --seed "$SEED"
-[[ -z "$MAX_UPDATE_ARG" ]] || qk_check_uint --max-update "$MAX_UPDATE_ARG"
 [[ -z "${QKNORM_THREADS:-}" ]] || qk_check_posint QKNORM_THREADS "$QKNORM_THREADS"
 if [[ -n "$DATA_DIR_ARG" ]]; then
     [[ -d "$DATA_DIR_ARG" ]] || qk_usage_error "--data-dir '$DATA_DIR_ARG' is not a directory"
@@ -51,10 +50,7 @@ elif [[ -n "${QKNORM_DATA_DIR:-}" ]]; then
     [[ -d "$QKNORM_DATA_DIR" ]] || qk_usage_error "QKNORM_DATA_DIR='$QKNORM_DATA_DIR' is not a directory"
 fi
 load_pair_config "$PAIR_ARG"
-load_profile_config cpu-proxy
-[[ -z "$MAX_UPDATE_ARG" ]] || MAX_UPDATE="$MAX_UPDATE_ARG"
-[[ "$MAX_UPDATE" != 0 ]] \
-    || qk_usage_error "a budget of 0 updates (--max-update / QKNORM_MAX_UPDATE) would never stop training (cpu-proxy has no epoch limit)"
+load_profile_config cpu-proxy --max-update "$MAX_UPDATE_ARG" --check-stops  # (no epoch limit)
 LABEL="$(qk_run_label)"
 THREADS=1  # each training's: the two run at once (CELL_OPTS); the bf16 measurement uses it too
 # bf16 autocast where measured faster on this CPU (cpu-proxy: PROFILE_BF16=auto); a dry run
@@ -83,8 +79,10 @@ run_or_print() {
 report() {
     local system run
     local -a run_args=() logs=() qk_logs=() hyps=()
+    local -A run_dir=()
+    qk_run_dirs run_dir "$LABEL" "$PAIR" "$(IFS=,; echo "${SYSTEMS[*]}")" "$SEED"
     for system in "${SYSTEMS[@]}"; do
-        run="$(qk_run_dir "$PAIR" "$LABEL" "$system" "$SEED")"
+        run="${run_dir[$PAIR/$system/$SEED]}"
         run_args+=(--run "$run")
         logs+=("$system=$run/train.log")
         [[ "$(load_system_config "$system" && echo "$SYSTEM_QKNORM")" == 0 ]] || qk_logs+=("$system=$run/train.log")

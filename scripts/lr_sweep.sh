@@ -113,7 +113,6 @@ qk_parse_args "@PAIR_ARG" "--systems SYSTEMS_ARG" "--lrs LRS_ARG" "--seeds SEEDS
 # ---------------------------------------------------------------------------------------------
 # argument checks (everything is checked before anything runs)
 
-qk_check_uint --max-update "$MAXU"
 qk_launch_check
 ((DRY_RUN == 0 || QK_STATUS == 0)) || qk_usage_error "--dry-run and --status exclude each other"
 JOBS="${QK_JOBS:-1}"
@@ -143,9 +142,9 @@ fi
 load_pair_config "$PAIR_ARG"
 LRS_OPTS=(--lrs-arg "$LRS_ARG")
 for lr in "${LR_ITEMS[@]}"; do LRS_OPTS+=(--sweep-lr "$lr"); done
-load_profile_config "$PROFILE_ARG" "${LRS_OPTS[@]}"  # LRS, LR_DIRS (a bad --lrs: usage error)
+# LRS, LR_DIRS (a bad --lrs: usage error); MAX_UPDATE and the label at the sweep's budget
+load_profile_config "$PROFILE_ARG" "${LRS_OPTS[@]}" --max-update "$MAXU" --check-stops
 [[ -z "$SIZES_ARG" ]] || qk_require_sizeable_profile --sizes
-MAX_UPDATE="$MAXU"
 # bf16 autocast or fp32 (--precision, QKNORM_BF16, the profile's PROFILE_BF16): decided once, here,
 # and passed to every cell and child script as --precision. The size axis pins fp32 unless told
 # otherwise: it is built over several sittings, which may meet machines with and without native
@@ -157,9 +156,6 @@ fi
 # (--report-only trains nothing: it only finds the runs, and says no precision)
 if ((REPORT_ONLY)); then qk_resolve_bf16 --cached-only --quiet
 elif ((DRY_RUN || QK_STATUS)); then qk_resolve_bf16 --cached-only; else qk_resolve_bf16; fi
-if [[ "$MAX_UPDATE" == 0 && "${MAX_EPOCH:-0}" == 0 ]]; then
-    qk_usage_error "--max-update 0 with profile $PROFILE (max-epoch 0) would never stop training"
-fi
 LABEL="$(qk_run_label)"
 INIT_LABEL="$(qk_run_label "$PROFILE" 1)"
 OUT="${RESULTS_DIR_ARG:-$QK_WORK_DIR/results/$LABEL/$PAIR/lr-sweep}"
@@ -177,7 +173,8 @@ INIT_EXTRA=(-- --warmup-init-lr 0 --no-save-optimizer-state)
 # train_check refuse, a run that starts at lr 0: the floor is off for this one update
 [[ " ${VALID_FLAGS[*]} " != *" --stop-min-lr "* ]] || INIT_EXTRA+=(--stop-min-lr -1)
 
-# run directories: qk_run_dir is the one place that names them (the profile's own lr: seedN)
+# run directories: qknorm_tools.config.run_dir is the one place that names them (qk_run_dirs;
+# the profile's own lr: seedN)
 declare -A LR_DIR=()
 for i in "${!LRS[@]}"; do LR_DIR[${LRS[$i]}]="${LR_DIRS[$i]}"; done
 RUN_NAMES=() INIT_NAMES=()
@@ -188,19 +185,24 @@ size_tag() {
 }
 for sz in "${SIZES[@]}"; do
     tag="$(size_tag "$sz")"
+    declare -A INIT_DIR=() LR_RUN_DIR=()  # PAIR/SYSTEM/SEED/LR -> the run directory
+    qk_run_dirs INIT_DIR "$INIT_LABEL${sz:+-$sz}" "$PAIR" "$(IFS=,; echo "${SYSTEMS[*]}")" \
+        "$(IFS=,; echo "${SEEDS[*]}")" 0
+    qk_run_dirs LR_RUN_DIR "$LABEL${sz:+-$sz}" "$PAIR" "$(IFS=,; echo "${SYSTEMS[*]}")" \
+        "$(IFS=,; echo "${SEEDS[*]}")" "${LR_DIRS[@]}"
     for seed in "${SEEDS[@]}"; do
         for s in "${SYSTEMS[@]}"; do
             name="$PAIR/$s/${tag:+$tag/}seed$seed-init"
             INIT_NAMES+=("$name")
             SIZE_OF[$name]="$sz"
-            RUN_OF[$name]="$(qk_run_dir "$PAIR" "$INIT_LABEL${sz:+-$sz}" "$s" "$seed" 0)"
+            RUN_OF[$name]="${INIT_DIR[$PAIR/$s/$seed/0]}"
         done
         for lr in "${LRS[@]}"; do
             for s in "${SYSTEMS[@]}"; do
                 name="$PAIR/$s/${tag:+$tag/}seed$seed-lr$lr"
                 RUN_NAMES+=("$name")
                 SIZE_OF[$name]="$sz"
-                RUN_OF[$name]="$(qk_run_dir "$PAIR" "$LABEL${sz:+-$sz}" "$s" "$seed" "${LR_DIR[$lr]}")"
+                RUN_OF[$name]="${LR_RUN_DIR[$PAIR/$s/$seed/${LR_DIR[$lr]}]}"
             done
         done
     done

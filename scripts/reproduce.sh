@@ -103,11 +103,9 @@ list_all() {
     for f in $(qk_known_profiles); do
         for p in $(qk_known_pairs); do
             (
-                load_pair_config "$p"
-                load_system_config twt
-                load_profile_config "$f"
+                load_cell_config "$p" twt "$f"
                 printf '  %-14s %-6s arch %-22s dropout %-5s max-update %-5s max-epoch %s\n' \
-                    "$f" "$p" "$(qk_arch)" "${TRAIN_DROPOUT:-arch}" "$MAX_UPDATE" "$MAX_EPOCH"
+                    "$f" "$p" "$QK_ARCH" "${TRAIN_DROPOUT:-arch}" "$MAX_UPDATE" "$MAX_EPOCH"
             )
         done
     done
@@ -135,8 +133,8 @@ qk_require_name profiles "$PROFILE_ARG"
 PROFILE="$PROFILE_ARG"
 LABEL="$(qk_run_label "$PROFILE" "$MAX_UPDATE_ARG")"
 for _pair in "${PAIRS[@]}"; do  # a budget that never stops is refused before any cell (dry runs too)
-    (load_pair_config "$_pair"; load_profile_config "$PROFILE"; MAX_UPDATE="${MAX_UPDATE_ARG:-$MAX_UPDATE}"
-        qk_check_stops) || exit 2
+    (load_pair_config "$_pair"; load_profile_config "$PROFILE" --max-update "$MAX_UPDATE_ARG" --check-stops) \
+        || exit 2
 done
 # bf16 autocast or fp32 (the profile's PROFILE_BF16, QKNORM_BF16): decided once, here, for every cell
 # (--aggregate-only trains nothing: it only finds the runs, and says no precision)
@@ -156,6 +154,9 @@ DATA_OPT=()
 
 # committed records (results/LABEL/PAIR/records/): read for cells without a live run, written
 # for finished cells that have none (qknorm_tools.committed)
+declare -A RUN_DIR=()  # PAIR/SYSTEM/SEED -> the run directory
+qk_run_dirs RUN_DIR "$LABEL" "$(IFS=,; echo "${PAIRS[*]}")" "$(IFS=,; echo "${SYSTEMS[*]}")" \
+    "$(IFS=,; echo "${SEEDS[*]}")"
 COLLECT=("$QK_PY" -m qknorm_tools.collect runs --work-dir "$QK_WORK_DIR" --out-dir "$RESULTS_DIR"
     --aggregate --baseline "$BASELINE" --records-root "$QK_WORK_DIR/results/$LABEL" --write-records
     --profile "$LABEL")
@@ -165,7 +166,7 @@ for p in "${PAIRS[@]}"; do
     COLLECT+=(--ref "$p=$QK_DATA/raw/$p/test.$(load_pair_config "$p" && printf '%s' "$TGT")")
     for seed in "${SEEDS[@]}"; do
         for s in "${SYSTEMS[@]}"; do
-            COLLECT+=(--run "$(qk_run_dir "$p" "$LABEL" "$s" "$seed")")
+            COLLECT+=(--run "${RUN_DIR[$p/$s/$seed]}")
         done
     done
 done
@@ -185,7 +186,7 @@ add_cells() {
     for p in "$@"; do
         for seed in "${SEEDS[@]}"; do
             for s in "${SYSTEMS[@]}"; do
-                run="$(qk_run_dir "$p" "$LABEL" "$s" "$seed")"
+                run="${RUN_DIR[$p/$s/$seed]}"
                 qk_grid_cell "$p/$s/seed$seed" "$run" "$(qk_record_dir "$LABEL" "$run")" \
                     "$p" "$s" --seed "$seed" "${CELL_OPTS[@]}"
             done

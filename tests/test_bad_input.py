@@ -264,7 +264,7 @@ def test_prepare_data_option_values_are_never_options(tmp_path, args, message):
 @pytest.mark.parametrize(
     "args, env_extra, message",
     [
-        (["--max-update", "0"], {}, "a budget of 0 updates"),
+        (["--max-update", "0"], {}, "--max-update 0 with profile cpu-proxy (max-epoch 0) would"),
         ([], {"QKNORM_MAX_UPDATE": "12x"}, "QKNORM_MAX_UPDATE must be a non-negative integer"),
         ([], {"QKNORM_THREADS": "0"}, "QKNORM_THREADS must be a positive integer"),
         (["--seed", "one"], {}, "--seed must be a non-negative integer"),

@@ -381,11 +381,11 @@ def test_all_pairs_are_the_papers_pairs_never_an_own_pair(tmp_path):
     assert p.stdout == "ar-en en-vi gl-en he-en sk-en\nde-en gl-en\n"
 
 
-def test_bash_and_python_name_runs_alike(tmp_path):
-    """Runs are named twice: by bash (``qk_run_label``, ``qk_run_dir``: the scripts file them)
-    and by Python (:func:`config.run_label`, :func:`config.run_dir`: the translate helper finds
-    them). Both give the same label and directory for every profile, its own and another
-    budget, the profile's lr or another, fp32 or bf16."""
+def test_the_scripts_file_runs_where_python_names_them(tmp_path):
+    """Runs are named once, in Python (:func:`config.run_label`, :func:`config.run_dir`); the
+    scripts read the names (``load_profile_config --max-update``: QK_RUN_LABEL; ``qk_run_dirs``).
+    Every profile, its own and another budget, the profile's lr or another, fp32 or bf16, is
+    filed where a name written out by hand says."""
     cases = [
         (profile, budget, lr, precision)
         for profile in config.names("profiles")
@@ -395,10 +395,10 @@ def test_bash_and_python_name_runs_alike(tmp_path):
     lines = ["load_pair_config gl-en"]
     for profile, budget, lr, precision in cases:
         lines += [
-            f"load_profile_config {profile}",
-            f'[[ -z "{budget}" ]] || MAX_UPDATE={budget}',
-            'label="$(qk_run_label)"',
-            f'printf "%s %s\\n" "$label" "$(qk_run_dir gl-en "$label" twt 3 "{lr}" "{precision}")"',
+            f'load_profile_config {profile} --max-update "{budget}"',
+            f'QK_BF16_RUN="{precision}"; declare -A D=()',
+            f'qk_run_dirs D "$QK_RUN_LABEL" gl-en twt 3 "{lr}"',
+            f'printf "%s %s\\n" "$QK_RUN_LABEL" "${{D[gl-en/twt/3/{lr}]}}"',
         ]
     p = subprocess.run(
         ["bash", "-c", f'source "{SCRIPTS}/lib.sh"\n' + "\n".join(lines)],
@@ -410,12 +410,11 @@ def test_bash_and_python_name_runs_alike(tmp_path):
     assert p.returncode == 0, p.stderr
     got = p.stdout.splitlines()
     assert len(got) == len(cases)
-    pair = config.load_pair("gl-en")
     for (profile, budget, lr, precision), line in zip(cases, got):
-        prof = config.apply_env(config.load_profile(profile, pair), {})
-        label = config.run_label(prof, int(budget) if budget else None)
-        run = config.run_dir(tmp_path, "gl-en", label, "twt", 3, lr, precision)
-        assert line == f"{label} {run}", (profile, budget, lr, precision)
+        own = config.load_profile(profile).max_update
+        label = profile if budget in ("", str(own)) else f"{profile}-max-update-{budget}"
+        name = "seed3" + (f"-lr{lr}" if lr else "") + (f"-{precision}" if precision else "")
+        assert line == f"{label} {tmp_path}/runs/gl-en/{label}/twt/{name}", (profile, budget)
 
 
 @pytest.mark.parametrize(

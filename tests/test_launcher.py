@@ -124,9 +124,8 @@ def test_local_launcher_runs_each_cell_on_its_own_gpu(tmp_path, source):
     )
     systems = ("twt", "postnorm_layernorm", "prenorm_layernorm")  # no QKNorm: no BPE'd data needed
     label = "cpu-proxy-max-update-5"
-    adds = "; ".join(
-        f'qk_cell_add {s} "$(qk_run_dir gl-en {label} {s} 1)" gl-en {s} --max-update 5'
-        for s in systems
+    adds = f"declare -A D=(); qk_run_dirs D {label} gl-en {','.join(systems)} 1; " + "; ".join(
+        f'qk_cell_add {s} "${{D[gl-en/{s}/1]}}" gl-en {s} --max-update 5' for s in systems
     )
     p = bash(
         f"QK_JOBS=2 {devices[1]}; {adds}; qk_launch cpu-proxy; echo ${{#QK_LAUNCH_FAILED[@]}}", env

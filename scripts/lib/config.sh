@@ -13,6 +13,7 @@
 #   load_pair_config PAIR          the pair's settings as globals (configs/base.toml, pairs/PAIR.toml)
 #   load_system_config SYSTEM      the settings of configs/systems/SYSTEM.toml
 #   load_profile_config PROFILE    the settings of configs/profiles/PROFILE.toml, MAX_UPDATE
+#   load_cell_config PAIR SYSTEM PROFILE  the three above in one python call, and QK_ARCH
 #   QK_PRECISION_SPEC, qk_precision_usage  a script's --precision option and its usage lines
 #   qk_resolve_bf16 [--cached-only] [--quiet]  the loaded profile's precision: QK_BF16_RUN,
 #                                  QK_PRECISION
@@ -20,10 +21,8 @@
 #   qk_run_py COMMAND ARGS...      python -m qknorm_tools.run COMMAND, its assignments evaluated
 #                                  (train.sh and evaluate.sh: the run, its label, directory, arch
 #                                  and precision, qknorm_tools/run_spec.py)
-#   qk_arch                        the named arch of the loaded system at the profile's size
 #   qk_run_label [PROFILE [MAX_UPDATE]]  PROFILE, or PROFILE-max-update-N for another budget
-#   qk_run_dir PAIR LABEL SYSTEM SEED [LR [bf16]]  where a run lives
-#   qk_check_stops                 usage error unless a training with MAX_UPDATE stops
+#   qk_run_dirs OUT LABEL PAIRS SYSTEMS SEEDS [LR...]  where the runs of a grid live
 
 # ---------------------------------------------------------------------------------------------
 # pair configuration
@@ -126,10 +125,23 @@ load_system_config() {
     eval "$QK_CONFIG_OUT"
 }
 
-# load_profile_config PROFILE: the settings of configs/profiles/PROFILE.toml (its `extends`
-# chain resolved; after load_pair_config: max_epoch = "paper" is the pair's PAPER_MAX_EPOCH), and
-# MAX_UPDATE: $QKNORM_MAX_UPDATE or the profile's PROFILE_MAX_UPDATE (QKNORM_THREADS replaces
-# THREADS; qknorm_tools.config.apply_env). lr_sweep.sh adds --lrs-arg LRS_ARG --sweep-lr LR...:
+# load_cell_config PAIR SYSTEM PROFILE: load_pair_config, load_system_config and
+# load_profile_config in one python call, and QK_ARCH: the system's named arch at the profile's
+# size (qknorm_tools.run_spec.arch_name: FAMILY_proxy for the CPU profiles, the pair's paper
+# size for the paper profile).
+load_cell_config() {
+    unset "${QK_PAIR_VARS[@]}" PAIR_REVERSE_OF
+    _qk_config shell --pair "${1-}" --system "${2-}" --profile "${3-}"
+    eval "$QK_CONFIG_OUT"
+}
+
+# load_profile_config PROFILE [--max-update N] [--check-stops]: the settings of
+# configs/profiles/PROFILE.toml (its `extends` chain resolved; after load_pair_config: max_epoch
+# = "paper" is the pair's PAPER_MAX_EPOCH), MAX_UPDATE: N (a script's --max-update; "": not
+# given), else $QKNORM_MAX_UPDATE, else the profile's PROFILE_MAX_UPDATE (QKNORM_THREADS replaces
+# THREADS; qknorm_tools.config.apply_env), and QK_RUN_LABEL, the label its runs are filed under
+# (qk_run_label). --check-stops: a usage error unless a training with that budget stops
+# (--max-update 0 is no update limit, which only a profile with an epoch limit allows). lr_sweep.sh adds --lrs-arg LRS_ARG --sweep-lr LR...:
 # LRS, its learning rates in their one spelling, and LR_DIRS, each one's directory suffix ("" for
 # the profile's own lr: seedN; qknorm_tools.config_schema.lr_override; a bad list is a usage
 # error).
@@ -157,7 +169,7 @@ USAGE
 # qk_resolve_bf16 [--cached-only] [--quiet]: whether the loaded profile's runs train with bf16
 # autocast (the plugin task's --bf16-autocast on CPU) on this machine, decided in Python
 # (python -m qknorm_tools.run precision: qknorm_tools/run_spec.py, the rule train.sh's plan
-# uses). Sets QK_BF16_RUN to "bf16" or "" (qk_run_dir's default sixth argument) and
+# uses). Sets QK_BF16_RUN to "bf16" or "" (the precision qk_run_dirs files runs under) and
 # QK_PRECISION to bf16 or fp32 (the `--precision` that the calling script passes to each cell
 # and child script). Decides by --precision (QK_PRECISION_ARG) if given, else QKNORM_BF16 if
 # set (1, 0 or auto), else the profile's bf16 key (default 0). auto: bf16 only where the CPU has
@@ -199,57 +211,39 @@ qk_run_py() {
     esac
 }
 
-# qk_arch: the named arch of the loaded system (SYSTEM_ARCH, a family registered by
-# fairseq_qknorm/models/transformer_qknorm.py) at the loaded profile's size: FAMILY_proxy for
-# the CPU profiles; the pair's paper size for the paper profile (FAMILY_small for gl-en's 4+4
-# layers, FAMILY for the 6+6 base).
-qk_arch() {
-    if [[ "$PROFILE_ARCH" == proxy ]]; then
-        printf '%s_proxy\n' "$SYSTEM_ARCH"
-    elif [[ "$PAPER_ARCH_SIZE" == small ]]; then
-        printf '%s_small\n' "$SYSTEM_ARCH"
-    else
-        printf '%s\n' "$SYSTEM_ARCH"
-    fi
-}
-
-# qk_run_label [PROFILE [MAX_UPDATE]]: the name runs and results of a profile are filed under:
-# PROFILE for the profile's own budget, PROFILE-max-update-N for any other (a short trial never
-# writes over, or is mistaken for, the profile's runs and results). Without arguments: for the
-# loaded profile and MAX_UPDATE; with them: for PROFILE at MAX_UPDATE (default: its own budget
-# or $QKNORM_MAX_UPDATE).
+# qk_run_label [PROFILE [MAX_UPDATE]]: the name runs and results of a profile are filed under
+# (qknorm_tools.config.run_label: PROFILE for the profile's own budget, PROFILE-max-update-N for
+# any other, so that a short trial never writes over, or is mistaken for, the profile's runs and
+# results). Without arguments: the loaded profile's QK_RUN_LABEL (load_profile_config
+# [--max-update N]); with them: for PROFILE at MAX_UPDATE (default: its own budget or
+# $QKNORM_MAX_UPDATE).
 qk_run_label() {
     if (($#)); then
         (
             load_pair_config "$(qk_known_pairs | cut -d' ' -f1)"
-            load_profile_config "$1"
-            [[ -z "${2-}" ]] || MAX_UPDATE="$2"
-            qk_run_label
+            load_profile_config "$1" --max-update "${2-}"
+            printf '%s\n' "$QK_RUN_LABEL"
         )
         return
     fi
-    if [[ "$MAX_UPDATE" == "$PROFILE_MAX_UPDATE" ]]; then
-        printf '%s\n' "$PROFILE"
-    else
-        printf '%s-max-update-%s\n' "$PROFILE" "$MAX_UPDATE"
-    fi
+    printf '%s\n' "$QK_RUN_LABEL"
 }
 
-# qk_run_dir PAIR LABEL SYSTEM SEED [LR [bf16]]: where a training run keeps checkpoints, logs and
-# scores (LABEL from qk_run_label; LR: a peak learning rate other than the profile's,
-# LR_DIRS of load_profile_config --sweep-lr, filed as seedN-lrLR; empty or absent: the profile's own lr, seedN; bf16: trained
-# with bf16 autocast, filed as seedN[-lrLR]-bf16, next to its fp32 twin; absent: $QK_BF16_RUN
-# from qk_resolve_bf16).
-qk_run_dir() {
-    local precision="${6-${QK_BF16_RUN:-}}"
-    printf '%s\n' "$QK_WORK_DIR/runs/$1/$2/$3/seed$4${5:+-lr$5}${precision:+-$precision}"
-}
-
-# qk_check_stops: usage error unless a training with the loaded profile and MAX_UPDATE stops
-# (--max-update 0 is no update limit, which only a profile with an epoch limit allows): what
-# train.sh, evaluate.sh, ablation.sh and reproduce.sh refuse up front, dry runs included.
-qk_check_stops() {
-    [[ "$MAX_UPDATE" != 0 || "${MAX_EPOCH:-0}" != 0 ]] \
-        || qk_usage_error "--max-update 0 with profile $PROFILE (max-epoch 0) would never stop training"
+# qk_run_dirs OUT LABEL PAIRS SYSTEMS SEEDS [LR...]: where the runs of a grid live, in one python
+# call (python -m qknorm_tools.run dirs: qknorm_tools.config.run_dir names every run directory,
+# WORK/runs/PAIR/LABEL/SYSTEM/seedN[-lrLR][-bf16]); PAIRS, SYSTEMS and SEEDS comma-separated.
+# OUT, an associative array, gets one entry per cell, keyed PAIR/SYSTEM/SEED, or with LRs
+# (LR_DIRS of load_profile_config --sweep-lr; "" is the profile's own lr, seedN)
+# PAIR/SYSTEM/SEED/LR. The precision is $QK_BF16_RUN (qk_resolve_bf16).
+qk_run_dirs() {
+    local -n __dirs="$1"
+    local out key dir lr args=(dirs "--repo=$QK_REPO_ROOT" "--work-dir=$QK_WORK_DIR" "--label=$2"
+        "--precision=${QK_BF16_RUN:-fp32}" "--pairs=$3" "--systems=$4" "--seeds=$5")
+    for lr in "${@:6}"; do args+=("--lr=$lr"); done
+    [[ -n "$QK_PY" ]] || die "no python interpreter found (set QKNORM_PYTHON)"
+    out="$("$QK_PY" -m qknorm_tools.run "${args[@]}")" || die "cannot name the run directories (above)"
+    while IFS=$'\t' read -r key dir; do
+        [[ -z "$key" ]] || __dirs[$key]="$dir"
+    done <<<"$out"
 }
 

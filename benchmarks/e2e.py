@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from qknorm_tools import commands
+
 from . import authors_code, profile_e2e, stats
 from . import common as c
 from .micro import paired_speed_stats, speed_ratios
@@ -400,13 +402,13 @@ GEN_RE = re.compile(
 
 
 def gen_flags(a) -> list[str]:
-    """``--beam`` (``--beam``, default the profile's), then the profile's decoding flags.
+    """The profile's beam search at ``--beam`` (default the profile's), then its decoding flags.
 
-    The output length cap and ``--max-tokens`` of :data:`E2E_PROFILE` (``[decode]``).
+    :func:`qknorm_tools.commands.beam_flags` (the length penalty is the profile's), the output
+    length cap and ``--max-tokens`` of :data:`E2E_PROFILE` (``[decode]``).
     """
     return [
-        "--beam",
-        str(a.beam),
+        *commands.beam_flags(E2E_PROFILE, a.beam),
         *E2E_PROFILE.gen_flags,
         "--max-tokens",
         str(E2E_PROFILE.gen_max_tokens),

@@ -201,11 +201,6 @@ def pipeline_settings(
     run = config.run_dir(work, pair_cfg.name, label, system_cfg.name, seed,
                          precision=_precision(profile_cfg, work))  # fmt: skip
     data = work / "data"
-    beam, lenpen, max_tokens = (
-        str(profile_cfg.beam),
-        str(profile_cfg.lenpen),
-        profile_cfg.gen_max_tokens,
-    )
     gen_flags = commands.decode_flags(profile_cfg, label)  # as evaluate.sh decodes
     precision = _precision(profile_cfg, work) or "fp32"
     identity = dict(pair=pair, profile=label, system=system, seed=seed, precision=precision)
@@ -213,8 +208,8 @@ def pipeline_settings(
         checkpoint=Path(run) / "checkpoints" / name,
         data_bin=Path(data) / "bin" / pair,
         bpe_dir=Path(data) / "bpe" / pair,
-        max_tokens=int(max_tokens),
-        generate_flags=["--beam", beam, "--lenpen", lenpen, *gen_flags],
+        max_tokens=profile_cfg.gen_max_tokens,
+        generate_flags=[*commands.beam_flags(profile_cfg), *gen_flags],
         run_identity={**identity, "variant": {}},
     )
 

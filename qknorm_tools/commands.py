@@ -63,6 +63,16 @@ def _user_dir(repo: Path) -> str:
     return f"{repo}/fairseq_qknorm"
 
 
+def beam_flags(profile: Profile, beam: int | None = None) -> list:
+    """``--beam B --lenpen P``: the profile's beam search, assembled here only.
+
+    ``beam`` replaces the profile's width (the benchmarks' ``--beam``); evaluate.sh's
+    fairseq-generate (:func:`generate_argv`), the translate helper and the benchmarks use it.
+    """
+    width = profile.beam if beam is None else beam
+    return ["--beam", _token(width), "--lenpen", _token(profile.lenpen)]
+
+
 def generate_argv(
     pair: Pair,
     profile: Profile,
@@ -84,7 +94,7 @@ def generate_argv(
             "--user-dir", _user_dir(repo),
             "--task", "translation", "--source-lang", pair.src, "--target-lang", pair.tgt,
             "--path", checkpoint, "--gen-subset", gen_subset,
-            "--beam", _token(profile.beam), "--lenpen", _token(profile.lenpen),
+            *beam_flags(profile),
             "--max-tokens", _token(profile.gen_max_tokens),
             *decode_flags(profile, label or profile.name),
             "--required-batch-size-multiple", "1", "--num-workers", "0",

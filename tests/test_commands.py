@@ -155,3 +155,17 @@ def test_a_budget_bound_schedule_decays_over_the_runs_budget():
     assert commands.with_decay_budget(["--lr-scheduler", "inverse_sqrt"], 16)[-1] == "inverse_sqrt"
     with pytest.raises(ValueError, match="set max_update"):
         commands.with_decay_budget(["--lr-scheduler", "polynomial_decay"], 0)
+
+
+def test_the_beam_search_is_assembled_once():
+    """--beam and --lenpen come from commands.beam_flags for evaluate.sh's fairseq-generate, the
+    translate helper and the benchmarks (one place; the benchmarks' --beam replaces the width)."""
+    profile = config.load_profile("cpu-proxy")
+    assert commands.beam_flags(profile) == ["--beam", "4", "--lenpen", "1.0"]
+    assert commands.beam_flags(profile, 8) == ["--beam", "8", "--lenpen", "1.0"]
+    pair = config.load_pair("gl-en")
+    argv = commands.generate_argv(
+        pair, profile, repo=config.REPO, data="bin", checkpoint="ck.pt", gen_subset="test", seed=1
+    )
+    i = argv.index("--beam")
+    assert argv[i : i + 4] == commands.beam_flags(profile)

@@ -40,7 +40,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Optional
 
-from qknorm_tools import commands, config
+from qknorm_tools import commands, config, run_spec
 from qknorm_tools.provenance import IDENTITY_FILE
 from qknorm_tools.unicode_forms import FORMS, normalize_lines
 
@@ -48,20 +48,21 @@ from qknorm_tools.unicode_forms import FORMS, normalize_lines
 def _precision(profile, work: Path) -> str:
     """The precision a run was trained in: ``bf16`` or ``""``.
 
-    ``bf16`` or ``""``: the precision the run was trained in, decided as
-    ``scripts/lib.sh:qk_resolve_bf16 --cached-only`` does (QKNORM_BF16, else the profile's
-    ``bf16``; ``auto``: the cached verdict of this machine, never a measurement).
+    ``bf16`` or ``""``: the precision the run was trained in, decided as train.sh decides it
+    (:func:`qknorm_tools.run_spec.precision_mode`: QKNORM_BF16, else the profile's ``bf16``;
+    ``auto``: the cached verdict of this machine, never a measurement).
     """
-    mode = os.environ.get("QKNORM_BF16") or str(profile.bf16)
-    if mode in ("0", "1"):
-        return "bf16" if mode == "1" else ""
+    try:
+        mode = run_spec.precision_mode("", profile)
+    except config.ConfigError as e:  # a bad QKNORM_BF16 or bf16 key, named
+        raise ValueError(str(e)) from None
     if mode != "auto":
-        raise ValueError(f"QKNORM_BF16='{mode}': expected 1 (bf16 autocast), 0 (fp32) or auto")
+        return "bf16" if mode == "bf16" else ""
     if profile.arch_size != "proxy":
-        return ""  # a profile at the papers' size: fp32 on CPU (as qk_resolve_bf16)
+        return ""  # a profile at the papers' size: fp32 on CPU (run_spec.decide_precision)
     from . import bf16_auto
 
-    threads = int(os.environ.get("QKNORM_THREADS") or 2)  # the profiles' default, as lib.sh
+    threads = profile.threads  # QKNORM_THREADS applied (config.apply_env), as train.sh
     try:
         bf16, _ = bf16_auto.decide(work / "bf16-auto", "proxy", threads, 7, cached_only=True)
     except bf16_auto.CacheError as e:

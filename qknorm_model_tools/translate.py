@@ -827,6 +827,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for opt, std in (("input", "stdin"), ("output", "stdout")):  # "": an unset variable
         if getattr(a, opt) == "":
             p.error(f"--{opt} is empty: name a file, or leave --{opt} out for {std}")
+    if a.input and a.output and os.path.realpath(a.input) == os.path.realpath(a.output):
+        p.error(f"--output {a.output} is the --input file: the translations would replace the "
+                "text they translate; name another file")  # fmt: skip
     from qknorm_tools.progress import FAIRSEQ_LOG_FORMAT, quiet_fairseq_logging
 
     if a.verbose:

@@ -224,9 +224,9 @@ def _launch(a: argparse.Namespace, max_tokens: int, threads: int, environ) -> tu
     gpus = [g for g in a.gpus.split(",") if g]
     if nproc == 1:
         return nproc, "", "gloo", max_tokens, threads
-    if max_tokens % nproc:
-        raise PlanError(f"--nproc {nproc} does not divide the profile's --max-tokens {max_tokens} "
-                        "(tokens per update are kept)")  # fmt: skip
+    if max_tokens % nproc:  # a usage error: another --nproc works
+        raise UsageError(f"--nproc {nproc} does not divide the profile's --max-tokens {max_tokens} "
+                         "(tokens per update are kept)")  # fmt: skip
     ntasks = environ.get("SLURM_NTASKS") or "1"
     if launch == "auto":
         slurm = environ.get("SLURM_JOB_ID") and ntasks == str(nproc) and gpus

@@ -91,6 +91,8 @@ for ((i = 0; i < ${#EXTRA[@]}; i++)); do
         --bf16-autocast) use="train.sh --bf16-autocast (it also selects the plugin task)" ;;
         --source-lang | --target-lang | -s | -t) use="the pair's direction (configs/pairs; the reverse direction of gl-en is en-gl)" ;;
         --max-update) use="train.sh --max-update N (its runs go to PROFILE-max-update-N)" ;;
+        --lr) use="train.sh --lr LR (its runs go to seedN-lrLR; the last --lr would win unrecorded)" ;;
+        --qk-norm) use="a system (configs/systems): a QKNorm model filed under a dot-product system's name would mislabel it" ;;
         --tensorboard-logdir) use="nothing: the run's tensorboard/ folder" ;;
         --qk-norm-length) use="nothing: train.sh passes the data's L (data/bpe/PAIR/length_stats.json) to QKNorm systems; another g0 is another system (configs/systems)" ;;
         -*) continue ;;

@@ -336,3 +336,17 @@ def test_translate_warns_of_crlf_line_endings(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err.splitlines()
     more = "2 more lines hold such characters; translated as it is"
     assert err[0] == f"warning: {f}:1: {crlf[0]}; {more}"
+
+
+def test_translate_refuses_to_write_over_its_input(tmp_path, capsys):
+    """--output naming the --input file replaced the text by its translations without a word
+    (a new user's trial, 2026-12-07): a usage error before anything is read or written."""
+    from qknorm_model_tools import translate
+
+    f = tmp_path / "in.gl"
+    f.write_text("ola mundo\n")
+    same = tmp_path / "." / "in.gl"  # the same file under another spelling
+    with pytest.raises(SystemExit) as e:
+        translate.main(["gl-en", "twt", "--input", str(f), "--output", str(same)])
+    assert e.value.code == 2 and f.read_text() == "ola mundo\n"
+    assert f"--output {same} is the --input file" in capsys.readouterr().err

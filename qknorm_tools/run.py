@@ -287,13 +287,7 @@ def plan_training(a: argparse.Namespace, extra: tuple, environ=os.environ) -> di
     nproc, launch, backend, max_tokens, threads = _launch(a, profile.max_tokens, threads, environ)
     if a.size:  # usage errors that need the profile, before any data is looked for
         run_spec.require_sizeable(profile, f"--size {a.size}")
-    precision = a.precision
-    if precision and precision not in ("bf16", "fp32", "auto"):
-        raise UsageError(f"--precision must be bf16, fp32 or auto, got '{precision}'")
-    if a.bf16_autocast:
-        if precision not in ("", "bf16"):
-            raise UsageError(f"--bf16-autocast and --precision {precision} exclude each other")
-        precision = "bf16"
+    precision = _precision_arg(a)
     root = str(a.data_root)
     remove_bpe = _remove_bpe(pair, Path(root) / "bpe" / pair.name, a.dry_run)
     mode = run_spec.precision_mode(precision, profile, environ)

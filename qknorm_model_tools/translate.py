@@ -338,7 +338,10 @@ def missing_checkpoint(
         if found
         else f"; no run of {pair} {system} has a {path.name}"
     )
-    options = f"--profile {profile} --seed {seed}{budget}"
+    # a bf16 run is made (and decoded) with --precision bf16, whatever this CPU would decide
+    options = f"--profile {profile} --seed {seed}{budget}" + (
+        " --precision bf16" if bf16_now else ""
+    )
     if not checkpoint.startswith("avg"):
         return FileNotFoundError(
             f"checkpoint {path} not found: run scripts/train.sh {pair} {system} {options} "

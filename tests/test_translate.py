@@ -173,7 +173,7 @@ def test_translate_names_the_runs_that_exist(tmp_path):
     assert not_found("gl-en", "qknorm_paper", "--seed", "2") == (
         f"error: checkpoint {runs}/cpu-proxy/qknorm_paper/seed2-bf16/checkpoints/"
         "checkpoint_best.pt not found: run scripts/train.sh gl-en qknorm_paper --profile "
-        "cpu-proxy --seed 2 first; runs of this pair and system that have one: "
+        "cpu-proxy --seed 2 --precision bf16 first; runs of this pair and system that have one: "
         "runs/gl-en/cpu-proxy/qknorm_paper/seed2 (--profile cpu-proxy --seed 2, with "
         "QKNORM_BF16=0 and no --bf16-autocast); runs/gl-en/cpu-proxy/qknorm_paper/seed3-lr3e-3; "
         "runs/gl-en/cpu-proxy-max-update-5/qknorm_paper/seed1-bf16 (--profile cpu-proxy "
@@ -350,3 +350,16 @@ def test_translate_refuses_to_write_over_its_input(tmp_path, capsys):
         translate.main(["gl-en", "twt", "--input", str(f), "--output", str(same)])
     assert e.value.code == 2 and f.read_text() == "ola mundo\n"
     assert f"--output {same} is the --input file" in capsys.readouterr().err
+
+
+def test_a_missing_bf16_run_is_made_with_precision_bf16(tmp_path):
+    """The hint for a missing bf16 run (translate --bf16-autocast) named train.sh without
+    --precision bf16, which on a CPU that decides fp32 skips the finished fp32 twin instead."""
+    from qknorm_model_tools.translate import missing_checkpoint
+
+    ck = tmp_path / "runs/gl-en/cpu-proxy/qknorm_paper/seed1-bf16/checkpoints/checkpoint_best.pt"
+    err = missing_checkpoint(ck, "gl-en", "qknorm_paper", "cpu-proxy", 1, "best", None)
+    assert f"checkpoint {ck} not found: run scripts/train.sh gl-en qknorm_paper --profile " in str(
+        err
+    )
+    assert "--profile cpu-proxy --seed 1 --precision bf16 first" in str(err)

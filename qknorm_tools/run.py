@@ -287,7 +287,7 @@ def plan_training(a: argparse.Namespace, extra: tuple, environ=os.environ) -> di
     nproc, launch, backend, max_tokens, threads = _launch(a, profile.max_tokens, threads, environ)
     if a.size:  # usage errors that need the profile, before any data is looked for
         run_spec.require_sizeable(profile, f"--size {a.size}")
-    precision = _precision_arg(a)
+    precision = run_spec.precision_arg(a.precision, a.bf16_autocast)
     root = str(a.data_root)
     remove_bpe = _remove_bpe(pair, Path(root) / "bpe" / pair.name, a.dry_run)
     mode = run_spec.precision_mode(precision, profile, environ)
@@ -506,22 +506,6 @@ def grid_dirs(a: argparse.Namespace) -> dict:
     return out
 
 
-def _precision_arg(a: argparse.Namespace) -> str:
-    """A script's ``--precision`` (checked), ``bf16`` for its ``--bf16-autocast``.
-
-    Raises:
-        UsageError: a bad ``--precision``, or one other than bf16 with ``--bf16-autocast``.
-    """
-    precision = a.precision
-    if precision and precision not in ("bf16", "fp32", "auto"):
-        raise UsageError(f"--precision must be bf16, fp32 or auto, got '{precision}'")
-    if a.bf16_autocast:
-        if precision not in ("", "bf16"):
-            raise UsageError(f"--bf16-autocast and --precision {precision} exclude each other")
-        precision = "bf16"
-    return precision
-
-
 def plan_evaluation(a: argparse.Namespace, environ=os.environ) -> dict:
     """``evaluate-plan``: the run evaluate.sh's options name, its outputs and its commands.
 
@@ -555,7 +539,9 @@ def plan_evaluation(a: argparse.Namespace, environ=os.environ) -> dict:
     elif ckpt not in ("best", "last"):
         raise UsageError(f"--checkpoint must be best, last or avgN (e.g. avg5), got '{ckpt}'")
     threads = threads or profile.threads
-    mode = run_spec.precision_mode(_precision_arg(a), profile, environ)
+    mode = run_spec.precision_mode(
+        run_spec.precision_arg(a.precision, a.bf16_autocast), profile, environ
+    )
     precision = run_spec.decide_precision(
         mode, profile, work=a.work_dir, threads=threads, cached_only=True, repo=config.REPO
     )

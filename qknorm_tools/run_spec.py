@@ -44,6 +44,7 @@ __all__ = [
     "check_posint",
     "check_uint",
     "decide_precision",
+    "precision_arg",
     "precision_mode",
     "require_sizeable",
 ]
@@ -91,6 +92,23 @@ def require_sizeable(profile: config.Profile, what: str) -> None:
         )
 
 
+def precision_arg(arg: str, bf16_autocast: bool = False) -> str:
+    """A script's ``--precision`` (bf16, fp32 or auto; ``""``: not given), checked.
+
+    ``bf16_autocast`` (a script's ``--bf16-autocast``) is ``--precision bf16``.
+
+    Raises:
+        UsageError: a bad ``arg``, or one other than bf16 with ``bf16_autocast``.
+    """
+    if arg and arg not in ("bf16", "fp32", "auto"):
+        raise UsageError(f"--precision must be bf16, fp32 or auto, got '{arg}'")
+    if bf16_autocast:
+        if arg not in ("", "bf16"):
+            raise UsageError(f"--bf16-autocast and --precision {arg} exclude each other")
+        return "bf16"
+    return arg
+
+
 def precision_mode(arg: str, profile: config.Profile, environ: Mapping = os.environ) -> str:
     """How a run's precision is decided: ``bf16``, ``fp32`` or ``auto``.
 
@@ -101,9 +119,7 @@ def precision_mode(arg: str, profile: config.Profile, environ: Mapping = os.envi
         UsageError: a bad ``arg`` or ``QKNORM_BF16``.
         ConfigError: a bad ``bf16`` key in the profile's file.
     """
-    if arg:
-        if arg not in ("bf16", "fp32", "auto"):
-            raise UsageError(f"--precision must be bf16, fp32 or auto, got '{arg}'")
+    if precision_arg(arg):
         return arg
     env = environ.get("QKNORM_BF16") or ""
     mode = env or str(profile.bf16)

@@ -145,3 +145,13 @@ def test_a_grid_decides_the_precision_once_in_python(tmp_path, capsys):
     assert cap.out.split()[-1] == "QK_PRECISION=fp32" and cap.err == ""  # --quiet: no line
     assert run.main([*base, "--profile", "paper", "--precision", "fp16"]) == 2
     assert capsys.readouterr().out.startswith("--precision must be bf16, fp32 or auto")
+
+
+def test_precision_option_and_the_bf16_flag():
+    assert run_spec.precision_arg("") == "" and run_spec.precision_arg("auto") == "auto"
+    assert run_spec.precision_arg("", bf16_autocast=True) == "bf16"
+    assert run_spec.precision_arg("bf16", bf16_autocast=True) == "bf16"
+    with pytest.raises(UsageError, match=r"^--bf16-autocast and --precision fp32 exclude each"):
+        run_spec.precision_arg("fp32", bf16_autocast=True)
+    with pytest.raises(UsageError, match=r"^--precision must be bf16, fp32 or auto, got 'x'$"):
+        run_spec.precision_arg("x", bf16_autocast=True)  # the value is checked first

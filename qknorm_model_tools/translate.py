@@ -169,8 +169,9 @@ def pipeline_settings(
     seed: int = 1,
     checkpoint: str = "best",
     max_update: Optional[int] = None,
+    lr: str = "",
 ) -> PipelineSettings:
-    """Resolve a pipeline run through the scripts' own configuration (:mod:`qknorm_tools.config`).
+    """Resolve a pipeline run as ``scripts/evaluate.sh`` does (:mod:`qknorm_tools.run_spec`).
 
     Args:
         pair: language pair, as for ``scripts/evaluate.sh`` (e.g. ``gl-en``).
@@ -181,37 +182,39 @@ def pipeline_settings(
             last N checkpoints that ``scripts/evaluate.sh --checkpoint avgN`` makes).
         max_update: the run's budget when it is not the profile's (``--max-update`` of
             ``scripts/train.sh``; such runs live under ``runs/PAIR/PROFILE-max-update-N/``).
+        lr: the run's peak learning rate when it is not the profile's (``--lr`` of
+            ``scripts/train.sh``, any spelling of it; such runs are ``seedN-lrLR``).
 
     Returns:
         :class:`PipelineSettings` (paths under ``QKNORM_WORK_DIR``, default the repository).
 
     Raises:
-        ValueError: unknown pair/system/profile (the scripts' message) or checkpoint.
+        ValueError: unknown pair/system/profile, a bad lr or budget (the scripts' message) or
+            checkpoint.
         NotADirectoryError: ``QKNORM_WORK_DIR`` is a file or lies below one.
     """
     name = checkpoint_file_name(checkpoint)
-    try:  # the scripts' configuration, read as they read it (qknorm_tools.config)
-        pair_cfg = config.load_pair(pair, config.work_dir())
-        system_cfg = config.load_system(system)
-        profile_cfg = config.apply_env(config.load_profile(profile, pair_cfg))
+    work = config.work_dir()
+    try:  # the scripts' run, made as they make it (qknorm_tools.run_spec)
+        budget = "" if max_update is None else str(max_update)
+        run = run_spec.build_run(pair, system, profile, seed=str(seed), max_update=budget, lr=lr,
+                                 work=work)  # fmt: skip
     except config.ConfigError as e:
         raise ValueError(str(e)) from None
-    work = config.work_dir()
     _check_work_dir(work)
-    label = config.run_label(profile_cfg, max_update)
-    run = config.run_dir(work, pair_cfg.name, label, system_cfg.name, seed,
-                         precision=_precision(profile_cfg, work))  # fmt: skip
+    run = run_spec.with_precision(run, _precision(run.profile, work) or "fp32")
     data = work / "data"
-    gen_flags = commands.decode_flags(profile_cfg, label)  # as evaluate.sh decodes
-    precision = _precision(profile_cfg, work) or "fp32"
-    identity = dict(pair=pair, profile=label, system=system, seed=seed, precision=precision)
     return PipelineSettings(
-        checkpoint=Path(run) / "checkpoints" / name,
-        data_bin=Path(data) / "bin" / pair,
-        bpe_dir=Path(data) / "bpe" / pair,
-        max_tokens=profile_cfg.gen_max_tokens,
-        generate_flags=[*commands.beam_flags(profile_cfg), *gen_flags],
-        run_identity={**identity, "variant": {}},
+        checkpoint=run.dir / "checkpoints" / name,
+        data_bin=data / "bin" / run.pair.name,
+        bpe_dir=data / "bpe" / run.pair.name,
+        max_tokens=run.profile.gen_max_tokens,
+        # as evaluate.sh decodes
+        generate_flags=[
+            *commands.beam_flags(run.profile),
+            *commands.decode_flags(run.profile, run.label),
+        ],  # fmt: skip
+        run_identity=run.identity,
     )
 
 
@@ -321,6 +324,7 @@ def missing_checkpoint(
     seed: int,
     checkpoint: str,
     max_update: Optional[int],
+    lr: str = "",
 ) -> FileNotFoundError:
     """The error for a checkpoint ``path`` that does not exist, saying what makes it.
 
@@ -339,8 +343,10 @@ def missing_checkpoint(
         else f"; no run of {pair} {system} has a {path.name}"
     )
     # a bf16 run is made (and decoded) with --precision bf16, whatever this CPU would decide
-    options = f"--profile {profile} --seed {seed}{budget}" + (
-        " --precision bf16" if bf16_now else ""
+    options = (
+        f"--profile {profile} --seed {seed}{budget}"
+        + (f" --lr {lr}" if lr else "")
+        + (" --precision bf16" if bf16_now else "")
     )
     if not checkpoint.startswith("avg"):
         return FileNotFoundError(
@@ -556,6 +562,7 @@ class Translator:
         checkpoint: str = "best",
         moses: bool = False,
         max_update: Optional[int] = None,
+        lr: str = "",
     ) -> "Translator":
         """The run ``scripts/evaluate.sh PAIR SYSTEM --profile P --seed N`` evaluates.
 
@@ -572,11 +579,11 @@ class Translator:
         """
         from qknorm_tools.evaluate import check_run_identity
 
-        s = pipeline_settings(pair, system, profile, seed, checkpoint, max_update)
+        s = pipeline_settings(pair, system, profile, seed, checkpoint, max_update, lr)
         check_run_identity(s.checkpoint.parents[1], s.run_identity)
         if not s.checkpoint.is_file():
             raise missing_checkpoint(
-                s.checkpoint, pair, system, profile, seed, checkpoint, max_update
+                s.checkpoint, pair, system, profile, seed, checkpoint, max_update, lr
             )
         return cls(
             s.checkpoint,
@@ -741,6 +748,7 @@ def _load_translator(a) -> "Translator":
             a.checkpoint,
             moses=a.moses,
             max_update=a.max_update,
+            lr=a.lr or "",
         )
     except EvaluationError as e:  # a copied or renamed run (as evaluate.sh), an unreadable record
         print(f"error: {e}", file=sys.stderr)
@@ -801,6 +809,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "--max-update",
         type=_uint("--max-update"),
         help="the run's budget, if not the profile's (as given to scripts/train.sh)",
+    )
+    p.add_argument(
+        "--lr",
+        help="the run's peak learning rate, if not the profile's (as given to scripts/train.sh: "
+        "its runs are seedN-lrLR)",
     )
     p.add_argument(
         "--moses",

@@ -506,7 +506,7 @@ def grid_dirs(a: argparse.Namespace) -> dict:
     return out
 
 
-def plan_evaluation(a: argparse.Namespace, environ=os.environ) -> dict:
+def _evaluation(a: argparse.Namespace, environ=os.environ) -> tuple[dict, run_spec.Run]:
     """``evaluate-plan``: the run evaluate.sh's options name, its outputs and its commands.
 
     The run train.sh made with the same options (:class:`run_spec.Run`; the precision of a run
@@ -518,7 +518,7 @@ def plan_evaluation(a: argparse.Namespace, environ=os.environ) -> dict:
 
     Returns:
         the assignments evaluate.sh evaluates (``RUN``, ``CHECKPOINT``, ``GEN``, ``HYP``,
-        ``SCORE``, ``TRAIN_CMD``, ``TWIN_HINT``, ``GEN_CMD``, ...).
+        ``SCORE``, ``TRAIN_CMD``, ``TWIN_HINT``, ``GEN_CMD``, ...) and the :class:`run_spec.Run`.
 
     Raises:
         UsageError: a bad option; config.ConfigError: a configuration file that cannot be read.
@@ -569,7 +569,12 @@ def plan_evaluation(a: argparse.Namespace, environ=os.environ) -> dict:
         "HYP": f"{rundir}/{stem}.hyp", "SCORE": f"{rundir}/{stem}.score.json",
         "THREADS": str(threads), "BEAM": str(profile.beam), "LENPEN": str(profile.lenpen),
         "AVG_CMD": avg, "GEN_CMD": gen,
-    }  # fmt: skip
+    }, run  # fmt: skip
+
+
+def plan_evaluation(a: argparse.Namespace, environ=os.environ) -> dict:
+    """``evaluate-plan``: :func:`_evaluation`'s assignments."""
+    return _evaluation(a, environ)[0]
 
 
 def check_evaluation(a: argparse.Namespace, environ=os.environ) -> dict:
@@ -585,13 +590,9 @@ def check_evaluation(a: argparse.Namespace, environ=os.environ) -> dict:
         PlanError, UsageError, config.ConfigError: as :func:`plan_evaluation` and
             :func:`evaluate_check`.
     """
-    plan = plan_evaluation(a, environ)
-    lr = plan["QK_LR_OVERRIDE"]
-    expected = {"pair": plan["PAIR"], "profile": plan["LABEL"], "system": plan["SYSTEM"],
-                "seed": int(a.seed), "precision": plan["QK_BF16_RUN"] or "fp32",
-                "variant": {"lr": lr} if lr else {}}  # fmt: skip
+    plan, run = _evaluation(a, environ)
     return evaluate_check(
-        Path(plan["RUN"]), expected, train_cmd=plan["TRAIN_CMD"],
+        run.dir, run.identity, train_cmd=plan["TRAIN_CMD"],
         checkpoint=Path(plan["CHECKPOINT"]), averaged=bool(plan["N_AVERAGE"]),
         ref=Path(plan["REF"]), data_root=Path(str(a.data_root)), split=a.split,
         src=plan["SRC"], tgt=plan["TGT"],

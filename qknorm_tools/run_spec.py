@@ -226,6 +226,17 @@ class Run:
         """The record's variant keys: ``{"lr": LR}`` for a run at another lr, else ``{}``."""
         return {"lr": self.lr_override} if self.lr_override else {}
 
+    @property
+    def identity(self) -> dict:
+        """What the run is, as its ``train.json`` records it.
+
+        Pair, profile (the label), system, seed, precision and variant, as the scripts check
+        them (:func:`qknorm_tools.evaluate.check_run_identity`).
+        """
+        return {"pair": self.pair.name, "profile": self.label, "system": self.system.name,
+                "seed": self.seed, "precision": self.precision,
+                "variant": self.variant}  # fmt: skip
+
     def train_cmd(self, environ: Mapping = os.environ) -> str:
         """The ``scripts/train.sh`` command that makes this run (for messages).
 

@@ -320,15 +320,15 @@ def test_extra_fairseq_args_that_add_settings_pass(tmp_path):
         "twt",
         "--dry-run",
         "--",
-        "--lr",
-        "5e-4",
+        "--weight-decay",
+        "1e-4",
         "--adam-betas",
         "(0.9,0.98)",
         "--fp16",
         env=make_env(tmp_path),
     )
     assert p.returncode == 0, out(p)
-    assert p.stdout.rstrip().endswith("--lr 5e-4 --adam-betas \\(0.9\\,0.98\\) --fp16")
+    assert p.stdout.rstrip().endswith("--weight-decay 1e-4 --adam-betas \\(0.9\\,0.98\\) --fp16")
     p = run_script(
         "train.sh", "gl-en", "twt", "--dry-run", "--", "data/bin/x", env=make_env(tmp_path)
     )

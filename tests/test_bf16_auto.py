@@ -139,31 +139,45 @@ def test_a_measurement_first_says_what_and_roughly_how_long(tmp_path, monkeypatc
     assert "not this run's" not in bf16_auto.decide(tmp_path, "proxy", 1, 7, cached_only=True)[1]
 
 
-def test_train_sh_measures_with_the_runs_thread_count(tmp_path):
-    """qk_resolve_bf16 passes the run's --threads (not the profile's 2) to the measurement, and
-    its stderr reaches the terminal directly (no filter that holds its lines back)."""
-    from conftest import make_data_chain, make_env, out, run_script
+def test_train_plan_measures_with_the_runs_thread_count(tmp_path, monkeypatch, capsys):
+    """train.sh's plan passes the run's --threads (not the profile's 2) to the measurement, in its
+    command and OMP_NUM_THREADS, and leaves its stderr uncaptured (it reaches the terminal
+    directly: no filter that holds its lines back)."""
+    from qknorm_tools import run, run_spec
 
-    log = tmp_path / "bf16_auto.calls"
-    wrapper = tmp_path / "python"
-    wrapper.write_text(
-        "#!/usr/bin/env bash\n"
-        '[[ "$1 $2" != "-m qknorm_model_tools.bf16_auto" ]] || '
-        f'echo "OMP=$OMP_NUM_THREADS $*" >>{log}\n'
-        f'exec {sys.executable} "$@"\n'
-    )
-    wrapper.chmod(0o755)
-    work = tmp_path / "work"
-    make_data_chain(work)
-    env = make_env(work, QKNORM_BF16="auto", QKNORM_PYTHON=wrapper)
-    p = run_script("train.sh", "gl-en", "twt", "--threads", 1, "--dry-run", env=env)
-    assert p.returncode == 0, out(p)
-    calls = log.read_text().splitlines()
+    from conftest import make_data_chain
+
+    calls, real_run = [], subprocess.run
+
+    def spy(cmd, **kw):
+        if "qknorm_model_tools.bf16_auto" not in cmd:
+            return real_run(cmd, **kw)
+        calls.append((cmd[1:], kw["env"]["OMP_NUM_THREADS"], kw.get("stderr")))
+        return subprocess.CompletedProcess(cmd, 0, stdout="fp32\n")
+
+    monkeypatch.setattr(run_spec.subprocess, "run", spy)
+    monkeypatch.setenv("QKNORM_BF16", "auto")
+    make_data_chain(tmp_path)
+    argv = ["train-plan", "--pair", "gl-en", "--system", "twt", "--profile", "cpu-proxy",
+            "--seed", "1", "--threads", "1", "--dry-run", f"--work-dir={tmp_path}",
+            f"--data-root={tmp_path}/data"]  # fmt: skip
+    assert run.main(argv) == 0, capsys.readouterr().err
     assert calls == [
-        f"OMP=1 -m qknorm_model_tools.bf16_auto {work}/bf16-auto --size proxy --threads 1 "
-        "--cached-only"
-    ], out(p)
-    assert "tensorboardX" not in p.stderr and "[bf16 auto] " in p.stderr, out(p)
+        (
+            [
+                "-m",
+                "qknorm_model_tools.bf16_auto",
+                f"{tmp_path}/bf16-auto",
+                "--size",
+                "proxy",
+                "--threads",
+                "1",
+                "--cached-only",
+            ],
+            "1",
+            None,
+        )  # fmt: skip
+    ]
 
 
 def test_a_cached_verdict_is_read_without_the_lock_and_a_corrupt_one_is_named(

@@ -40,12 +40,12 @@ BPE_ARGS = {
     "subword-nmt": ["--merges", 200, "--vocab-threshold", 30],
     "sentencepiece": ["--tool", "sentencepiece", "--vocab-size", 60],
 }
-# train.sh passes these after the profile's flags (fairseq keeps the last value): a tiny
-# model that learns the word mapping in 200 updates (dropout 0, train.sh's fixed seed 1)
+# train.sh passes these after the profile's flags (fairseq keeps the last value): with train.sh
+# --lr 5e-3 (its run: seed1-lr5e-3), a tiny model that learns the word mapping in 200 updates
+# (dropout 0, train.sh's fixed seed 1)
+TINY_LR = ["--lr", "5e-3"]
 TINY_MODEL = [
     *tiny_model(dim=32),
-    "--lr",
-    5e-3,
     "--warmup-updates",
     20,
     "--max-tokens",
@@ -123,12 +123,15 @@ def evaluated(segmented):
         200,
         "--threads",
         1,
+        *TINY_LR,
         "--",
         *TINY_MODEL,
         env=env,
     )
     assert p.returncode == 0, out(p)
-    p = run_script("evaluate.sh", "gl-en", "twt", "--max-update", 200, "--threads", 1, env=env)
+    p = run_script(
+        "evaluate.sh", "gl-en", "twt", "--max-update", 200, *TINY_LR, "--threads", 1, env=env
+    )
     assert p.returncode == 0, out(p)
     return env, work, tool, work / RUN
 
@@ -229,7 +232,7 @@ def test_generation_options():
 
 # the README's commands, run in the work directory (paths relative to it, as in the README)
 # a 200-update run: filed under the profile's name plus its budget (scripts/lib.sh qk_run_label)
-RUN = "runs/gl-en/cpu-proxy-max-update-200/twt/seed1"
+RUN = "runs/gl-en/cpu-proxy-max-update-200/twt/seed1-lr5e-3"
 README_CHECKPOINT = f"{RUN}/checkpoints/checkpoint_best.pt"
 README_GENERATION = {"beam": 4, "lenpen": 1.0, "max_len_a": 1.5, "max_len_b": 10}
 
@@ -280,7 +283,7 @@ def test_raw_translation_equals_evaluate_sh(evaluated, monkeypatch):
 
     monkeypatch.setenv("QKNORM_WORK_DIR", str(work))
     monkeypatch.chdir(work)
-    settings = pipeline_settings("gl-en", "twt", "cpu-proxy", 1, max_update=200)
+    settings = pipeline_settings("gl-en", "twt", "cpu-proxy", 1, max_update=200, lr="5e-3")
     # the README's flags are the profile's, as evaluate.sh passes them to fairseq-generate
     assert settings.checkpoint == work / README_CHECKPOINT and settings.max_tokens == 6000
     assert generation_options(settings.generate_flags) == README_GENERATION
@@ -304,7 +307,15 @@ def test_raw_translation_equals_evaluate_sh(evaluated, monkeypatch):
     assert hub.translate(read(raw_test), **README_GENERATION) == expected
 
     proc = translate_cli(
-        "gl-en", "twt", "--profile", "cpu-proxy", "--max-update", 200, work=work, input_text=text
+        "gl-en",
+        "twt",
+        "--profile",
+        "cpu-proxy",
+        "--max-update",
+        200,
+        *TINY_LR,
+        work=work,
+        input_text=text,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.splitlines() == expected
@@ -337,9 +348,9 @@ def test_translate_helper_moses_input(evaluated, monkeypatch):
     detok_gl, detok_en = MosesDetokenizer("gl"), MosesDetokenizer("en")
     untokenized = [detok_gl.detokenize(x.split()) for x in read(work / "data/raw/gl-en/test.gl")]
     assert untokenized[0].endswith(".") and not untokenized[0].endswith(" .")
-    hyps = Translator.from_pipeline("gl-en", "twt", moses=True, max_update=200).translate(
-        untokenized
-    )
+    hyps = Translator.from_pipeline(
+        "gl-en", "twt", moses=True, max_update=200, lr="5e-3"
+    ).translate(untokenized)
     assert hyps == [detok_en.detokenize(h.split()) for h in read(run / "test.hyp")]
 
 
@@ -360,7 +371,7 @@ def test_a_corrupt_checkpoint_is_named(evaluated, tmp_path):
         Translator(cut, work / "data/bin/gl-en", work / "data/bpe/gl-en")
     try:  # the run's own checkpoint_last.pt, cut short, then restored for the other tests
         last.write_bytes(whole[: len(whole) // 2])
-        args = ("gl-en", "twt", "--max-update", 200, "--checkpoint", "last")
+        args = ("gl-en", "twt", "--max-update", 200, *TINY_LR, "--checkpoint", "last")
         proc = translate_cli(*args, work=work, input_text="o gato .\n")
     finally:
         last.write_bytes(whole)
@@ -376,7 +387,15 @@ def test_translate_output_file_whole_or_not_at_all(evaluated, tmp_path):
     env, work, tool, run = evaluated
     if tool != "subword-nmt":
         pytest.skip("writing the output does not depend on the BPE tool")
-    args = ("gl-en", "twt", "--max-update", 200, "--input", work / "data/raw/gl-en/test.gl")
+    args = (
+        "gl-en",
+        "twt",
+        "--max-update",
+        200,
+        *TINY_LR,
+        "--input",
+        work / "data/raw/gl-en/test.gl",
+    )
     good = tmp_path / "hyp.txt"
     proc = translate_cli(*args, "--output", good, work=work, input_text="")
     assert proc.returncode == 0, proc.stderr
@@ -400,7 +419,7 @@ def test_translate_output_file_whole_or_not_at_all(evaluated, tmp_path):
     assert "Traceback" not in proc.stderr
     # an empty input translates to nothing, and says so (a new user's `head` of a wrong path
     # left an empty file and a silent exit 0)
-    proc = translate_cli("gl-en", "twt", "--max-update", 200, work=work, input_text="")
+    proc = translate_cli("gl-en", "twt", "--max-update", 200, *TINY_LR, work=work, input_text="")
     assert (proc.returncode, proc.stdout) == (0, ""), proc.stderr
     assert "warning: stdin is empty: nothing to translate" in proc.stderr.splitlines()
 

@@ -44,16 +44,18 @@ CPU_PROFILE = {
 }  # fmt: skip
 
 #: the converging CPU profiles: plateau decay and early stopping on dev loss, validated each epoch
-#: (7 updates per tiny epoch); --lr 1e-2 without dropout makes the tiny model's dev loss plateau
-#: within about 30 epochs (lr halvings, then the early stop), --max-epoch 60 a far bound. They
-#: keep no epoch checkpoints (--no-epoch-checkpoints): nothing to average.
+#: (7 updates per tiny epoch); lr 1e-2 (train.sh --lr: its run is seed1-lr1e-2) without dropout
+#: makes the tiny model's dev loss plateau within about 30 epochs (lr halvings, then the early
+#: stop), --max-epoch 60 a far bound. They keep no epoch checkpoints (--no-epoch-checkpoints):
+#: nothing to average.
 CONVERGE_PROFILE = {
     "metric": "loss",
     "scheduler": "reduce_lr_on_plateau",
     "word_dropout": None,
     "max_update": None,  # epochs until early stopping (the profile's --max-update 0)
     "average": False,
-    "overrides": ["--warmup-updates", "4", "--max-epoch", "60", "--lr", "1e-2", "--dropout", "0"],
+    "lr": "1e-2",
+    "overrides": ["--warmup-updates", "4", "--max-epoch", "60", "--dropout", "0"],
 }  # fmt: skip
 
 #: the fixed-budget profiles of the decisive 2x2 (docs/decisive-2x2.md): linear warmup, then
@@ -195,7 +197,8 @@ def test_profile_trains_for_real(profile, tiny_work, tmp_path):
     work, env = tiny_work
     env, counts_path = counting_env(env, tmp_path)
     budget = ["--max-update", exp["max_update"]] if exp["max_update"] else []
-    common = ["gl-en", SYSTEM, "--profile", profile, *budget]
+    lr = ["--lr", exp["lr"]] if "lr" in exp else []
+    common = ["gl-en", SYSTEM, "--profile", profile, *budget, *lr]
     extra = [*TINY_MODEL, *exp["overrides"], "--log-interval", "1"]
 
     dry = run_script("train.sh", *common, "--dry-run", "--", *extra, env=env)
@@ -207,7 +210,7 @@ def test_profile_trains_for_real(profile, tiny_work, tmp_path):
     assert p.returncode == 0, out(p)
     assert "stopping training because current learning rate" not in out(p)
     label = profile + (f"-max-update-{exp['max_update']}" if exp["max_update"] else "")
-    run = work / "runs" / "gl-en" / label / SYSTEM / "seed1"
+    run = work / "runs" / "gl-en" / label / SYSTEM / ("seed1" + (f"-lr{exp['lr']}" if lr else ""))
     records = trainlog.parse_log(run / "train.log")
     inner = [r for r in records if r["kind"] == "train_inner"]
     valid = [r for r in records if r["kind"] == "valid"]

@@ -93,7 +93,17 @@ def mde(sd: float, n: int, weights: Sequence[float], design: str = "welch",
     if sd == 0.0:
         return 0.0
     nobs, df = _scale(design, weights, n)
-    d = brentq(lambda x: _power(x, nobs, df, alpha) - power, 1e-6, 100.0, xtol=1e-12)
+
+    def short(x: float) -> float:  # power grows with the effect: < 0 below the MDE
+        return _power(x, nobs, df, alpha) - power
+
+    # the smallest doubling of 1 sd above the MDE brackets it: far above it scipy's noncentral
+    # t gives nan in both tails (an effect of 19.7 sd with 7 seeds per cell of the 2x2, where
+    # brentq probed a bracket up to 100 sd)
+    hi = 1.0
+    while short(hi) < 0 and hi < 100.0:
+        hi *= 2.0
+    d = brentq(short, 1e-6, hi, xtol=1e-12)
     return float(d * sd)
 
 

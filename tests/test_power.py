@@ -39,6 +39,17 @@ def test_mde_is_the_effect_the_test_detects_with_80_percent(n):
     assert power.mde(0.5, n, TWO, "paired") == pytest.approx(d1 * 0.5, rel=1e-6)
 
 
+@pytest.mark.parametrize("n", range(2, 13))
+def test_mde_of_a_two_cell_effect_of_the_2x2_at_every_seed_count(n):
+    """A two-cell effect of the 2x2 (Welch's error term: 4 (n - 1) df) has power 0.8 at its
+    MDE, by scipy's noncentral t directly (7 seeds per cell made brentq probe 19.7 sd, where
+    scipy's noncentral t is nan: the interim 29-cell grid's report stopped with a traceback)."""
+    got = power.mde(0.7, n, (-1.0, 1.0, 0.0, 0.0), "welch")
+    df, nc = 4 * (n - 1), got / 0.7 * math.sqrt(n / 2)
+    t = stats.t.ppf(0.975, df)
+    assert stats.nct.sf(t, df, nc) + stats.nct.cdf(-t, df, nc) == pytest.approx(0.8, abs=1e-6)
+
+
 def test_the_converged_grid_detects_about_1_9_bleu():
     """The issue's recomputation from results/cpu-converge-d128: 3 seeds, pooled sd 0.74, MDE
     about 1.9 BLEU, 11 seeds per cell for 0.93, 35 for 0.5 (two-cell effects, 2x2 error term)."""

@@ -185,8 +185,11 @@ def _cmd_runs(a) -> int:
             n_recorded += 1
             _log(f"from its committed record: {rec.source}")
         cells.append((live, rec, rec_dir))
-    if unfinished and a.require_all:
-        raise EvaluationError("unfinished runs: " + "; ".join(unfinished))
+    if unfinished and a.require_all and cells:  # none at all: the message below says so
+        raise EvaluationError(
+            f"unfinished runs, {len(unfinished)} of {len(a.run)} (--require-all: nothing "
+            "written; finish them, or name the runs to report on): " + "; ".join(unfinished)
+        )
     if a.require_systems and cells:  # none at all: the message below says so
         _require_systems(a.run, cells, a.require_systems.split(","))
     # live runs and committed records of other data, settings or profiles never mix

@@ -55,7 +55,9 @@ usage: scripts/ablation.sh PAIR [--seeds 1,2] [--profile P] [--max-update N] [--
   --data-dir D   local corpus copy for scripts/prepare_data.sh
   --no-significance  skip the paired tests
   --aggregate-only   no training: report on the finished runs only; each of the four cells
-                     needs one (of any seed, or a committed record), else nothing is written
+                     needs one (of any seed, or a committed record), else nothing is written;
+                     without --seeds every run of the default seeds (the declared design: no
+                     effect read before the whole grid), else nothing is written
   --dry-run      print the four systems' training commands and the report steps
   -- ARGS        passed on to every cell's fairseq-train (e.g. -- --fp16)
 $(qk_precision_usage)
@@ -83,8 +85,10 @@ load_pair_config "$PAIR_ARG"
 load_profile_config "$PROFILE_ARG" --max-update "$MAXU" --check-stops
 # no --seeds: the profile's declared seeds, or its declared pilot's, or 1,2 (the rule and why:
 # qknorm_tools.pilot.default_seeds; line 1 the seeds, line 2 why)
-SEEDS_WHY=""
+SEEDS_WHY="" EVERY_RUN=()
 if [[ -z "$SEEDS_ARG" ]]; then
+    # a report of the default grid (the declared design) waits for all of it
+    ((AGG_ONLY == 0)) || EVERY_RUN=(--require-every-run)
     seeds_out="$("$QK_PY" -m qknorm_tools.pilot --default-seeds "$PROFILE" --pair "$PAIR")" \
         || die "cannot read the declared seeds of profile $PROFILE (above)"
     SEEDS_ARG="${seeds_out%%$'\n'*}"
@@ -135,7 +139,7 @@ done
 # collection of the finished cells (runs.json, aggregate.*): scripts/reproduce.sh --aggregate-only
 REPRO=(bash "$SCRIPT_DIR/reproduce.sh" --pairs "$PAIR" --systems "$(IFS=,; echo "${SYSTEMS[*]}")"
     --seeds "$SEEDS_ARG" --profile "$PROFILE" --precision "$QK_PRECISION" --baseline twt --results-dir "$OUT" --aggregate-only
-    --require-every-system
+    --require-every-system "${EVERY_RUN[@]+"${EVERY_RUN[@]}"}"
     ${MAXU:+--max-update "$MAXU"})
 ((NO_SIG == 0)) || REPRO+=(--no-significance)
 # the report as a Slurm job after the cells: this script again, reporting only

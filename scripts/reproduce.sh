@@ -55,6 +55,8 @@ usage: scripts/reproduce.sh --pairs P1,P2,...|all --systems S1,S2,...|all [--see
   --aggregate-only   skip data preparation and training: only collect finished cells, aggregate
   --require-every-system  the collection needs a finished cell (any seed) of every system in
                  every pair, else it fails naming the others and writes nothing (scripts/ablation.sh)
+  --require-every-run  the collection needs every cell finished, else it fails naming the
+                 unfinished ones and writes nothing
   --no-aggregate     run the grid only
   --dry-run      print every step (each cell's full fairseq-train command; with --launcher
                  slurm also the cells file and the batch scripts) without running any
@@ -70,12 +72,12 @@ EOF
 
 PAIRS_ARG="" SYSTEMS_ARG="" SEEDS_ARG=1 PROFILE_ARG=cpu-proxy MAX_UPDATE_ARG=""
 BASELINE=twt RESULTS_DIR_ARG="" DATA_DIR_ARG="" NO_SIG=0 AGG_ONLY=0 NO_AGG=0 DRY_RUN=0 LIST=0
-REQUIRE_EVERY=0
+REQUIRE_EVERY=0 REQUIRE_ALL=0
 qk_parse_args "--pairs PAIRS_ARG" "--systems SYSTEMS_ARG" "--seeds SEEDS_ARG" \
     "--profile PROFILE_ARG" "--max-update MAX_UPDATE_ARG" "--baseline BASELINE" \
     "--results-dir RESULTS_DIR_ARG" "--data-dir DATA_DIR_ARG" "--no-significance NO_SIG=1" \
     "--aggregate-only AGG_ONLY=1" "--no-aggregate NO_AGG=1" "--dry-run DRY_RUN=1" "--list LIST=1" \
-    "--require-every-system REQUIRE_EVERY=1" \
+    "--require-every-system REQUIRE_EVERY=1" "--require-every-run REQUIRE_ALL=1" \
     "$QK_PRECISION_SPEC" "${QK_LAUNCH_SPECS[@]}" "@" -- "$@"
 EXTRA=("${QK_REST[@]+"${QK_REST[@]}"}")
 
@@ -162,6 +164,7 @@ COLLECT=("$QK_PY" -m qknorm_tools.collect runs --work-dir "$QK_WORK_DIR" --out-d
     --profile "$LABEL")
 ((NO_SIG == 0)) || COLLECT+=(--no-significance)
 ((REQUIRE_EVERY == 0)) || COLLECT+=(--require-systems "$(IFS=,; echo "${SYSTEMS[*]}")")
+((REQUIRE_ALL == 0)) || COLLECT+=(--require-all)
 for p in "${PAIRS[@]}"; do
     COLLECT+=(--ref "$p=$QK_DATA/raw/$p/test.$(load_pair_config "$p" && printf '%s' "$TGT")")
     for seed in "${SEEDS[@]}"; do
@@ -178,6 +181,7 @@ if ((NO_AGG == 0)); then
         --baseline "$BASELINE" --results-dir "$RESULTS_DIR" --aggregate-only)
     ((NO_SIG == 0)) || AGGREGATE+=(--no-significance)
     ((REQUIRE_EVERY == 0)) || AGGREGATE+=(--require-every-system)
+    ((REQUIRE_ALL == 0)) || AGGREGATE+=(--require-every-run)
 fi
 
 # add_cells PAIR...: the cells of these pairs, seed-major

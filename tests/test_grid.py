@@ -589,6 +589,30 @@ def test_ablation_with_a_cell_of_no_record_writes_nothing_and_names_the_cells(tm
     assert sorted(p.relative_to(res) for p in res.rglob("*")) == before
 
 
+def test_ablation_of_the_declared_design_reports_only_the_whole_grid(tmp_path):
+    """``ablation.sh --aggregate-only`` without --seeds on a profile with a declared design
+    (cpu-converge-d128: 10 seeds per cell, no effect read before all 40 cells) while cells are
+    unfinished (a new user's trial: it rewrote the committed runs.json and aggregate.* with
+    interim means, then stopped): the collection refuses first, naming how many are unfinished,
+    and the results directory is left as it was."""
+    import shutil
+
+    res = tmp_path / "results" / "cpu-converge-d128" / "gl-en"
+    for system in ("twt", "qknorm_paper", "prenorm_fixnorm_layernorm", "scalenorm_qknorm"):
+        shutil.copytree(REPO / f"results/cpu-converge-d128/gl-en/records/{system}/seed1",
+                        res / f"records/{system}/seed1")  # fmt: skip
+    (res / "runs.json").write_text("{}")  # an earlier collection
+    before = {p.relative_to(res): p.read_bytes() for p in res.rglob("*") if p.is_file()}
+    args = ("gl-en", "--profile", "cpu-converge-d128", "--aggregate-only")
+    proc = script("ablation.sh", *args, work_dir=tmp_path, check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert "error: unfinished runs, 36 of 40 (--require-all: nothing written; " in proc.stderr
+    assert proc.stderr.splitlines()[-1] == (
+        "error: collecting the finished cells failed (above): no report written"
+    )
+    assert {p.relative_to(res): p.read_bytes() for p in res.rglob("*") if p.is_file()} == before
+
+
 def test_reproduce_with_an_invalid_committed_record_says_its_failure_once(tmp_path):
     """``reproduce.sh --aggregate-only`` over an invalid committed record (issue 37): the
     collection's message naming the record, then one line saying the collection failed (it was

@@ -7,7 +7,9 @@ check
     file under two names), equal line counts, no empty line, valid UTF-8, no carriage return
     (CRLF), no byte order mark (U+FEFF, at the start of the file or anywhere in a line), no
     tab, no character that ``str.splitlines`` takes for a line break, no space separator other
-    than U+0020 (no-break space, ...), no other control character, no line over ``max_len``
+    than U+0020 (no-break space, ...), no other control character, no invisible format
+    character (zero width space, soft hyphen, bidi marks, ...), no U+FFFD (a lossy decoding
+    upstream), no line over ``max_len``
     whitespace tokens. Lines not in Unicode NFC (decomposed letters, mixed with composed ones)
     are reported as a warning with counts (:mod:`.unicode_forms`).
 distinct
@@ -25,6 +27,7 @@ too.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
@@ -68,11 +71,40 @@ SPACE_SEPARATORS = "\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000"
 #: invisible and BPE tools take it as part of a word.
 BOM = "\ufeff"
 
-#: Every character refused inside a line after decoding: tab, the line breaks above, the space
-#: separators above, the byte order mark, and every other control character (Unicode category
-#: Cc: C0, DEL, C1) except ``\n`` (the line end), ``\r`` and NUL (both reported on the raw
-#: bytes, before decoding).
-_BAD_CHAR = re.compile(f"[\x01-\x09\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029{SPACE_SEPARATORS}{BOM}]")
+#: The prepended concatenation marks (Unicode property Prepended_Concatenation_Mark: the Arabic
+#: number signs, end of ayah, Syriac abbreviation mark, ...): format characters (category Cf)
+#: that are visible signs of their scripts, so not refused with the other format characters.
+PREPENDED_CONCATENATION_MARKS = "\u0600-\u0605\u06dd\u070f\u0890\u0891\u08e2\U000110bd\U000110cd"
+
+#: U+FFFD REPLACEMENT CHARACTER: what a decoder writes for bytes it could not decode (``errors=
+#: "replace"``); the original character is lost upstream.
+REPLACEMENT_CHARACTER = "\ufffd"
+
+#: Every character refused inside a line after decoding, but the invisible format characters
+#: (:func:`_bad_char_re` adds them): tab, the line breaks above, the space separators above, the
+#: byte order mark, the replacement character, and every other control character (Unicode
+#: category Cc: C0, DEL, C1) except ``\n`` (the line end), ``\r`` and NUL (both reported on the
+#: raw bytes, before decoding).
+_BAD_CHARS = (
+    f"\x01-\x09\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029{SPACE_SEPARATORS}{BOM}{REPLACEMENT_CHARACTER}"
+)
+
+
+@functools.cache
+def _bad_char_re() -> re.Pattern:
+    """The refused characters: :data:`_BAD_CHARS` and the invisible format characters.
+
+    Those are every format character (Unicode category Cf, of this Python's Unicode database)
+    but the prepended concatenation marks, e.g. zero width space, soft hyphen, word joiner, the
+    bidirectional marks, embeddings and isolates, zero width (non-)joiner. Built once (a scan
+    of the code points, about 0.2 s).
+    """
+    kept = re.compile(f"[{PREPENDED_CONCATENATION_MARKS}]")
+    cf = "".join(
+        chr(c) for c in range(sys.maxunicode + 1)
+        if unicodedata.category(chr(c)) == "Cf" and not kept.match(chr(c))
+    )  # fmt: skip
+    return re.compile(f"[{_BAD_CHARS}{re.escape(cf)}]")
 
 
 class CorpusError(Exception):
@@ -141,17 +173,20 @@ def bad_character_problem(text: str) -> str | None:
     with a stray ``@@`` and a ``\t@@`` vocabulary entry), the line breaks of
     :data:`LINE_BREAK_CHARS` (``str.splitlines``), the space separators of
     :data:`SPACE_SEPARATORS` (no-break space and the like: the same stray ``@@``), the byte
-    order mark :data:`BOM` anywhere in the line, and every other control character (Unicode
-    category Cc; invisible, and taken as part of a word). The message names the character
+    order mark :data:`BOM` anywhere in the line, every other control character (Unicode
+    category Cc; invisible, and taken as part of a word), the invisible format characters
+    (:func:`_bad_char_re`: the same) and :data:`REPLACEMENT_CHARACTER` (a character lost to a
+    lossy decoding before the file). The message names the character
     (code point and name) and its position (1-based character index), and how many more refused
     characters the line holds.
     """
-    m = _BAD_CHAR.search(text)
+    bad_char = _bad_char_re()
+    m = bad_char.search(text)
     if m is None:
         return None
     c, col = m.group(), m.start() + 1
     code = f"U+{ord(c):04X}"
-    more = len(_BAD_CHAR.findall(text, m.end()))
+    more = len(bad_char.findall(text, m.end()))
     tail = f" ({more} more such character{'s' if more > 1 else ''} in the line)" if more else ""
     if c == "\t":
         return (
@@ -170,6 +205,18 @@ def bad_character_problem(text: str) -> str | None:
             f"byte order mark, zero width no-break space ({code}) at character {col}: invisible, "
             f"and BPE tools take it as part of a word (files concatenated with their BOMs?); "
             f"remove it{tail}"
+        )
+    if c == REPLACEMENT_CHARACTER:
+        return (
+            f"replacement character ({code}) at character {col}: what a decoder writes for bytes "
+            f"it could not decode; the original character was lost before this file (decode the "
+            f"source with its real encoding){tail}"
+        )
+    if unicodedata.category(c) == "Cf":
+        return (
+            f"{unicodedata.name(c, 'format character').lower()} ({code}) at character {col}: an "
+            f"invisible format character, and BPE tools take it as part of a word (the word with "
+            f"it and without it are two vocabulary entries); remove it{tail}"
         )
     if unicodedata.category(c) == "Zs":
         return (

@@ -53,6 +53,12 @@ def _word_boundary_for_fairseq_only(c: str) -> bool:
 SPACE_LIKE = {c for c in ALL_CHARS if _word_boundary_for_fairseq_only(c)} - SPLITLINES_BREAKS
 #: the byte order mark: refused anywhere, not only at the start of a file (README, "Data checks")
 BOM = "\N{ZERO WIDTH NO-BREAK SPACE}"
+#: Unicode's PropList.txt, Prepended_Concatenation_Mark (visible signs, though category Cf)
+PCM = {chr(c) for c in [*range(0x600, 0x606), 0x6DD, 0x70F, 0x890, 0x891, 0x8E2, 0x110BD, 0x110CD]}
+#: the invisible format characters: zero width space, soft hyphen, word joiner, bidi marks, ...
+INVISIBLE_FORMAT = {c for c in ALL_CHARS if unicodedata.category(c) == "Cf"} - PCM - {BOM}
+#: what a decoder writes for bytes it could not decode
+REPLACEMENT = "\N{REPLACEMENT CHARACTER}"
 
 
 def test_line_breaks_are_exactly_the_ones_of_str_splitlines():
@@ -61,11 +67,15 @@ def test_line_breaks_are_exactly_the_ones_of_str_splitlines():
 
 
 def test_every_refused_character_and_only_those():
-    refused = (SPLITLINES_BREAKS | CONTROL | SPACE_LIKE | {"\t", BOM}) - ON_BYTES
+    refused = SPLITLINES_BREAKS | CONTROL | SPACE_LIKE | {"\t", BOM, REPLACEMENT}
+    refused = (refused | INVISIBLE_FORMAT) - ON_BYTES
     # Cc (65, \t \v \f \x1c-\x1e \x85 among them), U+2028-9, 16 space separators (and \x1f),
-    # the byte order mark
+    # the byte order mark, the replacement character, 149 invisible format characters (Unicode
+    # 14: 163 Cf less the BOM and 13 prepended concatenation marks)
     assert len(SPACE_LIKE - CONTROL) == 16 and "\u00a0" in SPACE_LIKE and "\u3000" in SPACE_LIKE
-    assert len(refused) == 65 + 2 + 16 - 3 + 1
+    assert {"\u200b", "\u00ad", "\u2060", "\u200e", "\u200f", "\u202b", "\u2066", "\u200c",
+            "\u200d"} <= INVISIBLE_FORMAT  # fmt: skip
+    assert len(refused) == 65 + 2 + 16 - 3 + 1 + 1 + len(INVISIBLE_FORMAT)
     wrong = [
         f"U+{ord(c):04X}"
         for c in ALL_CHARS
@@ -78,6 +88,27 @@ def test_every_refused_character_and_only_those():
             f"character U+{ord(c):04X} at character 5" in problem
         ), problem
         assert problem.endswith("(1 more such character in the line)"), problem
+
+
+def test_invisible_format_and_replacement_characters_are_named(tmp_path):
+    """A new user's trial: zero width space, soft hyphen, word joiner, the bidi marks and
+    isolates, the zero width (non-)joiner and U+FFFD passed the check."""
+    src, tgt = tmp_path / "x.gl", tmp_path / "x.en"
+    src.write_text("ola mun\u200bdo .\nca\u00adsa .\nbo\ufffd .\n\u0600 ola .\n", encoding="utf-8")
+    tgt.write_text("hello world .\n" * 4, encoding="utf-8")
+    p = run_corpus("check", "--src", src, "--tgt", tgt)
+    assert p.returncode == 1, out(p)
+    assert p.stderr.splitlines() == [
+        f"error: {src}:1: zero width space (U+200B) at character 8: an invisible format "
+        "character, and BPE tools take it as part of a word (the word with it and without it "
+        "are two vocabulary entries); remove it",
+        f"error: {src}:2: soft hyphen (U+00AD) at character 3: an invisible format character, "
+        "and BPE tools take it as part of a word (the word with it and without it are two "
+        "vocabulary entries); remove it",
+        f"error: {src}:3: replacement character (U+FFFD) at character 3: what a decoder writes "
+        "for bytes it could not decode; the original character was lost before this file "
+        "(decode the source with its real encoding)",
+    ]  # line 4: an Arabic number sign, a visible sign of its script, passes
 
 
 def test_check_names_file_line_and_character(tmp_path):

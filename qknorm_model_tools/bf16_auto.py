@@ -2,6 +2,7 @@ r"""Whether the CPU profiles train in bf16 on this machine: measured once, then 
 
     python -m qknorm_model_tools.bf16_auto CACHE_DIR [--size proxy] [--threads N] [--cached-only]
                                                      [--quiet]
+    python -m qknorm_model_tools.bf16_auto --native-only [--quiet]
 
 The CPU profiles (``configs/profiles/cpu-proxy*.toml``: ``bf16 = "auto"``) train with the
 plugin task's ``--bf16-autocast`` only where it is *measured* faster than fp32 on the CPU at
@@ -250,7 +251,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m qknorm_model_tools.bf16_auto", description=__doc__.split("\n\n")[0]
     )
-    p.add_argument("cache_dir", type=Path, help="where verdicts are cached")
+    p.add_argument("cache_dir", type=Path, nargs="?", help="where verdicts are cached")
     p.add_argument("--size", default="proxy", help="model size (proxy; smoke for tests)")
     p.add_argument("--threads", type=int, default=2, help="threads of the measurement")
     p.add_argument(
@@ -271,9 +272,25 @@ def main(argv=None) -> int:
         help="no line saying why on stderr (errors are still said): for a step that trains "
         "nothing and only finds the runs",
     )
+    p.add_argument(
+        "--native-only",
+        action="store_true",
+        help="answer from the CPU alone (step 1: bf16 where it has native bf16; nothing measured "
+        "or cached): whether --precision bf16 can train here",
+    )
     a = p.parse_args(argv)
     if a.threads < 1 or a.reps < 5:
         p.error("--threads must be >= 1 and --reps >= 5")
+    if a.native_only:
+        from fairseq_qknorm.tasks import cpu_bf16
+
+        native, why = cpu_bf16.native_bf16_support()
+        if not a.quiet:
+            print(f"[bf16 auto] {why}", file=sys.stderr)
+        print("bf16" if native else "fp32")
+        return 0
+    if a.cache_dir is None:
+        p.error("the following arguments are required: cache_dir")
     torch.set_num_threads(a.threads)
     # fairseq's INFO records (its tensorboardX line) and warnings: not on the terminal
     quiet_fairseq_logging("python -m benchmarks.bf16_cpu shows them")

@@ -262,6 +262,24 @@ def _train_data(bin_dir: str) -> str:
     return ":".join([bin_dir] + [f"{bin_dir}/shards/{k}" for k in ks])
 
 
+def _require_native_bf16() -> None:
+    """Refuse a bf16 run on a CPU without native bf16 before its directory exists.
+
+    The plugin task refuses it too, but only after fairseq has started (a traceback, and a
+    "rerun to resume" that cannot help). Dry runs do not ask (torch's start, for each cell).
+
+    Raises:
+        PlanError: no native bf16 on this CPU; config.ConfigError: no answer.
+    """
+    native, why = run_spec.native_bf16(config.REPO)
+    if not native:
+        raise PlanError(
+            f"bf16 autocast: {why}; torch would emulate bf16, about 20x slower than fp32 "
+            "(benchmarks/README.md): train in fp32 (--precision fp32), or pass -- "
+            "--bf16-autocast-allow-emulated to train so anyway"
+        )
+
+
 def plan_training(a: argparse.Namespace, extra: tuple, environ=os.environ) -> dict:
     """``train-plan``: the run of train.sh's options (a :class:`run_spec.Run`) and its plan.
 
@@ -297,6 +315,8 @@ def plan_training(a: argparse.Namespace, extra: tuple, environ=os.environ) -> di
             mode, profile, work=a.work_dir, threads=threads, cached_only=a.dry_run, repo=config.REPO
         ),
     )
+    if run.precision == "bf16" and not a.dry_run and "--bf16-autocast-allow-emulated" not in extra:
+        _require_native_bf16()
     bin_dir = f"{root}/bin/{pair.name}"
     what = f"profile {profile.name} (configs/profiles/{profile.name}.toml)"
     plan = train_plan(

@@ -44,6 +44,7 @@ __all__ = [
     "check_posint",
     "check_uint",
     "decide_precision",
+    "native_bf16",
     "precision_arg",
     "precision_mode",
     "require_sizeable",
@@ -178,6 +179,24 @@ def decide_precision(
             f"python -m qknorm_model_tools.bf16_auto answered '{answer}', expected bf16 or fp32"
         )
     return answer
+
+
+def native_bf16(repo: Path) -> tuple[bool, str]:
+    """Whether this CPU has native bf16 instructions, and the detection's words.
+
+    ``python -m qknorm_model_tools.bf16_auto --native-only`` (torch: its own process;
+    :func:`fairseq_qknorm.tasks.cpu_bf16.native_bf16_support`, the check the plugin task makes
+    before a ``--bf16-autocast`` run trains).
+
+    Raises:
+        ConfigError: the detection failed (its message is on stderr above).
+    """
+    cmd = [sys.executable, "-m", "qknorm_model_tools.bf16_auto", "--native-only"]
+    done = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, check=False)
+    if done.returncode != 0 or done.stdout.strip() not in ("bf16", "fp32"):
+        sys.stderr.write(done.stderr)
+        raise ConfigError("cannot tell whether this CPU has native bf16 (above)")
+    return done.stdout.strip() == "bf16", done.stderr.strip().removeprefix("[bf16 auto] ")
 
 
 @dataclass(frozen=True)

@@ -54,8 +54,9 @@ usage: scripts/train.sh PAIR SYSTEM [--profile P] [--seed N] [--max-update N] [-
   --bf16-autocast  forward pass and loss in bf16 on CPU (the plugin task
                translation_word_dropout's --bf16-autocast; a profile without word dropout
                gets --word-dropout 0); the run is seedN-bf16, next to its fp32 twin
-               (scripts/evaluate.sh decodes it in fp32); refused on a CPU without native
-               bf16 unless -- --bf16-autocast-allow-emulated. Without it the profile decides:
+               (scripts/evaluate.sh decodes it in fp32); refused (exit 1, before the run
+               exists) on a CPU without native bf16 unless -- --bf16-autocast-allow-emulated.
+               Without it the profile decides:
                the CPU profiles (PROFILE_BF16=auto) use bf16 where it was measured faster
                on this CPU (measured once, about a minute; docs/bf16.md)
   --precision P  bf16 (as --bf16-autocast), fp32, or auto (bf16 where measured faster); the

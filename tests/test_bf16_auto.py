@@ -331,3 +331,17 @@ def test_auto_is_fp32_for_the_paper_profile_and_checks_data_before_measuring(tmp
     p = run_script("train.sh", "gl-en", "twt", env=make_env(work, QKNORM_BF16=None))
     assert p.returncode == 1 and "data/bpe/gl-en/bpe.json not found" in p.stderr
     assert not (work / "bf16-auto").exists()
+
+
+def test_native_only_answers_the_plugin_tasks_detection():
+    """``--native-only`` (run_spec.native_bf16 asks it before a bf16 run): the plugin task's
+    own detection, nothing measured or cached."""
+    p = subprocess.run(
+        [sys.executable, "-m", "qknorm_model_tools.bf16_auto", "--native-only"],
+        capture_output=True, text=True, env=cli_env(), cwd=REPO, timeout=FAR_BOUND,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert (p.stdout, p.stderr) == (
+        "bf16\n" if NATIVE else "fp32\n",
+        f"[bf16 auto] {NATIVE_REASON}\n",
+    )

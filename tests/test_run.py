@@ -130,6 +130,29 @@ def test_settings_that_cannot_work_together_are_refused_by_name(tmp_path, capsys
     assert lines[-1] == "error: refusing to train: settings that cannot work together (above)"
 
 
+def test_bf16_without_native_bf16_is_refused_before_the_run_exists(tmp_path, capsys, monkeypatch):
+    """A new user's trial: --precision bf16 on a CPU without native bf16 passed the plan, then
+    fairseq stopped with a traceback after 25 s and train.sh said "rerun to resume". Now the
+    plan refuses it (exit 1, before the lock and the run directory); a dry run does not ask, and
+    -- --bf16-autocast-allow-emulated trains anyway."""
+    from qknorm_tools import run_spec
+
+    make_data_chain(tmp_path)
+    why = "this CPU (AMD EPYC) has no native bf16 instructions (looked for avx512_bf16 ...)"
+    monkeypatch.setattr(run_spec, "native_bf16", lambda repo: (False, why))
+    bf16 = [a if a != "fp32" else "bf16" for a in _args(tmp_path, "twt")]
+    rc, _, _, err = _plan(capsys, bf16)
+    assert rc == FAILURE and err.splitlines() == [
+        f"error: bf16 autocast: {why}; torch would emulate bf16, about 20x slower than fp32 "
+        "(benchmarks/README.md): train in fp32 (--precision fp32), or pass -- "
+        "--bf16-autocast-allow-emulated to train so anyway"
+    ]
+    assert not (tmp_path / "runs").exists()
+    assert _plan(capsys, [*bf16, "--dry-run"])[0] == OK
+    rc, values, _, _ = _plan(capsys, [*bf16, "--", "--bf16-autocast-allow-emulated"])
+    assert rc == OK and values["RUN"][0].endswith("/twt/seed1-bf16")
+
+
 def test_an_unknown_system_is_a_usage_error_on_stdout(tmp_path, capsys):
     rc, _, out, _ = _plan(capsys, _args(tmp_path, "nosuch", dry_run=True))
     assert rc == USAGE and out.startswith("unknown system 'nosuch'")

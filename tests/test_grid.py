@@ -768,6 +768,31 @@ def test_ablation_status_without_seeds_shows_the_declared_seeds(work):
     assert {m.group(1) for m in re.finditer(r"gl-en/\w+/seed(\d+)", proc.stdout)} == {"1", "2"}
 
 
+def test_status_names_the_repositorys_records_a_work_dir_elsewhere_lacks(tmp_path):
+    """A new user's trial: QKNORM_WORK_DIR elsewhere hid the repository's committed records of
+    the decisive grid (40 todo, and they would train again, without a word): said, with the
+    copy that counts them."""
+    import shutil
+
+    repo = REPO / "results/cpu-converge-d128/gl-en"
+    n = len(list(repo.glob("records/*/seed*/record.json")))
+    to = tmp_path / "results/cpu-converge-d128/gl-en"
+    args = ("ablation.sh", "gl-en", "--status", "--profile", "cpu-converge-d128")
+    proc = script(*args, work_dir=tmp_path)
+    assert (
+        f"[ablation] warning: {n} cells of this grid have committed records in the repository "
+        f"({repo}/records) that QKNORM_WORK_DIR={tmp_path} does not hold: they count as todo "
+        f"and would train again; to count them: mkdir -p '{to}' && cp -r '{repo}/records' "
+        f"'{to}/' (or unset QKNORM_WORK_DIR)"
+    ) in proc.stderr.splitlines(), proc.stderr
+    assert "0 failed, 40 todo" in proc.stdout
+    to.mkdir(parents=True)
+    shutil.copytree(repo / "records", to / "records")
+    proc = script(*args, work_dir=tmp_path)
+    assert f"0 failed, {40 - n} todo, {n} committed records" in proc.stdout
+    assert "warning" not in proc.stderr, proc.stderr
+
+
 def test_ablation_rejects_unknown_pair(work):
     proc = script("ablation.sh", "xx-yy", "--dry-run", work_dir=work, check=False)
     assert proc.returncode == 2 and "known pairs: ar-en en-vi gl-en he-en sk-en" in proc.stderr

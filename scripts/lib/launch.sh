@@ -271,7 +271,7 @@ qk_prepare_data() {
 
 QK_CELL_NAME=() QK_CELL_RUN=() QK_CELL_ARGS=()
 # grid cells replaced by their committed record (qk_grid_cell): never trained again
-QK_REC_NAME=() QK_REC_DIR=() QK_REC_ARGS=()
+QK_REC_NAME=() QK_REC_DIR=() QK_REC_ARGS=() QK_REPO_RECORDS=()
 declare -A QK_CELL_RECORD_OF=()
 
 # qk_record_dir LABEL RUN: the committed record of the run directory RUN
@@ -299,7 +299,25 @@ qk_grid_cell() {
         QK_REC_ARGS+=("${joined%$'\t'}")
         return 0
     fi
+    # a work dir elsewhere (QKNORM_WORK_DIR) does not hold the repository's committed records
+    local in_repo="$QK_REPO_ROOT/results/${rec#"$QK_WORK_DIR/results/"}"
+    if [[ "$rec" == "$QK_WORK_DIR/results/"* && ! "$QK_WORK_DIR" -ef "$QK_REPO_ROOT" \
+        && -f "$in_repo/record.json" && ! -f "$run/train.json" ]]; then
+        QK_REPO_RECORDS+=("$in_repo")
+    fi
     qk_cell_add "$name" "$run" "$@"
+}
+
+# qk_note_repo_records: a warning (once) when cells to train have committed records in the
+# repository that the work dir (QKNORM_WORK_DIR elsewhere) does not hold: they would train again
+# (hours each), and a report would leave them out; copying them counts them.
+qk_note_repo_records() {
+    ((${#QK_REPO_RECORDS[@]})) && [[ -z "${_QK_REPO_NOTED-}" ]] || return 0
+    _QK_REPO_NOTED=1
+    local first="${QK_REPO_RECORDS[0]}" from to
+    from="${first%/records/*}"
+    to="$QK_WORK_DIR/results/${from#"$QK_REPO_ROOT/results/"}"
+    qk_warn "${#QK_REPO_RECORDS[@]} cells of this grid have committed records in the repository ($from/records) that QKNORM_WORK_DIR=$QK_WORK_DIR does not hold: they count as todo and would train again; to count them: mkdir -p '$to' && cp -r '$from/records' '$to/' (or unset QKNORM_WORK_DIR)"
 }
 
 # qk_check_records: each cell replaced by its committed record (qk_grid_cell) is checked
@@ -310,6 +328,7 @@ qk_grid_cell() {
 # difference; says which cells it skips.
 qk_check_records() {
     local label i args=() cmd ident
+    qk_note_repo_records
     for i in "${!QK_REC_NAME[@]}"; do
         IFS=$'\t' read -r -a args <<<"${QK_REC_ARGS[$i]}"
         label="$(_qk_record_label "${QK_REC_DIR[$i]}")"
@@ -468,6 +487,7 @@ qk_launch_status() {
         ((++__count))
         unset -n __count
     done
+    qk_note_repo_records
     local problem n_invalid=0
     for i in "${!QK_REC_NAME[@]}"; do
         problem="$(_qk_record_problem "$i")"

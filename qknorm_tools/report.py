@@ -70,6 +70,7 @@ from .report_bleu import _bleu_ci_figures
 from .report_lr import _lr_figures
 from .report_runs import _run_figures
 from .report_sources import (
+    KNOWN,
     ReportInputError,
     _clean,
     collect_sources,
@@ -373,6 +374,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         dirs, skipped = report_dirs(args.all)
         for d, why in skipped:
             print(f"skipped {d.as_posix()}: {why}", file=sys.stderr)
+        if not dirs:
+            return fail(
+                f"no page to build under {args.all}: a page is built for RESULTS_ROOT/LABEL/PAIR/ "
+                f"holding one of {', '.join(KNOWN)} (e.g. results/cpu-proxy/gl-en/)"
+            )
     status = 0
     for d in dirs:
         try:

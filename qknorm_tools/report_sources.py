@@ -17,6 +17,7 @@ from pathlib import Path
 __all__ = [
     "ATTENTION_FORMAT",
     "KNOWN",
+    "REQUIRED_KEYS",
     "ReportInputError",
     "collect_sources",
     "not_a_directory",
@@ -34,6 +35,18 @@ KNOWN = (
     "lr_sweep.json",
     "attention.json",
 )
+
+
+#: the keys each result file's JSON object must hold (what its writer always writes and the
+#: page reads); attention.json has its own schema (:func:`validate_attention`)
+REQUIRED_KEYS = {
+    "runs.json": ("runs",),
+    "demo.json": ("runs",),
+    "aggregate.json": ("metric", "pairs"),
+    "demo_compare.json": ("metric", "systems"),
+    "ablation.json": ("metric", "cells", "effects"),
+    "lr_sweep.json": ("pair", "lrs", "runs"),
+}
 
 
 class ReportInputError(ValueError):
@@ -115,6 +128,15 @@ def collect_sources(results_dir) -> dict[str, object]:
             found[rel] = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as exc:
             raise ReportInputError(f"cannot read {str(path)!r}: {exc}") from None
+        need = REQUIRED_KEYS.get(path.name, ())
+        doc = found[rel]
+        missing = [k for k in need if not isinstance(doc, dict) or k not in doc]
+        if missing:
+            what = "keys" if len(missing) > 1 else "key"
+            raise ReportInputError(
+                f"{str(path)!r} is not this project's {path.name} (no {what} "
+                f"{', '.join(repr(k) for k in missing)}; its writer always writes them)"
+            )
     if not found:
         raise ReportInputError(
             f"{str(root)!r} holds none of {', '.join(KNOWN)} (up to two levels below it)"

@@ -536,6 +536,34 @@ def test_report_says_a_file_given_as_a_directory_is_a_file(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["runs.json"]
 
 
+def test_report_refuses_a_result_file_of_another_shape_and_a_root_with_no_page(tmp_path, capsys):
+    """A new user's trial: an ablation.json holding {"foo": 1} made a page (without the 2x2),
+    and ``--all`` over a root of another layout (RESULTS_ROOT/PAIR/, one level short) wrote
+    nothing and exited 0. Now each is an error naming the file or root, exit 1."""
+    from qknorm_tools import report
+
+    page = tmp_path / "results" / "cpu-converge-d128" / "gl-en"
+    page.mkdir(parents=True)
+    (page / "ablation.json").write_text('{"foo": 1}\n')
+    assert report.main([str(page)]) == 1
+    assert capsys.readouterr().err == (
+        f"error: '{page}/ablation.json' is not this project's ablation.json (no keys "
+        "'metric', 'cells', 'effects'; its writer always writes them)\n"
+    )
+    assert not (page / "report.html").exists()
+    short = tmp_path / "short" / "gl-en"
+    short.mkdir(parents=True)
+    shutil.copy(RESULTS / "cpu-converge-d128" / "gl-en" / "ablation.json", short)
+    assert report.main(["--all", str(tmp_path / "short")]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == (
+        f"error: no page to build under {tmp_path / 'short'}: a page is built for "
+        "RESULTS_ROOT/LABEL/PAIR/ holding one of runs.json, demo.json, aggregate.json, "
+        "demo_compare.json, ablation.json, lr_sweep.json, attention.json (e.g. "
+        "results/cpu-proxy/gl-en/)"
+    )
+
+
 def report_dirs() -> list[Path]:
     """The results directories `make report` builds a page for (``report --all results``)."""
     from qknorm_tools.report_sources import report_dirs as pages_and_skipped

@@ -246,6 +246,24 @@ def _launch(a: argparse.Namespace, max_tokens: int, threads: int, environ) -> tu
     return nproc, launch, backend, max_tokens // nproc, threads
 
 
+def _warn_oversubscribed(nproc: int, threads: int, cores: int) -> None:
+    """Warn (stderr) when a CPU run's processes x threads exceed the ``cores`` it may use.
+
+    They then share the cores and the run is slower, not faster; the warning says what to ask
+    instead.
+    """
+    if nproc * threads <= cores:
+        return
+    if nproc > 1:
+        asked = f"--nproc {nproc} x {threads} thread{'s' if threads > 1 else ''} = "
+        asked += f"{nproc * threads} threads"
+        fix = f"--nproc {cores}" if nproc > cores else f"--threads {cores // nproc}"
+    else:
+        asked, fix = f"--threads {threads}", f"--threads {cores}"
+    print(f"warning: {asked} on {cores} CPU cores: they share the cores and the run is slower, "
+          f"not faster; {fix} keeps one thread a core", file=sys.stderr)  # fmt: skip
+
+
 def _train_data(bin_dir: str) -> str:
     """BIN, and per-epoch BPE-dropout samples: BIN:BIN/shards/2:... (fairseq's epoch shards).
 
@@ -303,6 +321,8 @@ def plan_training(a: argparse.Namespace, extra: tuple, environ=os.environ) -> di
     pair, system, profile = run.pair, run.system, run.profile
     threads = run_spec.check_posint("--threads", a.threads) if a.threads else profile.threads
     nproc, launch, backend, max_tokens, threads = _launch(a, profile.max_tokens, threads, environ)
+    if (a.threads or nproc > 1) and not a.gpus:
+        _warn_oversubscribed(nproc, threads, len(os.sched_getaffinity(0)))
     if a.size:  # usage errors that need the profile, before any data is looked for
         run_spec.require_sizeable(profile, f"--size {a.size}")
     precision = run_spec.precision_arg(a.precision, a.bf16_autocast)

@@ -153,6 +153,31 @@ def test_bf16_without_native_bf16_is_refused_before_the_run_exists(tmp_path, cap
     assert rc == OK and values["RUN"][0].endswith("/twt/seed1-bf16")
 
 
+@pytest.mark.parametrize(
+    "extra, warning",
+    [
+        (["--nproc", "4"], "--nproc 4 x 1 thread = 4 threads on 2 CPU cores: they share the cores "
+         "and the run is slower, not faster; --nproc 2 keeps one thread a core"),
+        (["--threads", "999"], "--threads 999 on 2 CPU cores: they share the cores and the run is "
+         "slower, not faster; --threads 2 keeps one thread a core"),
+        (["--nproc", "2", "--threads", "4"], "--nproc 2 x 2 threads = 4 threads on 2 CPU cores: "
+         "they share the cores and the run is slower, not faster; --threads 1 keeps one thread "
+         "a core"),
+        (["--threads", "2"], None),
+        (["--nproc", "4", "--gpus", "0,1,2,3"], None),
+    ],
+)  # fmt: skip
+def test_more_threads_than_cores_is_said(tmp_path, capsys, monkeypatch, extra, warning):
+    """A new user's trial: --nproc 4 on 2 cores, or --threads 999, trained without a word."""
+    monkeypatch.setattr(run.os, "sched_getaffinity", lambda pid: {0, 1})
+    make_data_chain(tmp_path)
+    rc, _, _, err = _plan(capsys, [*_args(tmp_path, "twt", dry_run=True), *extra])
+    assert rc == OK, err
+    assert [x for x in err.splitlines() if x.startswith("warning")] == (
+        [f"warning: {warning}"] if warning else []
+    )
+
+
 def test_an_unknown_system_is_a_usage_error_on_stdout(tmp_path, capsys):
     rc, _, out, _ = _plan(capsys, _args(tmp_path, "nosuch", dry_run=True))
     assert rc == USAGE and out.startswith("unknown system 'nosuch'")

@@ -278,8 +278,11 @@ def did_you_mean(word: str, known, cutoff: float = 0.5) -> str:
     The one suggestion for a key of a file and (``cutoff`` :data:`NAME_CUTOFF`) for a pair,
     system or profile name.
     """
-    close = difflib.get_close_matches(word or "", list(known), n=1, cutoff=cutoff)
-    return f"did you mean '{close[0]}'?" if close else ""
+    by_lower = {}
+    for k in known:  # case-blind: 'TWT' and 'Gl-En' are close to 'twt' and 'gl-en'
+        by_lower.setdefault(k.lower(), k)
+    close = difflib.get_close_matches((word or "").lower(), list(by_lower), n=1, cutoff=cutoff)
+    return f"did you mean '{by_lower[close[0]]}'?" if close else ""
 
 
 def name_hint(name: str, known) -> str:
@@ -313,7 +316,7 @@ def _flatten(file: str, data: dict, known: list, prefix: str = "") -> dict:
 # ---------------------------------------------------------------------------------------------
 # learning rates: one spelling per value (run directories seedN-lrLR, the sweep's cells)
 
-LR_RE = re.compile(r"^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$")
+LR_RE = re.compile(r"^((0|[1-9][0-9]*)(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?$")
 
 
 def check_uint(option: str, text: str) -> int:
@@ -389,6 +392,11 @@ def lr_override(profile: str, optim_flags, lr: str) -> tuple[str, str]:
             raise UsageError(
                 f"--lr '{lr}' overflows: fairseq reads it as a double, at most about 1.8e308 "
                 "(infinite above)"
+            ) from None
+        if re.fullmatch(r"0[0-9].*", lr):
+            raise UsageError(
+                f"--lr '{lr}' has a leading zero (a typo? '01' may be 0.1 or 1): write it "
+                "without (e.g. 3e-3, 0.003)"
             ) from None
         raise UsageError(
             f"--lr must be a non-negative decimal number (e.g. 3e-3, 0.003), got '{lr}'"

@@ -133,6 +133,9 @@ def test_unknown_name_near_a_known_one_is_suggested():
     assert not ok and hint.startswith("; the reverse direction of one, e.g. en-gl; ")
     assert hint.endswith("docs/own-data.md; did you mean 'gl-en'?")
     assert config.known("profiles", "gpu") == (False, "")
+    # case-only typos too (a new user's trial: TWT and GL-EN got no suggestion)
+    assert config.known("systems", "TWT") == (False, "; did you mean 'twt'?")
+    assert config.known("pairs", "GL-EN")[1].endswith("; did you mean 'gl-en'?")
     assert "did you mean" not in config.known("pairs", "xx-en")[1]
     assert config.known("pairs", "en-gl") == (True, "")
 
@@ -638,6 +641,14 @@ def test_lr_override_names_the_run_or_says_what_is_wrong():
     assert str(err.value) == (
         "--lr must be a non-negative decimal number (e.g. 3e-3, 0.003), got 'fast'"
     )
+    for typo in ("01", "00.1", "01e-3"):  # a new user's trial: --lr 01 trained at lr 1
+        with pytest.raises(config_schema.UsageError) as err:
+            config_schema.lr_override("p", flags, typo)
+        assert str(err.value) == (
+            f"--lr '{typo}' has a leading zero (a typo? '01' may be 0.1 or 1): write it without "
+            "(e.g. 3e-3, 0.003)"
+        )
+    assert config_schema.lr_override("p", flags, "0.5") == ("5e-1", "5e-1")
     with pytest.raises(config_schema.ConfigError) as err:
         config_schema.lr_override("p", ("--optimizer", "adam"), "1e-3")
     assert str(err.value) == (

@@ -102,6 +102,12 @@ def test_every_script_is_covered():
     """The usage test below covers scripts/*.sh found on disk (lib.sh is sourced, not run)."""
     assert {"lr_sweep.sh", "slurm_cell.sh", "train.sh"} <= set(SCRIPT_NAMES)
     assert "lib.sh" not in SCRIPT_NAMES
+    # each one runs as ./scripts/NAME too, as git checks it out (slurm_cell.sh was not)
+    modes = subprocess.run(["git", "ls-files", "-s", "scripts/*.sh"], cwd=REPO,
+                           capture_output=True, text=True, check=True).stdout  # fmt: skip
+    mode = {line.split("\t")[1].removeprefix("scripts/"): line.split()[0]
+            for line in modes.splitlines()}  # fmt: skip
+    assert {n: mode[n] for n in SCRIPT_NAMES} == {n: "100755" for n in SCRIPT_NAMES}
 
 
 @pytest.mark.parametrize("name", SCRIPT_NAMES)

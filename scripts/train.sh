@@ -150,6 +150,9 @@ fi
 
 if ((DRY_RUN)); then
     [[ -z "$L_NOTE" ]] || qk_log "$L_NOTE"
+    if ((FORCE)) && [[ -n "$(find "$RUN" -mindepth 1 -maxdepth 1 ! -name .lock -print -quit 2>/dev/null)" ]]; then
+        qk_log "--force: the real run first empties $RUN (its checkpoints, logs and scores are deleted)"
+    fi
     [[ -z "${PORT_FLAGS[*]}" || -n "${SLURM_JOB_ID:-}" ]] \
         || qk_log "dry run outside Slurm: the job uses --distributed-port 10000 + (its job id % 50000)"
     qk_print_cmd env "OMP_NUM_THREADS=$THREADS" "${LAUNCH[@]+"${LAUNCH[@]}"}" "${CMD[@]}" \

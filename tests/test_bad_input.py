@@ -313,6 +313,23 @@ def test_extra_fairseq_args_never_override_managed_flags(tmp_path, extra, flag, 
     assert "fairseq-train" not in p.stdout
 
 
+def test_force_dry_run_says_it_would_empty_the_run(tmp_path):
+    """A new user's trial: ``train.sh --force --dry-run`` printed the command only, not that
+    the real run deletes the run's checkpoints first; the dry run itself deletes nothing."""
+    run = tmp_path / "runs/gl-en/cpu-proxy/twt/seed1"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints/checkpoint_last.pt").write_bytes(b"x")
+    p = run_script("train.sh", "gl-en", "twt", "--force", "--dry-run", env=make_env(tmp_path))
+    assert p.returncode == 0, out(p)
+    assert (
+        f"[train] --force: the real run first empties {run} (its checkpoints, logs and scores "
+        "are deleted)"
+    ) in p.stderr.splitlines(), p.stderr
+    assert (run / "checkpoints/checkpoint_last.pt").read_bytes() == b"x"
+    p = run_script("train.sh", "gl-en", "twt", "--dry-run", env=make_env(tmp_path))
+    assert "--force" not in p.stderr
+
+
 def test_extra_fairseq_args_that_add_settings_pass(tmp_path):
     p = run_script(
         "train.sh",

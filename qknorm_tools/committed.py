@@ -331,6 +331,13 @@ def read_record(rec_dir, split: str = "test") -> RunRecord:
         raise ResultsError(f"cannot read {str(doc_path)!r}: {exc.strerror or exc}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ResultsError(f"{str(doc_path)!r} is not valid UTF-8 JSON: {exc}") from None
+    listed = doc.get("sha256") if isinstance(doc, dict) else None
+    for name in sorted(listed) if isinstance(listed, dict) else ():  # before the files are read
+        if not (rec_dir / name).is_file() and not Path(name).is_absolute() and ".." not in name:
+            raise ResultsError(
+                f"{doc_path}: its file {name} is missing (deleted, or left out of a copy); "
+                "restore the record (git checkout) or remove it to train the cell again"
+            )
     rec = read_run(rec_dir, split, scored=doc.get("scored", True) is not False)
     rec.source = str(doc_path)
     _check_files_give_the_record(rec, doc.get("record"), doc_path)

@@ -428,6 +428,15 @@ def test_a_record_cut_short_edited_or_misfiled_is_refused_naming_its_file(tmp_pa
         "2 read from the files"
     )
 
+    gone = _recorded(tmp_path, "twt", 3)  # a new user's trial: said as a stop_reason mismatch
+    (gone / "train.log").unlink()
+    with pytest.raises(ResultsError) as err:
+        committed.read_record(gone)
+    assert str(err.value) == (
+        f"{gone / 'record.json'}: its file train.log is missing (deleted, or left out of a copy); "
+        "restore the record (git checkout) or remove it to train the cell again"
+    )
+
     moved = _recorded(tmp_path, "qknorm_paper", 2)
     shutil.copytree(moved, moved.parent / "seed3")
     with pytest.raises(ResultsError) as err:

@@ -93,7 +93,11 @@ for ((i = 0; i < ${#EXTRA[@]}; i++)); do
         --source-lang | --target-lang | -s | -t) use="the pair's direction (configs/pairs; the reverse direction of gl-en is en-gl)" ;;
         --max-update) use="train.sh --max-update N (its runs go to PROFILE-max-update-N)" ;;
         --lr) use="train.sh --lr LR (its runs go to seedN-lrLR; the last --lr would win unrecorded)" ;;
-        --qk-norm) use="a system (configs/systems): a QKNorm model filed under a dot-product system's name would mislabel it" ;;
+        --qk-norm | --qk-norm-type | --qk-norm-p | --qk-norm-scale | --qk-norm-scale-per-head \
+            | --qk-norm-freeze-scale | --norm-type | --fix-norm | --sigma-reparam \
+            | --attn-logit-softcap | --attn-normalization | --qk-clip | --z-loss \
+            | --encoder-normalize-before | --decoder-normalize-before)
+            use="a system (configs/systems: each sets these flags through its arch or criterion): another model filed under this system's name would mislabel it" ;;
         --tensorboard-logdir) use="nothing: the run's tensorboard/ folder" ;;
         --qk-norm-length) use="nothing: train.sh passes the data's L (data/bpe/PAIR/length_stats.json) to QKNorm systems; another g0 is another system (configs/systems)" ;;
         -*) continue ;;

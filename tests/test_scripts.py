@@ -362,18 +362,18 @@ def test_ctrl_c_on_demo_stops_both_trainings(tmp_path, fake_fairseq_train):
 
 
 def test_arguments_fairseq_train_refuses_are_a_usage_error(binarized):
-    """A flag after -- that fairseq-train's argparse refuses (here one that the system's own
-    flags exclude): exit 2 with fairseq's error, nothing trained, the run directory emptied so
+    """A flag after -- that fairseq-train's argparse refuses (here a value that is not a
+    number): exit 2 with fairseq's error, nothing trained, the run directory emptied so
     that the corrected command is not refused as "trained with another command" (helper-12:
     exit 1 and "rerun to resume"). fairseq-train refuses it while parsing, before any data is
     read (the fake data chain of ``binarized`` has none)."""
     env = make_env(binarized, QKNORM_BF16="0")
     args = ["gl-en", "twt", "--profile", "cpu-proxy-fast", "--max-update", 3]
-    p = run_script("train.sh", *args, "--", "--attn-logit-softcap", "abc", env=env, timeout=600)
+    p = run_script("train.sh", *args, "--", "--clip-norm", "abc", env=env, timeout=600)
     assert p.returncode == 2, out(p)
     last = p.stderr.splitlines()[-1]
     run = binarized / "runs/gl-en/cpu-proxy-fast-max-update-3/twt/seed1"
-    assert last.startswith("error: fairseq-train: error: argument --attn-logit-softcap"), last
+    assert last.startswith("error: fairseq-train: error: argument --clip-norm"), last
     assert last.endswith(
         f"; nothing was trained ({run} emptied; the arguments after -- are fairseq-train's)"
     )

@@ -76,6 +76,11 @@ BOM = "\ufeff"
 #: that are visible signs of their scripts, so not refused with the other format characters.
 PREPENDED_CONCATENATION_MARKS = "\u0600-\u0605\u06dd\u070f\u0890\u0891\u08e2\U000110bd\U000110cd"
 
+#: Zero width non-joiner and joiner (U+200C, U+200D): format characters that are part of the
+#: spelling in Persian, Kurdish and the Indic scripts (and of emoji sequences); removing them
+#: changes the words, so they are not refused.
+JOINERS = "\u200c\u200d"
+
 #: U+FFFD REPLACEMENT CHARACTER: what a decoder writes for bytes it could not decode (``errors=
 #: "replace"``); the original character is lost upstream.
 REPLACEMENT_CHARACTER = "\ufffd"
@@ -95,11 +100,11 @@ def _bad_char_re() -> re.Pattern:
     """The refused characters: :data:`_BAD_CHARS` and the invisible format characters.
 
     Those are every format character (Unicode category Cf, of this Python's Unicode database)
-    but the prepended concatenation marks, e.g. zero width space, soft hyphen, word joiner, the
-    bidirectional marks, embeddings and isolates, zero width (non-)joiner. Built once (a scan
-    of the code points, about 0.2 s).
+    but the prepended concatenation marks and the joiners (:data:`JOINERS`), e.g. zero width
+    space, soft hyphen, word joiner, the bidirectional marks, embeddings and isolates. Built
+    once (a scan of the code points, about 0.2 s).
     """
-    kept = re.compile(f"[{PREPENDED_CONCATENATION_MARKS}]")
+    kept = re.compile(f"[{PREPENDED_CONCATENATION_MARKS}{JOINERS}]")
     cf = "".join(
         chr(c) for c in range(sys.maxunicode + 1)
         if unicodedata.category(chr(c)) == "Cf" and not kept.match(chr(c))

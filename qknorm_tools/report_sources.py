@@ -37,15 +37,15 @@ KNOWN = (
 )
 
 
-#: the keys each result file's JSON object must hold (what its writer always writes and the
-#: page reads); attention.json has its own schema (:func:`validate_attention`)
+#: the keys each result file's JSON object must hold, with their types (what its writer always
+#: writes and the page reads); attention.json has its own schema (:func:`validate_attention`)
 REQUIRED_KEYS = {
-    "runs.json": ("runs",),
-    "demo.json": ("runs",),
-    "aggregate.json": ("metric", "pairs"),
-    "demo_compare.json": ("metric", "systems"),
-    "ablation.json": ("metric", "cells", "effects"),
-    "lr_sweep.json": ("pair", "lrs", "runs"),
+    "runs.json": {"runs": list},
+    "demo.json": {"runs": list},
+    "aggregate.json": {"metric": str, "pairs": dict},
+    "demo_compare.json": {"metric": str, "systems": list},
+    "ablation.json": {"metric": str, "cells": dict, "effects": dict},
+    "lr_sweep.json": {"pair": str, "lrs": list, "runs": list},
 }
 
 
@@ -128,7 +128,7 @@ def collect_sources(results_dir) -> dict[str, object]:
             found[rel] = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as exc:
             raise ReportInputError(f"cannot read {str(path)!r}: {exc}") from None
-        need = REQUIRED_KEYS.get(path.name, ())
+        need = REQUIRED_KEYS.get(path.name, {})
         doc = found[rel]
         missing = [k for k in need if not isinstance(doc, dict) or k not in doc]
         if missing:
@@ -137,6 +137,12 @@ def collect_sources(results_dir) -> dict[str, object]:
                 f"{str(path)!r} is not this project's {path.name} (no {what} "
                 f"{', '.join(repr(k) for k in missing)}; its writer always writes them)"
             )
+        for key, kind in need.items():
+            if not isinstance(doc[key], kind):
+                raise ReportInputError(
+                    f"{str(path)!r} is not this project's {path.name} (key {key!r} holds a "
+                    f"{type(doc[key]).__name__}, its writer writes a {kind.__name__})"
+                )
     if not found:
         raise ReportInputError(
             f"{str(root)!r} holds none of {', '.join(KNOWN)} (up to two levels below it)"

@@ -551,6 +551,12 @@ def test_report_refuses_a_result_file_of_another_shape_and_a_root_with_no_page(t
         "'metric', 'cells', 'effects'; its writer always writes them)\n"
     )
     assert not (page / "report.html").exists()
+    (page / "ablation.json").write_text('{"metric": "bleu", "cells": "x", "effects": 3}\n')
+    assert report.main([str(page)]) == 1  # a second trial: a TypeError traceback
+    assert capsys.readouterr().err == (
+        f"error: '{page}/ablation.json' is not this project's ablation.json (key 'cells' holds a "
+        "str, its writer writes a dict)\n"
+    )
     short = tmp_path / "short" / "gl-en"
     short.mkdir(parents=True)
     shutil.copy(RESULTS / "cpu-converge-d128" / "gl-en" / "ablation.json", short)

@@ -192,6 +192,7 @@ if ((AGG_ONLY == 0)); then
         qk_warn "failed cells: ${QK_LAUNCH_FAILED[*]}: reporting on the finished cells"
     fi
 fi
+((AGG_ONLY == 0)) || qk_note_repo_records  # records a work dir elsewhere lacks: said
 # runs.json is written by this collection or not at all (no finished cell): an earlier one is
 # left as it was, and never reported on as if it were this grid's
 qk_mktemp_dir STAMP "$OUT" collect

@@ -772,22 +772,31 @@ def test_status_names_the_repositorys_records_a_work_dir_elsewhere_lacks(tmp_pat
     """A new user's trial: QKNORM_WORK_DIR elsewhere hid the repository's committed records of
     the decisive grid (40 todo, and they would train again, without a word): said, with the
     copy that counts them."""
-    import shutil
-
     repo = REPO / "results/cpu-converge-d128/gl-en"
     n = len(list(repo.glob("records/*/seed*/record.json")))
     to = tmp_path / "results/cpu-converge-d128/gl-en"
     args = ("ablation.sh", "gl-en", "--status", "--profile", "cpu-converge-d128")
     proc = script(*args, work_dir=tmp_path)
-    assert (
+    warning = (
         f"[ablation] warning: {n} cells of this grid have committed records in the repository "
-        f"({repo}/records) that QKNORM_WORK_DIR={tmp_path} does not hold: they count as todo "
-        f"and would train again; to count them: mkdir -p '{to}' && cp -r '{repo}/records' "
-        f"'{to}/' (or unset QKNORM_WORK_DIR)"
-    ) in proc.stderr.splitlines(), proc.stderr
+        f"({REPO}: results/cpu-converge-d128/gl-en/records) that QKNORM_WORK_DIR={tmp_path} "
+        "does not hold: they count as todo and would train again; to count them: (cd "
+        f"'{REPO}' && cp -r --parents results/cpu-converge-d128/gl-en/records '{tmp_path}/') "
+        "(or unset QKNORM_WORK_DIR)"
+    )
+    assert warning in proc.stderr.splitlines(), proc.stderr
     assert "0 failed, 40 todo" in proc.stdout
-    to.mkdir(parents=True)
-    shutil.copytree(repo / "records", to / "records")
+    # --aggregate-only says it too (a second trial: only 'no finished run')
+    agg = script("ablation.sh", "gl-en", "--profile", "cpu-converge-d128", "--seeds", "1,2,3",
+                 "--aggregate-only", work_dir=tmp_path, check=False)  # fmt: skip
+    twelve = warning.replace(f"warning: {n} cells", "warning: 12 cells")  # seeds 1-3
+    assert agg.returncode == 1 and twelve in agg.stderr.splitlines(), agg.stderr
+    subprocess.run(
+        ["cp", "-r", "--parents", "results/cpu-converge-d128/gl-en/records", f"{tmp_path}/"],
+        cwd=REPO,
+        check=True,
+    )  # fmt: skip (the warning's copy)
+    assert (to / "records").is_dir()
     proc = script(*args, work_dir=tmp_path)
     assert f"0 failed, {40 - n} todo, {n} committed records" in proc.stdout
     assert "warning" not in proc.stderr, proc.stderr

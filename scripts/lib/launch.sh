@@ -310,14 +310,18 @@ qk_grid_cell() {
 
 # qk_note_repo_records: a warning (once) when cells to train have committed records in the
 # repository that the work dir (QKNORM_WORK_DIR elsewhere) does not hold: they would train again
-# (hours each), and a report would leave them out; copying them counts them.
+# (hours each), and a report would leave them out; one copy of their folders counts them.
 qk_note_repo_records() {
     ((${#QK_REPO_RECORDS[@]})) && [[ -z "${_QK_REPO_NOTED-}" ]] || return 0
     _QK_REPO_NOTED=1
-    local first="${QK_REPO_RECORDS[0]}" from to
-    from="${first%/records/*}"
-    to="$QK_WORK_DIR/results/${from#"$QK_REPO_ROOT/results/"}"
-    qk_warn "${#QK_REPO_RECORDS[@]} cells of this grid have committed records in the repository ($from/records) that QKNORM_WORK_DIR=$QK_WORK_DIR does not hold: they count as todo and would train again; to count them: mkdir -p '$to' && cp -r '$from/records' '$to/' (or unset QKNORM_WORK_DIR)"
+    local rec folders=() seen=""
+    for rec in "${QK_REPO_RECORDS[@]}"; do
+        rec="${rec#"$QK_REPO_ROOT/"}"
+        rec="${rec%/records/*}/records"
+        [[ "$seen" == *"|$rec|"* ]] || folders+=("$rec")
+        seen+="|$rec|"
+    done
+    qk_warn "${#QK_REPO_RECORDS[@]} cells of this grid have committed records in the repository ($QK_REPO_ROOT: ${folders[*]}) that QKNORM_WORK_DIR=$QK_WORK_DIR does not hold: they count as todo and would train again; to count them: (cd '$QK_REPO_ROOT' && cp -r --parents ${folders[*]} '$QK_WORK_DIR/') (or unset QKNORM_WORK_DIR)"
 }
 
 # qk_check_records: each cell replaced by its committed record (qk_grid_cell) is checked

@@ -351,6 +351,9 @@ def plan_training(a: argparse.Namespace, extra: tuple, environ=os.environ) -> di
         "RUN": str(run.dir), "ARCH": run.arch,
         "QK_BF16_RUN": "bf16" if run.precision == "bf16" else "",
         "QK_LR_OVERRIDE": run.lr_override, "TRAIN_CMD": run.train_cmd(environ),
+        # the retrain hint keeps the arguments after -- (they are part of the run's command)
+        "RETRAIN": run.train_cmd(environ) + (f" --threads {a.threads}" if a.threads else "")
+        + " --force" + (" -- " + shlex.join(extra) if extra else ""),
         "SYSTEM_DESC": system.desc, "PAPER_ROW": system.paper_row,
         "PAPER_L": "" if pair.paper_L is None else str(pair.paper_L), "THREADS": str(threads),
         "MAX_TOKENS": str(max_tokens), "MAX_UPDATE": str(run.max_update),

@@ -130,7 +130,6 @@ PLAN_ARGS=(train-plan "--repo=$QK_REPO_ROOT" "--work-dir=$QK_WORK_DIR" "--data-r
 ((BF16 == 0)) || PLAN_ARGS+=(--bf16-autocast)
 ((DRY_RUN == 0)) || PLAN_ARGS+=(--dry-run)
 qk_run_py "${PLAN_ARGS[@]}" -- "${EXTRA[@]+"${EXTRA[@]}"}"
-RETRAIN="$TRAIN_CMD --force"
 
 # the launcher of --nproc N processes (LAUNCH_KIND, from train-plan): torchrun --standalone on
 # one machine, or srun (one Slurm task per GPU, several nodes possible: fairseq's Slurm support

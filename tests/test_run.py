@@ -178,6 +178,19 @@ def test_more_threads_than_cores_is_said(tmp_path, capsys, monkeypatch, extra, w
     )
 
 
+def test_the_retrain_hint_keeps_the_arguments_after_the_double_dash(tmp_path, capsys):
+    """A second trial: "retrain it with ... --force" dropped the run's -- arguments and
+    --threads; copied, it would have overwritten the run with another model."""
+    make_data_chain(tmp_path)
+    argv = [*_args(tmp_path, "twt", dry_run=True), "--threads", "1", "--", "--dropout", "0.3"]
+    rc, values, _, err = _plan(capsys, argv)
+    assert rc == OK, err
+    assert values["RETRAIN"] == [
+        "scripts/train.sh gl-en twt --profile cpu-proxy --seed 1 --precision fp32 --threads 1 "
+        "--force -- --dropout 0.3"
+    ]
+
+
 def test_an_unknown_system_is_a_usage_error_on_stdout(tmp_path, capsys):
     rc, _, out, _ = _plan(capsys, _args(tmp_path, "nosuch", dry_run=True))
     assert rc == USAGE and out.startswith("unknown system 'nosuch'")

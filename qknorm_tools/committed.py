@@ -331,13 +331,7 @@ def read_record(rec_dir, split: str = "test") -> RunRecord:
         raise ResultsError(f"cannot read {str(doc_path)!r}: {exc.strerror or exc}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ResultsError(f"{str(doc_path)!r} is not valid UTF-8 JSON: {exc}") from None
-    listed = doc.get("sha256") if isinstance(doc, dict) else None
-    for name in sorted(listed) if isinstance(listed, dict) else ():  # before the files are read
-        if not (rec_dir / name).is_file() and not Path(name).is_absolute() and ".." not in name:
-            raise ResultsError(
-                f"{doc_path}: its file {name} is missing (deleted, or left out of a copy); "
-                "restore the record (git checkout) or remove it to train the cell again"
-            )
+    _check_listed_files(rec_dir, doc.get("sha256") if isinstance(doc, dict) else None, doc_path)
     rec = read_run(rec_dir, split, scored=doc.get("scored", True) is not False)
     rec.source = str(doc_path)
     _check_files_give_the_record(rec, doc.get("record"), doc_path)
@@ -385,15 +379,29 @@ def _check_checksums(rec_dir: Path, stored, doc_path: Path) -> None:
             f"{doc_path}: stores no sha256 of its files (key 'sha256'): not a record written by "
             f"`python -m qknorm_tools.committed write`"
         )
+    _check_listed_files(rec_dir, stored, doc_path)
     for name, digest in sorted(stored.items()):
-        path = rec_dir / name
-        if Path(name).is_absolute() or ".." in Path(name).parts or not path.is_file():
-            raise ResultsError(f"{doc_path}: lists {name!r}, which is not a file of the record")
-        if sha256_file(path) != digest:
+        if sha256_file(rec_dir / name) != digest:
             raise ResultsError(
                 f"{doc_path}: {name} is not the file the record was written with (its sha256 "
                 f"differs: edited by hand?); restore the record (git checkout) or remove it to "
                 f"train the cell again"
+            )
+
+
+def _check_listed_files(rec_dir: Path, stored, doc_path: Path) -> None:
+    """Every file ``record.json`` lists (its ``sha256`` keys) is a file of the record directory.
+
+    Checked before the files are read, so that a deleted file is named as such (not as a field
+    the files no longer give); nothing to check without a ``sha256`` dict.
+    """
+    for name in sorted(stored) if isinstance(stored, dict) else ():
+        if Path(name).is_absolute() or ".." in Path(name).parts:
+            raise ResultsError(f"{doc_path}: lists {name!r}, which is not a file of the record")
+        if not (rec_dir / name).is_file():
+            raise ResultsError(
+                f"{doc_path}: its file {name} is missing (deleted, or left out of a copy); "
+                "restore the record (git checkout) or remove it to train the cell again"
             )
 
 

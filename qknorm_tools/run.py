@@ -337,7 +337,7 @@ def plan_training(a: argparse.Namespace, extra: tuple, environ=os.environ) -> di
     )
     if run.precision == "bf16" and not a.dry_run and "--bf16-autocast-allow-emulated" not in extra:
         _require_native_bf16()
-    bin_dir = f"{root}/bin/{pair.name}"
+    bin_dir, train_cmd = f"{root}/bin/{pair.name}", run.train_cmd(environ)
     what = f"profile {profile.name} (configs/profiles/{profile.name}.toml)"
     plan = train_plan(
         pair, system, profile, repo=config.REPO, data_root=Path(root), dry_run=a.dry_run,
@@ -350,10 +350,10 @@ def plan_training(a: argparse.Namespace, extra: tuple, environ=os.environ) -> di
         "PAIR": pair.name, "SYSTEM": system.name, "PROFILE": profile.name, "LABEL": run.label,
         "RUN": str(run.dir), "ARCH": run.arch,
         "QK_BF16_RUN": "bf16" if run.precision == "bf16" else "",
-        "QK_LR_OVERRIDE": run.lr_override, "TRAIN_CMD": run.train_cmd(environ),
+        "QK_LR_OVERRIDE": run.lr_override, "TRAIN_CMD": train_cmd,
         # the retrain hint keeps the arguments after -- (they are part of the run's command)
-        "RETRAIN": run.train_cmd(environ) + (f" --threads {a.threads}" if a.threads else "")
-        + " --force" + (" -- " + shlex.join(extra) if extra else ""),
+        "RETRAIN": train_cmd + (f" --threads {a.threads}" if a.threads else "") + " --force"
+        + (" -- " + shlex.join(extra) if extra else ""),
         "SYSTEM_DESC": system.desc, "PAPER_ROW": system.paper_row,
         "PAPER_L": "" if pair.paper_L is None else str(pair.paper_L), "THREADS": str(threads),
         "MAX_TOKENS": str(max_tokens), "MAX_UPDATE": str(run.max_update),

@@ -257,13 +257,13 @@ if ((RC != 0)); then
     DIVERGED="$(grep -m 1 -o 'FloatingPointError: .*' <<<"$ATTEMPT_LOG" || true)"
     # fairseq-train's argparse refused the arguments (exit 2, e.g. a flag after -- that the
     # system's own flags exclude): a usage error, not a run to resume; a run directory that
-    # holds no checkpoint is emptied, so that the corrected command is not refused as "trained
-    # with another command"
+    # holds no checkpoint is emptied (and, holding only the lock then, removed on exit:
+    # qk_lock_run), so that the corrected command is not refused as "trained with another command"
     REFUSED="$(grep -m 1 -o 'fairseq-train: error: .*' <<<"$ATTEMPT_LOG" || true)"
     if [[ "$RC" == 2 && -n "$REFUSED" ]]; then
         if [[ ! -f "$RUN/checkpoints/checkpoint_last.pt" ]]; then
             empty_run_dir
-            printf 'error: %s; nothing was trained (%s emptied; the arguments after -- are fairseq-train'"'"'s)\n' \
+            printf 'error: %s; nothing was trained (%s removed; the arguments after -- are fairseq-train'"'"'s)\n' \
                 "$REFUSED" "$RUN" >&2
         else
             printf 'error: %s; nothing was trained in this attempt (%s kept)\n' "$REFUSED" "$RUN" >&2

@@ -363,8 +363,8 @@ def test_ctrl_c_on_demo_stops_both_trainings(tmp_path, fake_fairseq_train):
 
 def test_arguments_fairseq_train_refuses_are_a_usage_error(binarized):
     """A flag after -- that fairseq-train's argparse refuses (here a value that is not a
-    number): exit 2 with fairseq's error, nothing trained, the run directory emptied so
-    that the corrected command is not refused as "trained with another command" (helper-12:
+    number): exit 2 with fairseq's error, nothing trained, the run directory removed (not
+    left holding only its .lock: new-user trial 2) so that the corrected command is not refused as "trained with another command" (helper-12:
     exit 1 and "rerun to resume"). fairseq-train refuses it while parsing, before any data is
     read (the fake data chain of ``binarized`` has none)."""
     env = make_env(binarized, QKNORM_BF16="0")
@@ -375,10 +375,10 @@ def test_arguments_fairseq_train_refuses_are_a_usage_error(binarized):
     run = binarized / "runs/gl-en/cpu-proxy-fast-max-update-3/twt/seed1"
     assert last.startswith("error: fairseq-train: error: argument --clip-norm"), last
     assert last.endswith(
-        f"; nothing was trained ({run} emptied; the arguments after -- are fairseq-train's)"
+        f"; nothing was trained ({run} removed; the arguments after -- are fairseq-train's)"
     )
     assert "rerun to resume" not in p.stderr
-    assert [x.name for x in run.iterdir() if x.name != ".lock"] == []
+    assert not run.exists() and run.parent.is_dir()
 
 
 @pytest.mark.parametrize("script", ["train.sh", "evaluate.sh", "prepare_data.sh"])

@@ -13,6 +13,7 @@
 #   corpus_py ARGS...              python -m qknorm_tools.corpus ARGS (no torch, no fairseq)
 #   qk_download URL DEST BYTES SHA256 HINT  download with size/sha256/HTML checks, no partial file
 #   qk_lock_run RUN                hold RUN/.lock (flock) while this script runs, or die naming the holder
+#                                  (RUN removed on exit if the lock is all it holds)
 
 # ---------------------------------------------------------------------------------------------
 # temporary directories
@@ -155,10 +156,12 @@ qk_download() {
 
 # qk_lock_run RUN: hold an exclusive lock on RUN/.lock (flock) until this script and its children
 # exit; another process holding it is an error naming that holder. No run is ever trained or
-# evaluated by two processes at once.
+# evaluated by two processes at once. A run directory that holds nothing but the lock when the
+# script exits (a start that failed before writing anything) is removed, lock included.
 qk_lock_run() {
     local run="$1" holder
     mkdir -p -- "$run"
+    QK_LOCKED_RUN="$run"
     exec {QK_LOCK_FD}<>"$run/.lock" || die "cannot open $run/.lock"
     if ! flock -n "$QK_LOCK_FD"; then
         holder="$(cat -- "$run/.lock" 2>/dev/null || true)"
@@ -166,4 +169,13 @@ qk_lock_run() {
     fi
     printf 'pid %s, %s, started %s on %s\n' "$$" "${QK_COMMAND_LINE:-scripts/$QK_SCRIPT_NAME.sh}" \
         "$(date '+%Y-%m-%d %H:%M:%S')" "${HOSTNAME%%.*}" >"$run/.lock"
+    qk_on_exit _qk_drop_empty_run
+}
+
+# _qk_drop_empty_run: the exit hook of qk_lock_run: RUN removed if the lock is all it holds
+# (removed while still locked: a second process either held the lock first or opens a new one)
+_qk_drop_empty_run() {
+    [[ -z "$(find "$QK_LOCKED_RUN" -mindepth 1 -maxdepth 1 ! -name .lock -print -quit 2>/dev/null)" ]] \
+        || return 0
+    rm -f -- "$QK_LOCKED_RUN/.lock" && rmdir -- "$QK_LOCKED_RUN" 2>/dev/null || true
 }

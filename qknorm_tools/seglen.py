@@ -86,6 +86,8 @@ class LongLine:
         seg_tokens: tokens after segmentation (the longest of its segmentations).
         limit: :func:`max_segment_tokens`.
         seg_path: the segmented file, as shown in messages.
+        origin: the file ``path`` is a line-for-line copy of (the user's, named by
+            ``scripts/prepare_data.sh`` in ``SOURCE``; what to fix), or ``""``.
     """
 
     path: str
@@ -94,14 +96,37 @@ class LongLine:
     seg_tokens: int
     limit: int
     seg_path: str = ""
+    origin: str = ""
 
     def __str__(self) -> str:
         seg = f" ({self.seg_path})" if self.seg_path else ""
+        where = f"{self.path}:{self.line}"
+        if self.origin:
+            where = f"{self.origin}:{self.line} (prepared as {where})"
         return (
-            f"{self.path}:{self.line}: {self.seg_tokens} tokens after segmentation{seg}, "
+            f"{where}: {self.seg_tokens} tokens after segmentation{seg}, "
             f"{self.raw_tokens} before: over {self.limit}, the most the model takes "
             f"(max positions {self.limit + 1}, one for the end-of-sentence token)"
         )
+
+
+def origins(raw_dir: str) -> dict[str, str]:
+    """The user's files that ``raw_dir``'s splits are line-for-line copies of.
+
+    Read from ``raw_dir/SOURCE`` (written by ``scripts/prepare_data.sh``: one line
+    ``origin.SPLIT.LANG=FILE`` for each split copied from a file the user gave; none for a
+    split extracted from an archive or TSV, or prepared before these lines existed).
+
+    Returns:
+        ``{"SPLIT.LANG": FILE}``; empty without ``SOURCE``.
+    """
+    try:
+        with open(os.path.join(raw_dir, "SOURCE"), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (FileNotFoundError, UnicodeDecodeError):
+        return {}
+    pairs = (x[len("origin.") :].partition("=") for x in lines if x.startswith("origin."))
+    return {name: path for name, sep, path in pairs if sep and path}
 
 
 def long_lines(
@@ -110,6 +135,7 @@ def long_lines(
     limit: int,
     raw_name: str | None = None,
     seg_name: str = "",
+    origin: str = "",
 ) -> list[LongLine]:
     """The lines of ``raw`` whose segmentation (in any of ``segmented``) is over ``limit``.
 
@@ -120,6 +146,7 @@ def long_lines(
         limit: the most tokens a segmented line may have (:func:`max_segment_tokens`).
         raw_name: ``raw`` as messages show it (default: ``raw``).
         seg_name: the segmented file as messages show it (default: not shown).
+        origin: the user's file that ``raw`` is a copy of, line for line (default: none).
 
     Raises:
         CorpusError: a segmented file has another line count than ``raw`` (names both), or a
@@ -136,7 +163,7 @@ def long_lines(
             )
         longest = [max(a, b) for a, b in zip(longest, lengths)]
     return [
-        LongLine(raw_name or raw, i, raw_lengths[i - 1], n, limit, seg_name)
+        LongLine(raw_name or raw, i, raw_lengths[i - 1], n, limit, seg_name, origin)
         for i, n in enumerate(longest, 1)
         if n > limit
     ]
@@ -196,7 +223,8 @@ def check_segmentation(
 
     ``seg_dir/SPLIT.LANG`` is the segmentation of ``raw_dir/SPLIT.LANG``; ``train_copies`` are
     directories holding more segmentations of the training split (``train.LANG``: the
-    deterministic one and the BPE-dropout samples). Every split other than ``train`` is only
+    deterministic one and the BPE-dropout samples); a line is also named in the user's file
+    that ``raw_dir``'s split copies (:func:`origins`). Every split other than ``train`` is only
     checked. When no such split is refused, a training pair with either side over the limit in
     any segmentation is dropped from ``seg_dir/train.*`` and every copy, and listed in
     ``seg_dir/too_long.json`` (:data:`RECORD`; written only when a pair was dropped); when one
@@ -223,6 +251,7 @@ def check_segmentation(
     raw_name = raw_name or raw_dir
     kept = not seg_name or seg_name == seg_dir  # else seg_dir becomes seg_name if none is refused
     seg_name = seg_name or seg_dir
+    copied_from = origins(raw_dir)
     refused: list[LongLine] = []
     dropped: list[LongLine] = []
     n_train = 0
@@ -234,8 +263,9 @@ def check_segmentation(
                 segs += [os.path.join(d, name) for d in train_copies]
             shown = os.path.join(seg_name, name) if kept or split == "train" else ""
             found = long_lines(
-                os.path.join(raw_dir, name), segs, limit, os.path.join(raw_name, name), shown
-            )
+                os.path.join(raw_dir, name), segs, limit, os.path.join(raw_name, name), shown,
+                copied_from.get(name, ""),
+            )  # fmt: skip
             (dropped if split == "train" else refused).extend(found)
             if split == "train":
                 n_train = len(line_lengths([os.path.join(raw_dir, name)]))
@@ -253,7 +283,10 @@ def check_segmentation(
         "limit": limits,
         "n_pairs": n_train,
         "n_dropped": len(numbers),
-        "lines": [asdict(x) for x in sorted(dropped, key=lambda x: (x.line, x.path))],
+        "lines": [
+            {k: v for k, v in asdict(x).items() if k != "origin"}  # the data's, not the user's
+            for x in sorted(dropped, key=lambda x: (x.line, x.path))
+        ],
         "definition": "a training pair is dropped when a side has more than limit = "
         "max_positions - 1 tokens after segmentation (its longest segmentation); line = "
         "1-based line of the raw file",

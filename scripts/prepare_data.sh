@@ -273,16 +273,21 @@ check_distinct() {
 
 # copy_checked_splits SRC_TRAIN TGT_TRAIN SRC_DEV TGT_DEV SRC_TEST TGT_TEST: check the six are
 # different files and each split, then copy the six files into TMP/{train,dev,test}.{SRC,TGT}.
+# ORIGINS: for each copy of a file the user gave (not one extracted here), the line
+# origin.SPLIT.LANG=FILE of SOURCE: the copy is that file line for line, and a later check
+# (python -m qknorm_tools.seglen) names the line in it, the one to fix.
+ORIGINS=()
 copy_checked_splits() {
-    local files=("$@") i split
+    local files=("$@") i split lang f
     check_distinct "${files[@]}"
     for i in 0 1 2; do
         check_split "${SPLIT_NAMES[$i]}" "${files[$((2 * i))]}" "${files[$((2 * i + 1))]}"
     done
-    for i in 0 1 2; do
-        split="${SPLIT_NAMES[$i]}"
-        cat -- "${files[$((2 * i))]}" >"$TMP/$split.$SRC"
-        cat -- "${files[$((2 * i + 1))]}" >"$TMP/$split.$TGT"
+    for i in 0 1 2 3 4 5; do
+        split="${SPLIT_NAMES[$((i / 2))]}" lang="$SRC" f="${files[$i]}"
+        ((i % 2 == 0)) || lang="$TGT"
+        cat -- "$f" >"$TMP/$split.$lang"
+        [[ "$f" == "$TMP/"* ]] || ORIGINS+=("origin.$split.$lang=$(realpath -- "$f")")
     done
 }
 
@@ -569,6 +574,7 @@ done
 
 printf 'pair=%s\nsrc=%s\ntgt=%s\nsource=%s\nprepared=%s\n' "$PAIR" "$SRC" "$TGT" "$SOURCE_DESC" \
     "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$TMP/SOURCE"
+((${#ORIGINS[@]} == 0)) || printf '%s\n' "${ORIGINS[@]}" >>"$TMP/SOURCE"
 # .done covers the data files only, so that the fingerprint later steps record (sha256 of .done)
 # changes only when the data change, not when SOURCE's timestamp does
 qk_write_done "$TMP" "$SETTINGS" "${files[@]}"

@@ -208,6 +208,37 @@ def test_training_pairs_over_the_limit_are_dropped_counted_and_listed(tmp_path, 
     assert not (seg2 / "too_long.json").exists() and capsys.readouterr().err == ""
 
 
+def test_a_long_line_is_named_in_the_file_the_user_gave(tmp_path):
+    """scripts/prepare_data.sh writes ``origin.SPLIT.LANG=FILE`` in SOURCE for each split it
+    copied from a file the user gave: a long line is named there first (what to fix), then in
+    the prepared copy (new-user trial 2: only data/raw/PAIR's copy was named); splits without
+    such a line (extracted from an archive) and a SOURCE without any keep the copy's name; the
+    too_long.json record lists the data's lines only."""
+    raw, seg = pair_dirs(tmp_path, long_at={("test", "gl"): 2, ("train", "en"): 3})
+    mine = tmp_path / "my corpus"
+    (raw / "SOURCE").write_text(
+        "pair=gl-en\nsrc=gl\ntgt=en\nsource=own corpus\nprepared=2026-12-07T00:00:00Z\n"
+        f"origin.test.gl={mine}/test.gl\norigin.train.en={mine}/train.en\n"
+    )
+    assert seglen.origins(str(raw)) == {
+        "test.gl": f"{mine}/test.gl",
+        "train.en": f"{mine}/train.en",
+    }
+    result = seglen.check_segmentation(str(raw), str(seg), "gl", "en", ("test",), (), (8, 8))
+    assert seglen.report(result, "seg")[0] == (
+        f"error: {mine}/test.gl:2 (prepared as {raw}/test.gl:2): 8 tokens after segmentation "
+        f"({seg}/test.gl), 1 before: over 7, the most the model takes (max positions 8, one "
+        "for the end-of-sentence token)"
+    )
+    result = seglen.check_segmentation(str(raw), str(seg), "gl", "en", ("train",), (), (8, 8))
+    assert str(result.dropped[0]).startswith(f"{mine}/train.en:3 (prepared as {raw}/train.en:3): ")
+    record = json.loads((seg / "too_long.json").read_text())
+    assert [(x["path"], x["line"]) for x in record["lines"]] == [(f"{raw}/train.en", 3)]
+    assert "origin" not in record["lines"][0]
+    (raw / "SOURCE").write_text("pair=gl-en\nsource=TED all-talks TSVs in /d\n")
+    assert seglen.origins(str(raw)) == {} and seglen.origins(str(tmp_path / "none")) == {}
+
+
 def test_a_segmentation_that_is_not_line_for_line_is_an_error(tmp_path, capsys):
     raw, seg = pair_dirs(tmp_path)
     write(seg / "test.en", ["one line"])

@@ -56,11 +56,14 @@ def test_bpe_sh_refuses_long_test_lines_and_drops_long_training_pairs(tmp_path):
     p = run_script("bpe.sh", "gl-en", "--merges", 50, env=env)
     assert p.returncode == 1, out(p)
     raw = work / "data/raw/gl-en"
-    line = next(x for x in p.stderr.splitlines() if x.startswith(f"error: {raw}/test.gl:3: "))
-    n_seg = int(line.split(": ")[2].split()[0])
+    # the line is named in the user's file (what to fix), then in its prepared copy (new-user
+    # trial 2: only the copy was named)
+    where = f"{bad.resolve()}/ted-gl-en/test.gl:3 (prepared as {raw}/test.gl:3)"
+    line = next(x for x in p.stderr.splitlines() if x.startswith(f"error: {where}: "))
+    n_seg = int(line[len(f"error: {where}: ") :].split()[0])
     # no segmented file named: this segmentation is not kept ({bpe}/test.gl is the earlier one)
     assert n_seg > 1023 and line == (
-        f"error: {raw}/test.gl:3: {n_seg} tokens after segmentation, 1 before: over 1023, the "
+        f"error: {where}: {n_seg} tokens after segmentation, 1 before: over 1023, the "
         "most the model takes (max positions 1024, one for the end-of-sentence token)"
     ), out(p)
     assert p.stderr.splitlines()[-1] == (
@@ -79,9 +82,14 @@ def test_bpe_sh_refuses_long_test_lines_and_drops_long_training_pairs(tmp_path):
         f"warning: dropped 1 of {sizes['train']} training pairs longer than the model takes (on "
         f"either side, after segmentation); listed in {bpe}/too_long.json"
     ) in p.stderr.splitlines(), out(p)
-    assert f"warning: dropped: {raw}/train.en:7: " in p.stderr
-    record = json.loads((bpe / "too_long.json").read_text())
-    assert [(x["line"], x["raw_tokens"]) for x in record["lines"]] == [(7, 1)]
+    assert (
+        f"warning: dropped: {long_train.resolve()}/ted-gl-en/train.en:7 (prepared as "
+        f"{raw}/train.en:7): "
+    ) in p.stderr, out(p)
+    record = json.loads((bpe / "too_long.json").read_text())  # the data's lines, not the user's
+    assert [(x["path"], x["line"], x["raw_tokens"]) for x in record["lines"]] == [
+        (f"{raw}/train.en", 7, 1)
+    ]
     for lang in ("gl", "en"):
         assert count_lines(bpe / f"train.{lang}") == sizes["train"] - 1
         assert count_lines(bpe / f"test.{lang}") == sizes["test"]
@@ -124,8 +132,9 @@ def test_evaluate_sh_names_the_test_line_the_model_cannot_take(tmp_path):
         seg_lines = (bpe / f"test.{lang}").read_text(encoding="utf-8").splitlines()
         for i, (r, s) in enumerate(zip(raw_lines, seg_lines), 1):
             if len(s.split()) > n - 1:
+                where = f"{data.resolve()}/ted-gl-en/test.{lang}:{i} (prepared as {raw}/test.{lang}:{i})"
                 expected.append(
-                    f"error: {raw}/test.{lang}:{i}: {len(s.split())} tokens after segmentation "
+                    f"error: {where}: {len(s.split())} tokens after segmentation "
                     f"({bpe}/test.{lang}), {len(r.split())} before: over {n - 1}, the most the "
                     f"model takes (max positions {n}, one for the end-of-sentence token)"
                 )

@@ -205,6 +205,12 @@ if ((QK_STATUS)); then
     exit 0
 fi
 qk_log "profile $LABEL: pairs ${PAIRS[*]}; systems ${SYSTEMS[*]}; seeds ${SEEDS[*]}; $N_CELLS cells, launcher $QK_LAUNCHER${QK_JOBS:+, $QK_JOBS at a time}"
+# --aggregate-only collects what the work dir holds: committed records it lacks (QKNORM_WORK_DIR
+# elsewhere) are said, with the copy that counts them, as a grid that trains says them
+if ((AGG_ONLY)); then
+    add_cells "${PAIRS[@]}"
+    qk_note_repo_records
+fi
 
 # ---------------------------------------------------------------------------------------------
 # --dry-run: print every step

@@ -791,6 +791,14 @@ def test_status_names_the_repositorys_records_a_work_dir_elsewhere_lacks(tmp_pat
                  "--aggregate-only", work_dir=tmp_path, check=False)  # fmt: skip
     twelve = warning.replace(f"warning: {n} cells", "warning: 12 cells")  # seeds 1-3
     assert agg.returncode == 1 and twelve in agg.stderr.splitlines(), agg.stderr
+    assert agg.stderr.count("committed records in the repository") == 1  # not again by reproduce.sh
+    # and reproduce.sh --aggregate-only (new-user trial 2: only its collection's refusal)
+    systems = "twt,qknorm_paper,prenorm_fixnorm_layernorm,scalenorm_qknorm"
+    agg = script("reproduce.sh", "--pairs", "gl-en", "--systems", systems, "--seeds", "1,2,3",
+                 "--profile", "cpu-converge-d128", "--aggregate-only", work_dir=tmp_path,
+                 check=False)  # fmt: skip
+    assert twelve.replace("[ablation]", "[reproduce]") in agg.stderr.splitlines(), agg.stderr
+    assert agg.returncode == 1 and agg.stderr.count("committed records in the repository") == 1
     subprocess.run(
         ["cp", "-r", "--parents", "results/cpu-converge-d128/gl-en/records", f"{tmp_path}/"],
         cwd=REPO,

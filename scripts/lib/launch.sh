@@ -308,12 +308,13 @@ qk_grid_cell() {
     qk_cell_add "$name" "$run" "$@"
 }
 
-# qk_note_repo_records: a warning (once) when cells to train have committed records in the
+# qk_note_repo_records: a warning (once, in this script and the scripts it starts: a grid's
+# collection is reproduce.sh --aggregate-only) when cells to train have committed records in the
 # repository that the work dir (QKNORM_WORK_DIR elsewhere) does not hold: they would train again
 # (hours each), and a report would leave them out; one copy of their folders counts them.
 qk_note_repo_records() {
     ((${#QK_REPO_RECORDS[@]})) && [[ -z "${_QK_REPO_NOTED-}" ]] || return 0
-    _QK_REPO_NOTED=1
+    export _QK_REPO_NOTED=1
     local rec folders=() seen=""
     for rec in "${QK_REPO_RECORDS[@]}"; do
         rec="${rec#"$QK_REPO_ROOT/"}"

@@ -364,9 +364,10 @@ def test_ctrl_c_on_demo_stops_both_trainings(tmp_path, fake_fairseq_train):
 def test_arguments_fairseq_train_refuses_are_a_usage_error(binarized):
     """A flag after -- that fairseq-train's argparse refuses (here a value that is not a
     number): exit 2 with fairseq's error, nothing trained, the run directory removed (not
-    left holding only its .lock: new-user trial 2) so that the corrected command is not refused as "trained with another command" (helper-12:
-    exit 1 and "rerun to resume"). fairseq-train refuses it while parsing, before any data is
-    read (the fake data chain of ``binarized`` has none)."""
+    left holding only its .lock: new-user trial 2) so that the corrected command is not
+    refused as "trained with another command" (helper-12: exit 1 and "rerun to resume").
+    fairseq-train refuses it while parsing, before any data is read (the fake data chain of
+    ``binarized`` has none)."""
     env = make_env(binarized, QKNORM_BF16="0")
     args = ["gl-en", "twt", "--profile", "cpu-proxy-fast", "--max-update", 3]
     p = run_script("train.sh", *args, "--", "--clip-norm", "abc", env=env, timeout=600)

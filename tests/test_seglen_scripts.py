@@ -132,7 +132,8 @@ def test_evaluate_sh_names_the_test_line_the_model_cannot_take(tmp_path):
         seg_lines = (bpe / f"test.{lang}").read_text(encoding="utf-8").splitlines()
         for i, (r, s) in enumerate(zip(raw_lines, seg_lines), 1):
             if len(s.split()) > n - 1:
-                where = f"{data.resolve()}/ted-gl-en/test.{lang}:{i} (prepared as {raw}/test.{lang}:{i})"
+                where = f"{data.resolve()}/ted-gl-en/test.{lang}:{i}"
+                where += f" (prepared as {raw}/test.{lang}:{i})"
                 expected.append(
                     f"error: {where}: {len(s.split())} tokens after segmentation "
                     f"({bpe}/test.{lang}), {len(r.split())} before: over {n - 1}, the most the "

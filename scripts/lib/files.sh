@@ -13,7 +13,7 @@
 #   corpus_py ARGS...              python -m qknorm_tools.corpus ARGS (no torch, no fairseq)
 #   qk_download URL DEST BYTES SHA256 HINT  download with size/sha256/HTML checks, no partial file
 #   qk_lock_run RUN                hold RUN/.lock (flock) while this script runs, or die naming the holder
-#                                  (RUN removed on exit if the lock is all it holds)
+#                                  (removed on exit, with parents left empty, if it holds only the lock)
 
 # ---------------------------------------------------------------------------------------------
 # temporary directories
@@ -173,9 +173,15 @@ qk_lock_run() {
 }
 
 # _qk_drop_empty_run: the exit hook of qk_lock_run: RUN removed if the lock is all it holds
-# (removed while still locked: a second process either held the lock first or opens a new one)
+# (removed while still locked: a second process either held the lock first or opens a new one),
+# and the folders above it that it leaves empty, up to QK_WORK_DIR/runs
 _qk_drop_empty_run() {
+    local d
     [[ -z "$(find "$QK_LOCKED_RUN" -mindepth 1 -maxdepth 1 ! -name .lock -print -quit 2>/dev/null)" ]] \
         || return 0
-    rm -f -- "$QK_LOCKED_RUN/.lock" && rmdir -- "$QK_LOCKED_RUN" 2>/dev/null || true
+    rm -f -- "$QK_LOCKED_RUN/.lock" && rmdir -- "$QK_LOCKED_RUN" 2>/dev/null || return 0
+    d="$(dirname -- "$QK_LOCKED_RUN")"
+    while [[ "$d" == "$QK_WORK_DIR/runs/"* ]] && rmdir -- "$d" 2>/dev/null; do
+        d="$(dirname -- "$d")"
+    done
 }

@@ -144,8 +144,14 @@ def collect_sources(results_dir) -> dict[str, object]:
                     f"{type(doc[key]).__name__}, its writer writes a {kind.__name__})"
                 )
     if not found:
+        hint = ""
+        if (root / "train.json").is_file():  # a run directory: its results are collected first
+            hint = (
+                f"; it is a run directory: collect it first (python -m qknorm_tools.collect runs "
+                f"--run {root} --work-dir WORK --out-dir OUT --keep-unscored), then report OUT"
+            )
         raise ReportInputError(
-            f"{str(root)!r} holds none of {', '.join(KNOWN)} (up to two levels below it)"
+            f"{str(root)!r} holds none of {', '.join(KNOWN)} (up to two levels below it){hint}"
         )
     return dict(sorted(found.items()))
 

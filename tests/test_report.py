@@ -508,6 +508,14 @@ def test_report_errors_name_the_input(tmp_path):
     (tmp_path / "empty").mkdir()
     proc = run_without_torch("qknorm_tools.report", tmp_path / "empty")
     assert proc.returncode == 1 and "holds none of runs.json" in proc.stderr
+    assert "run directory" not in proc.stderr
+    (tmp_path / "empty" / "train.json").write_text("{}")  # a run directory (new-user trial 3)
+    proc = run_without_torch("qknorm_tools.report", tmp_path / "empty")
+    assert proc.returncode == 1 and proc.stderr.rstrip().endswith(
+        "(up to two levels below it); it is a run directory: collect it first (python -m "
+        f"qknorm_tools.collect runs --run {tmp_path / 'empty'} --work-dir WORK --out-dir OUT "
+        "--keep-unscored), then report OUT"
+    ), proc.stderr
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "ablation.json").write_text("{not json")
     proc = run_without_torch("qknorm_tools.report", tmp_path / "bad")

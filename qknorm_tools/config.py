@@ -662,8 +662,12 @@ def run_label(profile: Profile, max_update: int | None = None) -> str:
 def run_dir(
     work: Path, pair: str, label: str, system: str, seed: int, lr: str = "", precision: str = ""
 ) -> Path:
-    """WORK/runs/PAIR/LABEL/SYSTEM/seedN[-lrLR][-bf16] (the scripts: qk_run_dirs)."""
-    name = f"seed{seed}" + (f"-lr{lr}" if lr else "") + (f"-{precision}" if precision else "")
+    """WORK/runs/PAIR/LABEL/SYSTEM/seedN[-lrLR][-bf16] (the scripts: qk_run_dirs).
+
+    ``precision``: ``bf16`` (the suffix ``-bf16``: a bf16 run lives next to its fp32 twin),
+    ``fp32`` or ``""`` (none).
+    """
+    name = f"seed{seed}" + (f"-lr{lr}" if lr else "") + ("-bf16" if precision == "bf16" else "")
     return Path(work) / "runs" / pair / label / system / name
 
 

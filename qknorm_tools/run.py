@@ -87,6 +87,11 @@ class PlanError(Exception):
         self.lines, self.status, self.warning = lines, status, warning
 
 
+def _bf16_run(precision: str) -> str:
+    """The scripts' QK_BF16_RUN of a run in ``precision``: ``bf16``, or ``""`` for fp32."""
+    return "bf16" if precision == "bf16" else ""
+
+
 def _data_bpe_symbol(pair: str, bpe_dir: Path) -> str:
     """The symbol that undoes the BPE tool ``bpe_dir/bpe.json`` names (train and evaluate)."""
     try:
@@ -349,7 +354,7 @@ def plan_training(a: argparse.Namespace, extra: tuple, environ=os.environ) -> di
     return {
         "PAIR": pair.name, "SYSTEM": system.name, "PROFILE": profile.name, "LABEL": run.label,
         "RUN": str(run.dir), "ARCH": run.arch,
-        "QK_BF16_RUN": "bf16" if run.precision == "bf16" else "",
+        "QK_BF16_RUN": _bf16_run(run.precision),
         "QK_LR_OVERRIDE": run.lr_override, "TRAIN_CMD": train_cmd,
         # the retrain hint keeps the arguments after -- (they are part of the run's command)
         "RETRAIN": train_cmd + (f" --threads {a.threads}" if a.threads else "") + " --force"
@@ -527,7 +532,7 @@ def grid_precision(a: argparse.Namespace, environ=os.environ) -> dict:
     precision = run_spec.decide_precision(mode, profile, work=a.work_dir, threads=threads,
                                           cached_only=a.cached_only, repo=config.REPO,
                                           quiet=a.quiet)  # fmt: skip
-    return {"QK_BF16_RUN": "bf16" if precision == "bf16" else "", "QK_PRECISION": precision}
+    return {"QK_BF16_RUN": _bf16_run(precision), "QK_PRECISION": precision}
 
 
 def grid_dirs(a: argparse.Namespace) -> dict:
@@ -537,7 +542,6 @@ def grid_dirs(a: argparse.Namespace) -> dict:
         ``{"PAIR/SYSTEM/SEED": dir}``, or with ``--lr`` (lr_sweep.sh's LR_DIRS, ``""`` for the
         profile's own lr) ``{"PAIR/SYSTEM/SEED/LR": dir}``, in the order of the arguments.
     """
-    bf16 = "bf16" if a.precision == "bf16" else ""
     out = {}
     for pair in a.pairs.split(","):
         for system in a.systems.split(","):
@@ -545,7 +549,7 @@ def grid_dirs(a: argparse.Namespace) -> dict:
                 for lr in a.lr or [None]:
                     key = f"{pair}/{system}/{seed}" + ("" if lr is None else f"/{lr}")
                     out[key] = str(config.run_dir(a.work_dir, pair, a.label, system, int(seed),
-                                                  lr or "", bf16))  # fmt: skip
+                                                  lr or "", a.precision))  # fmt: skip
     return out
 
 
@@ -603,7 +607,7 @@ def _evaluation(a: argparse.Namespace, environ=os.environ) -> tuple[dict, run_sp
     avg = commands.average_argv(profile, run.dir, n_average, checkpoint) if n_average else []
     return {
         "PAIR": pair.name, "SYSTEM": run.system.name, "PROFILE": profile.name,
-        "LABEL": run.label, "RUN": rundir, "QK_BF16_RUN": "bf16" if precision == "bf16" else "",
+        "LABEL": run.label, "RUN": rundir, "QK_BF16_RUN": _bf16_run(precision),
         "QK_LR_OVERRIDE": run.lr_override, "TRAIN_CMD": run.train_cmd(environ),
         "TWIN_HINT": hint if (twin / "train.json").is_file() else "", "SPLIT": a.split,
         "CKPT": ckpt, "N_AVERAGE": str(n_average or ""), "CHECKPOINT": checkpoint,

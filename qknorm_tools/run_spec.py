@@ -231,9 +231,8 @@ class Run:
     @property
     def dir(self) -> Path:
         """WORK/runs/PAIR/LABEL/SYSTEM/seedN[-lrLR][-bf16]."""
-        bf16 = "bf16" if self.precision == "bf16" else ""
         return config.run_dir(self.work, self.pair.name, self.label, self.system.name, self.seed,
-                              self.lr_override, bf16)  # fmt: skip
+                              self.lr_override, self.precision)  # fmt: skip
 
     @property
     def arch(self) -> str:

@@ -41,6 +41,8 @@ from pathlib import Path
 from typing import Optional
 
 from qknorm_tools import commands, config, run_spec
+from qknorm_tools.config_schema import check_uint
+from qknorm_tools.exits import UsageError
 from qknorm_tools.provenance import IDENTITY_FILE
 from qknorm_tools.unicode_forms import FORMS, normalize_lines
 
@@ -705,18 +707,16 @@ class Translator:
 def _uint(flag: str):
     """An argparse type: a non-negative integer below 10^9 without leading zeros.
 
-    The values train.sh and evaluate.sh accept for seeds and budgets (``config.UINT_RE``, as
-    ``scripts/lib/cli.sh``'s ``qk_is_uint``): the run directory they name must be one train.sh
-    can make.
+    The values train.sh and evaluate.sh accept for seeds and budgets (the one rule:
+    ``qknorm_tools.config_schema.check_uint``): the run directory they name must be one
+    train.sh can make.
     """
 
     def parse(text: str) -> int:
-        if not config.UINT_RE.fullmatch(text):
-            raise argparse.ArgumentTypeError(
-                f"{flag} must be a non-negative integer (no leading zeros, below 10^9), "
-                f"got '{text}'"
-            )
-        return int(text)
+        try:
+            return check_uint(flag, text)
+        except UsageError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
 
     return parse
 

@@ -94,7 +94,7 @@ if [[ -z "$SEEDS_ARG" ]]; then
     SEEDS_ARG="${seeds_out%%$'\n'*}"
     [[ "$seeds_out" != *$'\n'* ]] || SEEDS_WHY="${seeds_out#*$'\n'}"
 fi
-qk_parse_seeds SEED_LIST "$SEEDS_ARG"
+qk_check_options "seeds:SEED_LIST=$SEEDS_ARG"
 
 # bf16 autocast or fp32 (--precision, QKNORM_BF16, the profile's PROFILE_BF16): decided once, here,
 # and passed to every cell and child script as --precision

@@ -42,8 +42,9 @@ qk_parse_args "@PAIR_ARG?" "--seed SEED" "--max-update MAX_UPDATE_ARG" "--data-d
     "--dry-run DRY_RUN=1" -- "$@"
 # every option and setting is checked before the first data step (a typo never costs the
 # data preparation first)
-qk_check_uint --seed "$SEED"
-[[ -z "${QKNORM_THREADS:-}" ]] || qk_check_posint QKNORM_THREADS "$QKNORM_THREADS"
+OPTS=("uint:--seed=$SEED")
+[[ -z "${QKNORM_THREADS:-}" ]] || OPTS+=("posint:QKNORM_THREADS=$QKNORM_THREADS")
+qk_check_options "${OPTS[@]}"
 if [[ -n "$DATA_DIR_ARG" ]]; then
     [[ -d "$DATA_DIR_ARG" ]] || qk_usage_error "--data-dir '$DATA_DIR_ARG' is not a directory"
 elif [[ -n "${QKNORM_DATA_DIR:-}" ]]; then

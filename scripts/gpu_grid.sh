@@ -49,14 +49,6 @@ qk_parse_args "--dry-run DRY=1" "--wheels WHEELS" "--out OUT" "--profile PROFILE
     "--first-seed FIRST" "--seeds-per-wave PER_WAVE" "--max-waves MAX_WAVES" "--jobs JOBS" \
     "--budget-s BUDGET" "--hard-s HARD" "--probe PROBE" -- "$@"
 ((${#QK_REST[@]} == 0)) || qk_usage_error "unexpected argument after --: '${QK_REST[0]}'"
-qk_check_posint --first-seed "$FIRST"
-qk_check_posint --seeds-per-wave "$PER_WAVE"
-qk_check_posint --max-waves "$MAX_WAVES"
-qk_check_posint --jobs "$JOBS"
-qk_check_posint --budget-s "$BUDGET"
-qk_check_posint --hard-s "$HARD"
-qk_check_uint --probe "$PROBE"
-((BUDGET <= HARD)) || qk_usage_error "--budget-s $BUDGET must not exceed --hard-s $HARD"
 WORK="${QKNORM_WORK_DIR:-$ROOT}"
 OUT="${OUT:-$WORK/results/gpu-grid-$(date -u +%Y%m%d-%H%M)}"
 PY="${PYTHON:-python3}"
@@ -68,6 +60,10 @@ export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 QK_PY="$PY" QK_REPO_ROOT="$ROOT" QK_WORK_DIR="$WORK"
 # shellcheck source=scripts/lib/config.sh
 source "$ROOT/scripts/lib/config.sh"
+qk_check_options "posint:--first-seed=$FIRST" "posint:--seeds-per-wave=$PER_WAVE" \
+    "posint:--max-waves=$MAX_WAVES" "posint:--jobs=$JOBS" "posint:--budget-s=$BUDGET" \
+    "posint:--hard-s=$HARD" "uint:--probe=$PROBE"
+((BUDGET <= HARD)) || qk_usage_error "--budget-s $BUDGET must not exceed --hard-s $HARD"
 qk_require_name pairs "$PAIR"
 qk_require_name profiles "$PROFILE"
 

@@ -113,22 +113,19 @@ qk_parse_args "@PAIR_ARG" "--systems SYSTEMS_ARG" "--lrs LRS_ARG" "--seeds SEEDS
 # ---------------------------------------------------------------------------------------------
 # argument checks (everything is checked before anything runs)
 
-qk_launch_check
-((DRY_RUN == 0 || QK_STATUS == 0)) || qk_usage_error "--dry-run and --status exclude each other"
-JOBS="${QK_JOBS:-1}"
 # "all" here is every system, QK-LayerNorm included (reproduce.sh's "all" is the papers' systems)
 [[ "$SYSTEMS_ARG" != all ]] || SYSTEMS_ARG="$(qk_known_systems | tr ' ' ',')"
-qk_parse_names systems SYSTEMS "$SYSTEMS_ARG"
-qk_parse_seeds SEEDS "$SEEDS_ARG"
-split_list LR_ITEMS "$LRS_ARG" || qk_usage_error "bad --lrs list '$LRS_ARG' (empty item)"
-_qk_refuse_repeats lrs "$LRS_ARG" "$QK_SPLIT_REPEAT"  # 1e-3,1e-3: a typo, as for --seeds
-# (each lr is checked and spelled once by load_profile_config below: LRS, LR_DIRS)
+# SYSTEMS, SEEDS, LR_ITEMS (each lr is checked and spelled once by load_profile_config below:
+# LRS, LR_DIRS), SIZE_ITEMS; a repeat in a list is a typo (1e-3,1e-3 as 1,1)
+LIST_SPECS=("names:systems:SYSTEMS=$SYSTEMS_ARG" "seeds:SEEDS=$SEEDS_ARG" "list:lrs:LR_ITEMS=$LRS_ARG")
+[[ -z "$SIZES_ARG" ]] || LIST_SPECS+=("list:sizes:SIZE_ITEMS=$SIZES_ARG")
+qk_launch_check "${LIST_SPECS[@]}"
+((DRY_RUN == 0 || QK_STATUS == 0)) || qk_usage_error "--dry-run and --status exclude each other"
+JOBS="${QK_JOBS:-1}"
 # SIZES: train.sh --size values ("" = the profile's own proxy size, d 256); one "" without --sizes
 SIZES=("")
 SIZE_WIDTHS=()
 if [[ -n "$SIZES_ARG" ]]; then
-    split_list SIZE_ITEMS "$SIZES_ARG" || qk_usage_error "bad --sizes list '$SIZES_ARG' (empty item)"
-    _qk_refuse_repeats sizes "$SIZES_ARG" "$QK_SPLIT_REPEAT"  # 128,128: a typo, as for --seeds
     SIZES=()
     for w in "${SIZE_ITEMS[@]}"; do
         case "$w" in

@@ -125,12 +125,12 @@ fi
 [[ -n "$SYSTEMS_ARG" ]] || qk_usage_error "--systems is required (a comma-separated list or 'all')"
 ((AGG_ONLY == 0 || NO_AGG == 0)) || qk_usage_error "--aggregate-only and --no-aggregate exclude each other"
 ((DRY_RUN == 0 || QK_STATUS == 0)) || qk_usage_error "--dry-run and --status exclude each other"
-qk_launch_check
-[[ -z "$MAX_UPDATE_ARG" ]] || qk_check_uint --max-update "$MAX_UPDATE_ARG"
-qk_parse_names pairs PAIRS "$PAIRS_ARG"
-qk_parse_names systems SYSTEMS "$SYSTEMS_ARG"
+OPTS=()
+[[ -z "$MAX_UPDATE_ARG" ]] || OPTS+=("uint:--max-update=$MAX_UPDATE_ARG")
+# PAIRS, SYSTEMS ("all": the papers' pairs and systems), SEEDS
+qk_launch_check "${OPTS[@]+"${OPTS[@]}"}" "names:pairs:PAIRS=$PAIRS_ARG" \
+    "names:systems:SYSTEMS=$SYSTEMS_ARG" "seeds:SEEDS=$SEEDS_ARG"
 qk_require_name systems "$BASELINE"
-qk_parse_seeds SEEDS "$SEEDS_ARG"
 qk_require_name profiles "$PROFILE_ARG"
 PROFILE="$PROFILE_ARG"
 LABEL="$(qk_run_label "$PROFILE" "$MAX_UPDATE_ARG")"

@@ -27,7 +27,7 @@ EOF_USAGE
 
 qk_parse_args "@CELLS_ARG INDEX_ARG" -- "$@"
 [[ -f "$CELLS_ARG" ]] || die "cells file $CELLS_ARG not found"
-qk_is_uint "$INDEX_ARG" || qk_usage_error "INDEX must be a non-negative integer, got '$INDEX_ARG'"
+qk_check_options "uint:INDEX=$INDEX_ARG"
 LINE="$(sed -n "$((INDEX_ARG + 1))p" -- "$CELLS_ARG")"
 [[ -n "$LINE" ]] || die "$CELLS_ARG has no line $((INDEX_ARG + 1)) (task $INDEX_ARG)"
 IFS=$'\t' read -r -a FIELDS <<<"$LINE"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from qknorm_tools import config, config_schema
+from qknorm_tools import config, config_schema, script_options
 
 from conftest import FAR_BOUND, REPO, SCRIPTS, make_env
 
@@ -366,22 +366,17 @@ OWN_PAIR = 'src = "de"\ntgt = "en"\ncorpus = "local"\nbpe_merges = 8000\n\n[loca
 
 
 def test_all_pairs_are_the_papers_pairs_never_an_own_pair(tmp_path):
-    """``--pairs all`` (reproduce.sh, qk_parse_names) used to include a researcher's own pair of
-    the work dir's configs/pairs: ``all`` is the papers' five pairs (config.PAPER_PAIRS), an own
-    pair is known but run only when named."""
+    """``--pairs all`` (reproduce.sh) used to include a researcher's own pair of the work
+    dir's configs/pairs: ``all`` is the papers' five pairs (config.PAPER_PAIRS), an own pair is
+    known but run only when named."""
     work = tmp_path / "work"
     (work / "configs" / "pairs").mkdir(parents=True)
     (work / "configs" / "pairs" / "de-en.toml").write_text(OWN_PAIR)
     assert config.names("pairs", work) == ["ar-en", "de-en", "en-vi", "gl-en", "he-en", "sk-en"]
     assert config.names("pairs", work, in_all=True) == ["ar-en", "en-vi", "gl-en", "he-en", "sk-en"]
-    # the scripts' "all" (scripts/lib/cli.sh) asks the same question
-    p = subprocess.run(
-        ["bash", "-c", f'source "{SCRIPTS}/lib.sh"; qk_parse_names pairs P all; echo "${{P[*]}}"; '
-         'qk_parse_names pairs P de-en,gl-en; echo "${P[*]}"'],
-        capture_output=True, text=True, env=make_env(work), timeout=FAR_BOUND,
-    )  # fmt: skip
-    assert p.returncode == 0, p.stderr
-    assert p.stdout == "ar-en en-vi gl-en he-en sk-en\nde-en gl-en\n"
+    # the scripts' "all" (qk_check_options names:pairs:VAR=all) asks the same question
+    assert script_options.parse_names("pairs", "all", work) == config.names("pairs", work, True)
+    assert script_options.parse_names("pairs", "de-en,gl-en", work) == ["de-en", "gl-en"]
 
 
 def test_the_scripts_file_runs_where_python_names_them(tmp_path):

@@ -128,7 +128,9 @@ def test_local_launcher_runs_each_cell_on_its_own_gpu(tmp_path, source):
         f'qk_cell_add {s} "${{D[gl-en/{s}/1]}}" gl-en {s} --max-update 5' for s in systems
     )
     p = bash(
-        f"QK_JOBS=2 {devices[1]}; {adds}; qk_launch cpu-proxy; echo ${{#QK_LAUNCH_FAILED[@]}}", env
+        f"QK_JOBS=2 {devices[1]}; qk_launch_check; {adds}; qk_launch cpu-proxy; "
+        "echo ${#QK_LAUNCH_FAILED[@]}",
+        env,
     )
     assert p.returncode == 0, out(p)
     runs = [line.split() for line in record.read_text().splitlines()]

@@ -112,6 +112,7 @@ _qk_cell_decode_settings() {
 # evaluate.sh).
 
 QK_LAUNCHER=local QK_JOBS="" QK_GPUS_ARG="" QK_NPROC=1 QK_NODES=1 QK_STATUS=0 QK_CELLS_PER_GPU=1
+QK_GPU_IDS=()  # the --gpus list (qk_launch_check)
 QK_PARTITION="${QKNORM_SLURM_PARTITION:-}" QK_ACCOUNT="${QKNORM_SLURM_ACCOUNT:-}"
 QK_SBATCH_ARGS="${QKNORM_SBATCH_ARGS:-}"
 QK_LAUNCH_SPECS=("--launcher QK_LAUNCHER" "--jobs QK_JOBS" "--gpus QK_GPUS_ARG" "--nproc QK_NPROC"
@@ -147,16 +148,21 @@ qk_launch_usage() {
 USAGE
 }
 
-# qk_launch_check: usage errors for bad launcher options (call after qk_parse_args).
+# qk_launch_check [SPEC...]: usage errors for bad launcher options (call after qk_parse_args);
+# the script's own integers and lists (qk_check_options SPECs) checked in the same python start,
+# after the launcher's. QK_GPU_IDS: the --gpus list.
 qk_launch_check() {
     case "$QK_LAUNCHER" in
         local | slurm) ;;
         *) qk_usage_error "--launcher must be local or slurm, got '$QK_LAUNCHER'" ;;
     esac
-    [[ -z "$QK_JOBS" ]] || qk_check_posint --jobs "$QK_JOBS"
-    qk_check_posint --nproc "$QK_NPROC"
-    qk_check_posint --nodes "$QK_NODES"
-    qk_check_posint --cells-per-gpu "$QK_CELLS_PER_GPU"
+    local specs=()
+    [[ -z "$QK_JOBS" ]] || specs+=("posint:--jobs=$QK_JOBS")
+    specs+=("posint:--nproc=$QK_NPROC" "posint:--nodes=$QK_NODES"
+        "posint:--cells-per-gpu=$QK_CELLS_PER_GPU")
+    QK_GPU_IDS=()
+    [[ -z "$QK_GPUS_ARG" ]] || specs+=("list:gpus:QK_GPU_IDS=$QK_GPUS_ARG")
+    qk_check_options "${specs[@]}" "$@"
     [[ "$QK_CELLS_PER_GPU" == 1 || "$QK_LAUNCHER" == local ]] \
         || qk_usage_error "--cells-per-gpu is for the local launcher (Slurm hands out the GPUs)"
     if ((QK_NODES > 1)); then
@@ -203,7 +209,8 @@ _qk_device_groups() {
     local -n __groups="$1"
     local jobs="$2" ids=() i
     if [[ -n "$QK_GPUS_ARG" ]]; then
-        split_list ids "$QK_GPUS_ARG" || qk_usage_error "bad --gpus list '$QK_GPUS_ARG' (comma-separated GPU ids, e.g. 0,1)"
+        ((${#QK_GPU_IDS[@]})) || die "--gpus $QK_GPUS_ARG was not checked (qk_launch_check)"
+        ids=("${QK_GPU_IDS[@]}")
     else
         mapfile -t ids < <(qk_gpu_list)
     fi
@@ -575,7 +582,6 @@ _qk_job_resources() {
     )" || die "cannot load profile $1"
     read -r QK_RES_GPUS QK_RES_CPUS QK_RES_MEM QK_RES_TIME <<<"$out"
     [[ "$QK_RES_GPUS" =~ ^[01]$ ]] || die "configs/profiles/$1.toml: job.gpus must be 0 or 1 (GPUs per training process), got '$QK_RES_GPUS'"
-    qk_is_posint "$QK_RES_CPUS" || die "configs/profiles/$1.toml: job.cpus must be a positive integer, got '$QK_RES_CPUS'"
     [[ "$QK_RES_MEM" =~ ^[1-9][0-9]*[KMGT]?$ ]] || die "configs/profiles/$1.toml: job.mem must be like 4G or 4000M, got '$QK_RES_MEM'"
     [[ -n "$QK_RES_TIME" ]] || die "configs/profiles/$1.toml does not set job.time (a Slurm time limit, e.g. 24:00:00)"
     if ((QK_NODES > 1 && QK_RES_GPUS == 0)); then

@@ -792,6 +792,7 @@ def test_status_names_the_repositorys_records_a_work_dir_elsewhere_lacks(tmp_pat
     twelve = warning.replace(f"warning: {n} cells", "warning: 12 cells")  # seeds 1-3
     assert agg.returncode == 1 and twelve in agg.stderr.splitlines(), agg.stderr
     assert agg.stderr.count("committed records in the repository") == 1  # not again by reproduce.sh
+    assert not (tmp_path / "results").exists()  # "no report written", and no empty folder
     # and reproduce.sh --aggregate-only (new-user trial 2: only its collection's refusal)
     systems = "twt,qknorm_paper,prenorm_fixnorm_layernorm,scalenorm_qknorm"
     agg = script("reproduce.sh", "--pairs", "gl-en", "--systems", systems, "--seeds", "1,2,3",

@@ -20,9 +20,12 @@
 
 # qk_mktemp_dir VAR PARENT NAME: create PARENT/.NAME.tmp.XXXXXX (same file system as the final
 # output, so that the final `mv` is a rename), store its path in VAR, remove it on exit unless
-# it was moved into place by qk_replace_dir.
+# it was moved into place by qk_replace_dir. The folders made for PARENT are removed on exit if
+# they are left empty (a refused step says "nothing written" and leaves no empty folder).
 qk_mktemp_dir() {
-    local __var="$1" parent="$2" name="$3" __d
+    local __var="$1" parent="$2" name="$3" __d top="$2"
+    while [[ ! -e "$(dirname -- "$top")" ]]; do top="$(dirname -- "$top")"; done
+    [[ -e "$top" ]] || QK_EMPTY_DIRS+=("$top")
     mkdir -p -- "$parent"
     __d="$(mktemp -d "$parent/.$name.tmp.XXXXXX")" || die "cannot create a temporary directory in $parent"
     chmod "$(printf '%o' $((0777 & ~$(umask))))" "$__d"  # mktemp makes it 0700; use the umask

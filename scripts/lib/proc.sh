@@ -9,9 +9,11 @@
 #
 # Offers
 #   QK_CLEANUP, QK_CHILDREN, QK_EXIT_HOOKS   paths removed, children stopped, hooks run on exit
+#   QK_EMPTY_DIRS                  folders made for outputs, removed on exit where left empty
 #   qk_on_exit FUNCTION            run FUNCTION when the script exits (also on Ctrl-C / TERM)
 #   _qk_stop_children              TERM every child's process group, KILL what is left after 10 s
-#   qk_cleanup                     the EXIT trap: children stopped, hooks run, QK_CLEANUP removed
+#   qk_cleanup                     the EXIT trap: children stopped, hooks run, QK_CLEANUP removed,
+#                                  QK_EMPTY_DIRS removed where empty
 #   _qk_prefix PREFIX              copy stdin to stdout, each line prefixed
 #   _qk_spawn MODE ARG CMD...      start CMD in its own process group (QK_SPAWNED = its pid)
 #   _qk_forget_child PID           PID is no longer a running child
@@ -30,6 +32,7 @@
 QK_CLEANUP=()     # temporary paths, removed on exit
 QK_CHILDREN=()    # process group ids of the running children (qk_run, qk_pool_submit)
 QK_EXIT_HOOKS=()  # functions run on exit, after the children are stopped
+QK_EMPTY_DIRS=()  # folders made for outputs: removed on exit, with their subfolders, if empty
 
 # qk_on_exit FUNCTION: run FUNCTION (no arguments) when the script exits, whatever the reason.
 qk_on_exit() { QK_EXIT_HOOKS+=("$1"); }
@@ -71,6 +74,9 @@ qk_cleanup() {
         if [[ -n "$p" && -e "$p" ]]; then
             rm -rf -- "$p"
         fi
+    done
+    for p in "${QK_EMPTY_DIRS[@]+"${QK_EMPTY_DIRS[@]}"}"; do
+        [[ ! -d "$p" ]] || find "$p" -depth -type d -empty -delete 2>/dev/null || true
     done
 }
 trap qk_cleanup EXIT

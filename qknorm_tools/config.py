@@ -664,8 +664,7 @@ def run_dir(
 ) -> Path:
     """WORK/runs/PAIR/LABEL/SYSTEM/seedN[-lrLR][-bf16] (the scripts: qk_run_dirs).
 
-    ``precision``: ``bf16`` (the suffix ``-bf16``: a bf16 run lives next to its fp32 twin),
-    ``fp32`` or ``""`` (none).
+    ``precision``: ``bf16`` adds ``-bf16`` (a run next to its fp32 twin); ``fp32``, ``""``: none.
     """
     name = f"seed{seed}" + (f"-lr{lr}" if lr else "") + ("-bf16" if precision == "bf16" else "")
     return Path(work) / "runs" / pair / label / system / name

@@ -49,6 +49,8 @@ docstring lists them)::
     python -m qknorm_tools.run evaluate-plan|evaluate-check --pair P --system S --profile F
         --seed N [--max-update N] [--lr LR] [--threads N] [--precision P | --bf16-autocast]
         [--split test|dev] [--checkpoint best|last|avgN] --work-dir W --data-root D
+    python -m qknorm_tools.run options [--work-dir W] SPEC...   # a script's integers and lists
+        (uint:OPTION=VALUE, seeds:VAR=LIST, ...: qknorm_tools/script_options.py)
 
 Exit status (:mod:`qknorm_tools.exits`): 0 planned; 2 a usage error (the message on stdout,
 which ``scripts/lib/cli.sh:qk_usage_error`` shows with the script's usage, as for
@@ -66,7 +68,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from qknorm_tools import commands, config, run_spec
+from qknorm_tools import commands, config, run_spec, script_options
 from qknorm_tools.config_schema import POSINT_RE
 from qknorm_tools.exits import FAILURE, OK, USAGE, UsageError, die_usage, fail
 from qknorm_tools.provenance import check_data, check_run, read_identity
@@ -703,6 +705,10 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--work-dir", type=Path, required=True)
         q.add_argument("--repo", type=Path)
         q.add_argument("--data-root", required=True, help="raw/, bpe/ and bin/ of PAIR")
+    o = sub.add_parser("options", help="a script's integers and lists (script_options.py)")
+    o.add_argument("specs", nargs="*", metavar="SPEC", help="uint:OPTION=VALUE, seeds:VAR=LIST...")
+    o.add_argument("--work-dir", type=Path, help="the researcher's own configs (names:KIND)")
+    o.add_argument("--repo", type=Path)
     return parser
 
 
@@ -730,6 +736,8 @@ def main(argv: list | None = None) -> int:
             out = plan_evaluation(a)
         elif a.cmd == "evaluate-check":
             out = check_evaluation(a)
+        elif a.cmd == "options":
+            out = dict(script_options.check(a.specs, a.work_dir))
         else:
             out = _claim(a, parser)
     except UsageError as e:  # on stdout: qk_usage_error shows it

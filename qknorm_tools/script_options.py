@@ -6,9 +6,10 @@ processes positive integers (:func:`~qknorm_tools.config_schema.check_posint`); 
 comma-separated, white space around an item is dropped, an empty item, white space inside one and
 an item given twice are refused (``1,1`` is a typo of ``1,2`` more often than a wish; "1 2" is
 neither seed 12 nor seeds 1 and 2). The scripts (``scripts/lib/config.sh``: ``qk_check_options``)
-pass every such value of a command line in one call::
+pass every such value of a command line in one call, a subcommand of the run's spine
+(:mod:`qknorm_tools.run`, which owns the exit protocol)::
 
-    python -m qknorm_tools.script_options SPEC...
+    python -m qknorm_tools.run options [--repo DIR] [--work-dir DIR] SPEC...
 
     uint:OPTION=VALUE      a seed, an update budget, an index
     posint:OPTION=VALUE    threads, jobs, processes, nodes
@@ -25,13 +26,12 @@ are printed as bash array assignments, exit 0. A SPEC that is not of these forms
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from qknorm_tools import config
 from qknorm_tools.config_schema import UINT_RE, check_posint, check_uint
-from qknorm_tools.exits import OK, USAGE, UsageError, fail
+from qknorm_tools.exits import UsageError
 
 #: the message after ``bad --KIND list 'LIST'`` for an empty item, by KIND
 _EMPTY = {
@@ -134,7 +134,7 @@ def check(specs: Sequence[str], work_dir: Path | None = None) -> list[tuple[str,
             sub, _, rest = rest.partition(":")
         name, eq, value = rest.partition("=")
         if not eq or not name or kind not in ("uint", "posint", "seeds", "list", "names"):
-            raise ValueError(f"bad SPEC '{spec}' (see python -m qknorm_tools.script_options)")
+            raise ValueError(f"bad SPEC '{spec}' (see qknorm_tools/script_options.py)")
         if kind == "uint":
             check_uint(name, value)
         elif kind == "posint":
@@ -146,29 +146,3 @@ def check(specs: Sequence[str], work_dir: Path | None = None) -> list[tuple[str,
         else:
             out.append((name, tuple(parse_names(sub, value, work_dir))))
     return out
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """The command line (module docstring): ``[--repo DIR] [--work-dir DIR] SPEC...``."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    work_dir = None
-    while args and args[0].startswith(("--repo=", "--work-dir=")):
-        key, _, value = args.pop(0).partition("=")
-        if key == "--repo":  # scripts/lib.sh passes its own root (a copy of the configs)
-            config.REPO = Path(value).resolve()
-        else:
-            work_dir = Path(value)
-    try:
-        lists = check(args, work_dir)
-    except UsageError as e:  # on stdout: qk_usage_error shows it
-        print(e)
-        return USAGE
-    except (config.ConfigError, ValueError) as e:
-        return fail(e)
-    if lists:
-        print("\n".join(config.shell_lines(lists)))
-    return OK
-
-
-if __name__ == "__main__":
-    sys.exit(main())

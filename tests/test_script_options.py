@@ -5,7 +5,7 @@ scripts)."""
 
 import pytest
 
-from qknorm_tools import config, script_options
+from qknorm_tools import config, run, script_options
 from qknorm_tools.exits import UsageError
 
 
@@ -79,6 +79,7 @@ def test_names_all_unknown_and_repeats():
 
 
 def test_check_in_order_and_the_command_line(capsys):
+    """check() in order; ``python -m qknorm_tools.run options`` prints the lists for bash."""
     assert script_options.check(["uint:--max-update=0", "posint:--jobs=2", "seeds:S=2,1",
                                  "list:lrs:L=1e-3", "names:pairs:P=gl-en"]) == [
         ("S", ("2", "1")), ("L", ("1e-3",)), ("P", ("gl-en",))]  # fmt: skip
@@ -86,9 +87,9 @@ def test_check_in_order_and_the_command_line(capsys):
         script_options.check(["posint:--jobs=0", "uint:--max-update=00"])  # the first bad one
     with pytest.raises(UsageError, match=r"^--max-update must be a non-negative integer \(no "):
         script_options.check(["uint:--max-update=00", "posint:--jobs=0"])
-    assert script_options.main(["seeds:SEEDS=1,2", "uint:INDEX=3"]) == 0
+    assert run.main(["options", "seeds:SEEDS=1,2", "uint:INDEX=3"]) == 0
     assert capsys.readouterr().out == "SEEDS=(1 2)\n"
-    assert script_options.main(["uint:INDEX=x"]) == 2  # the message on stdout, for the script
+    assert run.main(["options", "uint:INDEX=x"]) == 2  # the message on stdout, for the script
     assert capsys.readouterr().out.startswith("INDEX must be a non-negative integer")
-    assert script_options.main(["bogus:X=1"]) == 1
+    assert run.main(["options", "bogus:X=1"]) == 1
     assert "bad SPEC 'bogus:X=1'" in capsys.readouterr().err

@@ -12,7 +12,7 @@
 #   qk_parse_args SPEC... -- ARGS  options and positionals of a script (QK_REST: after a bare --)
 #   qk_print_cmd CMD...            a command line, shell-quoted, on stdout (what --dry-run shows)
 # (integer options and comma-separated lists: scripts/lib/config.sh's qk_check_options, whose
-# rules are python -m qknorm_tools.script_options)
+# rules are python -m qknorm_tools.run options)
 
 # ---------------------------------------------------------------------------------------------
 # messages

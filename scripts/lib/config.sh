@@ -200,27 +200,23 @@ qk_resolve_bf16_of() {
 # train-claim, evaluate-plan: docs of qknorm_tools/run.py), its shell assignments evaluated here
 # (globals: REMOVE_BPE, CMD, DATA_ID, ...). Exit status 2 there is a usage error with the message
 # it printed; any other failure exits with its status (its errors are on stderr; 3: diverged).
-qk_run_py() { _qk_py_assign qknorm_tools.run "$@"; }
-
-# qk_check_options SPEC...: the command line's integers and comma-separated lists, each checked
-# by its one rule in one python start (python -m qknorm_tools.script_options: uint:OPTION=VALUE,
-# posint:OPTION=VALUE, seeds:VAR=LIST, list:KIND:VAR=LIST, names:KIND:VAR=LIST), in order; the
-# lists set as arrays (VAR); the first bad value is a usage error (exit 2).
-qk_check_options() {
-    _qk_py_assign qknorm_tools.script_options "--repo=$QK_REPO_ROOT" "--work-dir=$QK_WORK_DIR" "$@"
-}
-
-# _qk_py_assign MODULE ARGS...: python -m MODULE ARGS, its shell assignments evaluated here; exit
-# status 2 there a usage error with the message it printed, any other failure exits with it.
-_qk_py_assign() {
+qk_run_py() {
     local rc=0 out
     [[ -n "$QK_PY" ]] || die "no python interpreter found (set QKNORM_PYTHON)"
-    out="$("$QK_PY" -m "$@")" || rc=$?
+    out="$("$QK_PY" -m qknorm_tools.run "$@")" || rc=$?
     case "$rc" in
         0) eval "$out" ;;
         2) qk_usage_error "$out" ;;
         *) exit "$rc" ;;
     esac
+}
+
+# qk_check_options SPEC...: the command line's integers and comma-separated lists, each checked
+# by its one rule in one python start (python -m qknorm_tools.run options: uint:OPTION=VALUE,
+# posint:OPTION=VALUE, seeds:VAR=LIST, list:KIND:VAR=LIST, names:KIND:VAR=LIST), in order; the
+# lists set as arrays (VAR); the first bad value is a usage error (exit 2).
+qk_check_options() {
+    qk_run_py options "--repo=$QK_REPO_ROOT" "--work-dir=$QK_WORK_DIR" "$@"
 }
 
 # qk_run_label [PROFILE [MAX_UPDATE]]: the name runs and results of a profile are filed under

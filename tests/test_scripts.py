@@ -41,10 +41,15 @@ def bash(code: str, env=None, **kw) -> subprocess.CompletedProcess:
     )
 
 
-def wait_for(predicate, timeout=FAR_BOUND):
-    """Wait for an event (PREDICATE true); TIMEOUT is only a far bound against a hang."""
+def wait_for(predicate, proc, timeout=FAR_BOUND):
+    """Wait for an event (PREDICATE true) of the started script PROC; fails at once, with its
+    output, if the script exits first (an event that can no longer come is not waited for);
+    TIMEOUT is only a far bound against a hang."""
     t0 = time.time()
     while not predicate():
+        if proc.poll() is not None and not predicate():
+            proc.reader.join(timeout=FAR_BOUND)
+            raise AssertionError(f"exit {proc.returncode} before the event:\n{''.join(proc.lines)}")
         if time.time() - t0 > timeout:
             raise AssertionError(f"no event after {timeout:.0f} s (far bound)")
         time.sleep(0.1)
@@ -242,7 +247,9 @@ def test_interrupted_pool_stops_every_job(tmp_path, sig):
     code = POOL.replace("0.2 0", "300 0").replace("0.5 3", "300 3")
     proc = start(["-c", f'source "{SCRIPTS}/lib.sh"; {code}', "test"], env)
     # a and b run (each has printed its first line), c waits for a slot
-    wait_for(lambda: has_line(proc, r"^\[a\] a started") and has_line(proc, r"^\[b\] b started"))
+    wait_for(
+        lambda: has_line(proc, r"^\[a\] a started") and has_line(proc, r"^\[b\] b started"), proc
+    )
     if sig == signal.SIGINT:
         ctrl_c(proc)
     else:  # TERM to the script alone (kill PID), not to its group
@@ -267,7 +274,7 @@ def test_a_run_is_never_trained_twice_at_once(binarized, fake_fairseq_train):
     fake_bin, pid_file = fake_fairseq_train
     env = make_env(binarized, FAKE_TRAIN_PIDS=pid_file, PATH=f"{fake_bin}:{os.environ['PATH']}")
     first = start([SCRIPTS / "train.sh", "gl-en", "twt", "--max-update", "5"], env)
-    wait_for(lambda: pids(pid_file))
+    wait_for(lambda: pids(pid_file), first)
     run = binarized / "runs/gl-en/cpu-proxy-max-update-5/twt/seed1"
     for script in ("train.sh", "evaluate.sh"):
         p = run_script(script, "gl-en", "twt", "--max-update", 5, env=env)
@@ -288,7 +295,7 @@ def test_ctrl_c_stops_training_and_keeps_wall_time(binarized, fake_fairseq_train
     env = make_env(binarized, FAKE_TRAIN_PIDS=pid_file, PATH=f"{fake_bin}:{os.environ['PATH']}")
     run = binarized / "runs/gl-en/cpu-proxy-max-update-5/twt/seed1"
     proc = start([SCRIPTS / "train.sh", "gl-en", "twt", "--max-update", "5"], env)
-    wait_for(lambda: has_line(proc, r"QKNorm g0 = 12\.5"))  # the training's lines are logged
+    wait_for(lambda: has_line(proc, r"QKNorm g0 = 12\.5"), proc)  # the training's lines are logged
     time.sleep(2.2)  # a lower bound of the wall time kept (a slower machine only adds to it)
     output = ctrl_c(proc)
     assert proc.returncode == 130, output
@@ -319,7 +326,7 @@ def test_a_rerun_without_a_checkpoint_says_it_starts_over(binarized, fake_fairse
     env = make_env(binarized, FAKE_TRAIN_PIDS=pid_file, PATH=f"{fake_bin}:{os.environ['PATH']}")
     run = binarized / "runs/gl-en/cpu-proxy-max-update-5/twt/seed1"
     proc = start([SCRIPTS / "train.sh", "gl-en", "twt", "--max-update", "5"], env)
-    wait_for(lambda: has_line(proc, r"QKNorm g0 = 12\.5"))
+    wait_for(lambda: has_line(proc, r"QKNorm g0 = 12\.5"), proc)
     ctrl_c(proc)
     (run / "checkpoints" / "checkpoint_last.pt").unlink(missing_ok=True)  # before the first save
     p = run_script(
@@ -346,7 +353,7 @@ def test_ctrl_c_on_demo_stops_both_trainings(tmp_path, fake_fairseq_train):
     # data prepared, both trainings on: each has printed its first update (the readable
     # progress line: update count and budget first, qknorm_tools.progress)
     for system in ("twt", "qknorm_paper"):
-        wait_for(lambda s=system: has_line(proc, rf"^\[{s}\] .* \| 1/5 updates, ETA "))
+        wait_for(lambda s=system: has_line(proc, rf"^\[{s}\] .* \| 1/5 updates, ETA "), proc)
     output = ctrl_c(proc)
     assert proc.returncode == 130, output
     assert [pid for pid in pids(pid_file) if alive(pid)] == []

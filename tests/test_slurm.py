@@ -84,10 +84,20 @@ def strip_wall(record):
 SAVED = re.compile(r"Saved checkpoint \S+checkpoint_last\.pt \(epoch \d+ @ (\d+) updates")
 
 
-def wait_for_checkpoint(run, timeout=FAR_BOUND):
-    """Wait until the run's train.log reports a saved checkpoint_last.pt."""
+def wait_for_checkpoint(run, conf, job_id, timeout=FAR_BOUND):
+    """Wait until the run's train.log reports a saved checkpoint_last.pt; fails at once if the
+    job JOB_ID ends first (a checkpoint that can no longer come is not waited for)."""
     log = run / "train.log"
-    wait_for("a first checkpoint", lambda: log.exists() and SAVED.search(log.read_text()), timeout)
+
+    def saved():
+        if log.exists() and SAVED.search(log.read_text()):
+            return True
+        state = job(conf, job_id).get("JobState")
+        if state in DONE_STATES and not (log.exists() and SAVED.search(log.read_text())):
+            raise AssertionError(f"job {job_id} ended ({state}) before a checkpoint: {log}")
+        return False
+
+    wait_for("a first checkpoint", saved, timeout)
 
 
 def resumed_once(run, total, interval):
@@ -278,7 +288,7 @@ def test_requeued_cell_resumes_from_its_checkpoint(slurm_cluster, data_template,
     cells, agg = submitted(p.stdout)
     task = f"{cells}_0"
     run = work / "runs" / "gl-en" / "cpu-proxy-max-update-300" / "twt" / "seed1"
-    wait_for_checkpoint(run)
+    wait_for_checkpoint(run, slurm_cluster, task)
     slurm(slurm_cluster, "scancel", "--batch", "--signal=USR1", task)
     wait_for("the requeue", lambda: job(slurm_cluster, task)["Restarts"] == "1", 120)
     # Slurm holds a requeued job for about two minutes before it may start again: release it
@@ -315,7 +325,7 @@ def test_cancelled_cell_resumes_when_resubmitted(slurm_cluster, data_template, t
     assert p.returncode == 0, out(p)
     first = f"{submitted(p.stdout)[0]}_0"
     run = work / "runs" / "gl-en" / "cpu-proxy-max-update-300" / "twt" / "seed1"
-    wait_for_checkpoint(run)
+    wait_for_checkpoint(run, slurm_cluster, first)
     slurm(slurm_cluster, "scancel", first)
     assert wait_job(slurm_cluster, first)["JobState"] == "CANCELLED"
     assert not (run / "train.json").exists()  # stopped before its end

@@ -7,6 +7,8 @@ QKNORM_WORK_DIR set to an empty temporary directory, so no data/BPE exists: QKNo
 the authors' L, and nothing may be written there by a dry run.
 """
 
+import contextlib
+import io
 import json
 import math
 import re
@@ -16,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from qknorm_tools import config
+from qknorm_tools import config, run
 from qknorm_tools.scoring import score_lines
 
 from conftest import REPO, cli_env, flags, train_commands
@@ -93,20 +95,20 @@ def script(name, *args, work_dir, check=True):
 
 
 def dry_run_cmd(pair, system, profile, work_dir, seed=1):
-    proc = script(
-        "train.sh",
-        pair,
-        system,
-        "--profile",
-        profile,
-        "--seed",
-        seed,
-        "--dry-run",
-        work_dir=work_dir,
-    )
-    cmds = train_commands(proc.stdout)
-    assert len(cmds) == 1, proc.stdout
-    return cmds[0]
+    """The command ``train.sh PAIR SYSTEM --profile PROFILE --seed SEED --dry-run`` prints, from
+    its plan in process (``python -m qknorm_tools.run train-plan``, as train.sh calls it, fp32:
+    QKNORM_BF16=0), ``env OMP_NUM_THREADS=N`` first; tests/test_golden.py checks, token by token,
+    that train.sh prints exactly this plan."""
+    argv = ["train-plan", "--pair", pair, "--system", system, "--profile", profile,
+            "--seed", str(seed), "--precision", "fp32", f"--work-dir={work_dir}",
+            f"--data-root={work_dir}/data", "--dry-run"]  # fmt: skip
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = run.main(argv)
+    assert rc == 0, buf.getvalue()
+    values = dict(line.partition("=")[::2] for line in buf.getvalue().splitlines())
+    return ["env", f"OMP_NUM_THREADS={shlex.split(values['THREADS'])[0]}",
+            *shlex.split(values["CMD"][1:-1])]  # fmt: skip
 
 
 def pair_config(pair):

@@ -301,7 +301,7 @@ NEW_SYSTEMS = {
 
 @pytest.mark.parametrize("system", sorted(NEW_SYSTEMS))
 def test_new_systems_train_the_described_model(system, toy_data, tmp_path):
-    """train.sh --dry-run of each new system: its arch (and for twt_zloss the z-loss criterion
+    """train.sh's dry-run plan of each new system: its arch (and for twt_zloss the z-loss criterion
     with W = 1e-4) on the command line, and that command builds the described model."""
     from fairseq import options, tasks
     from test_grid import _toy_argv, dry_run_cmd

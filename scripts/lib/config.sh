@@ -196,8 +196,8 @@ qk_resolve_bf16_of() {
     PROFILE="$1" qk_resolve_bf16 "${@:2}"
 }
 
-# qk_run_py COMMAND ARGS...: python -m qknorm_tools.run COMMAND ARGS (train-plan,
-# train-claim, evaluate-plan: docs of qknorm_tools/run.py), its shell assignments evaluated here
+# qk_run_py COMMAND ARGS...: python -m qknorm_tools.run COMMAND ARGS (train-plan, train-claim,
+# evaluate-plan, options: docs of qknorm_tools/run.py), its shell assignments evaluated here
 # (globals: REMOVE_BPE, CMD, DATA_ID, ...). Exit status 2 there is a usage error with the message
 # it printed; any other failure exits with its status (its errors are on stderr; 3: diverged).
 qk_run_py() {

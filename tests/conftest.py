@@ -143,6 +143,16 @@ def train_commands(stdout):
     ]
 
 
+def shell_assignments(text: str) -> dict:
+    """``VAR=value`` and ``VAR=(...)`` lines (as python -m qknorm_tools.run prints them for
+    bash's eval) read back as bash would: {VAR: [words]}."""
+    values = {}
+    for line in text.splitlines():
+        var, _, value = line.partition("=")
+        values[var] = shlex.split(value[1:-1]) if value.startswith("(") else shlex.split(value)
+    return values
+
+
 def flags(tokens):
     """``--flag value`` / ``--switch`` tokens of a command -> {flag: value or True}."""
     out = {}

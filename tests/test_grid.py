@@ -21,7 +21,7 @@ import pytest
 from qknorm_tools import config, run
 from qknorm_tools.scoring import score_lines
 
-from conftest import REPO, cli_env, flags, train_commands
+from conftest import REPO, cli_env, flags, shell_assignments, train_commands
 
 SCRIPTS = REPO / "scripts"
 
@@ -106,9 +106,8 @@ def dry_run_cmd(pair, system, profile, work_dir, seed=1):
     with contextlib.redirect_stdout(buf):
         rc = run.main(argv)
     assert rc == 0, buf.getvalue()
-    values = dict(line.partition("=")[::2] for line in buf.getvalue().splitlines())
-    return ["env", f"OMP_NUM_THREADS={shlex.split(values['THREADS'])[0]}",
-            *shlex.split(values["CMD"][1:-1])]  # fmt: skip
+    values = shell_assignments(buf.getvalue())
+    return ["env", f"OMP_NUM_THREADS={values['THREADS'][0]}", *values["CMD"]]
 
 
 def pair_config(pair):

@@ -17,7 +17,7 @@ import pytest
 from qknorm_tools import commands, config, run
 from qknorm_tools.exits import FAILURE, OK, USAGE
 
-from conftest import VENV_BIN, make_data_chain, make_env, run_script
+from conftest import VENV_BIN, make_data_chain, make_env, run_script, shell_assignments
 
 
 def _args(
@@ -37,11 +37,7 @@ def _args(
 def _plan(capsys, argv) -> tuple[int, dict, str, str]:
     rc = run.main(argv)
     cap = capsys.readouterr()
-    values = {}
-    if rc == OK:  # the assignments, read back as bash would: VAR=value or VAR=(...)
-        for line in cap.out.splitlines():
-            var, _, value = line.partition("=")
-            values[var] = shlex.split(value[1:-1]) if value.startswith("(") else shlex.split(value)
+    values = shell_assignments(cap.out) if rc == OK else {}  # read back as bash would
     return rc, values, cap.out, cap.err
 
 

@@ -70,6 +70,7 @@ OPTS=("--repo=$QK_REPO_ROOT" "--work-dir=$QK_WORK_DIR" "--data-root=$QK_DATA" "-
     "--system=$SYSTEM_ARG" "--profile=$PROFILE_ARG" "--seed=$SEED" "--max-update=$MAX_UPDATE_ARG"
     "--lr=$LR_ARG" "--threads=$THREADS_ARG" "--split=$SPLIT" "--checkpoint=$CKPT")
 ((BF16 == 0)) || OPTS+=(--bf16-autocast)
+qk_spine_start  # the plan, the checks, freshness and scores: one Python process (qk_py)
 qk_run_py evaluate-plan "${OPTS[@]}" "--precision=$QK_PRECISION_ARG"
 if ((DRY_RUN)); then
     ((${#AVG_CMD[@]} == 0)) || qk_print_cmd "${AVG_CMD[@]}"
@@ -109,7 +110,8 @@ if ((FORCE)); then
     [[ ! -f "$SCORE" ]] || qk_log "decoding again: --force"
 elif [[ -s "$SCORE" && -f "$HYP" ]]; then
     FRESH=0
-    CHANGED="$("$QK_PY" -m qknorm_tools.freshness check "${MADE_BY_ARGS[@]}")" || FRESH=$?
+    qk_py freshness check "${MADE_BY_ARGS[@]}" || FRESH=$?
+    CHANGED="$QK_PY_OUT"
     case "$FRESH" in
         0)
             qk_log "skip: $SCORE is up to date (data ${DATA_ID:0:12}), made by the same checkpoint and settings ($MADE_BY)"
@@ -134,9 +136,10 @@ GEN_CMD[0]="$(qk_tool fairseq-generate)"
 OMP_NUM_THREADS="$THREADS" qk_run "${GEN_CMD[@]}" >"$GEN.tmp" 2>"$RUN/$STEM.gen.log" \
     || {
         rm -f -- "$GEN.tmp"
-        die "$("$QK_PY" -m qknorm_tools.evaluate explain-generate --log "$RUN/$STEM.gen.log" \
-            --checkpoint "$CHECKPOINT" --data "$BIN" --split-files "$QK_DATA/bpe/$PAIR/$SPLIT".{"$SRC","$TGT"} \
-            || echo fairseq-generate failed); see $RUN/$STEM.gen.log"
+        qk_py evaluate explain-generate --log "$RUN/$STEM.gen.log" --checkpoint "$CHECKPOINT" \
+            --data "$BIN" --split-files "$QK_DATA/bpe/$PAIR/$SPLIT".{"$SRC","$TGT"} \
+            || QK_PY_OUT="fairseq-generate failed"
+        die "$QK_PY_OUT; see $RUN/$STEM.gen.log"
     }
 # from here the earlier outputs are being replaced: no record until all are written (a decode
 # that fails or is interrupted before this line keeps the earlier outputs and their record)
@@ -145,9 +148,10 @@ mv -- "$GEN.tmp" "$GEN"
 stop_watch
 # hypotheses, scores and the made-by record in one process (python -m qknorm_tools.evaluate
 # finish: each written whole or not at all, the record last; an error names its step and file)
-"$QK_PY" -m qknorm_tools.evaluate finish --generate-output "$GEN" --hyp "$HYP" \
+qk_py evaluate finish --generate-output "$GEN" --hyp "$HYP" \
     --bpe-dir "$QK_DATA/bpe/$PAIR" --n-expected "$N_REF" --ref "$REF" --score "$SCORE" \
     --src-lang "$SRC" --tgt-lang "$TGT" --data-id "$DATA_ID" -- "${MADE_BY_ARGS[@]}" \
     || die "no score for $RUN $SPLIT (above): rerun the same command to decode again"
+[[ -z "$QK_PY_OUT" ]] || printf '%s\n' "$QK_PY_OUT"
 qk_log "read bleu_tok in $SCORE (words, against $REF; comparable to the papers), not the BLEU4 line at the end of $GEN (fairseq's scorer on BPE units: docs/pipeline.md, \"Which BLEU to read\")"
 cat "$SCORE"

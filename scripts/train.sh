@@ -122,6 +122,7 @@ done
 # cannot work together (qknorm_tools.train_check); and, but for a dry run, DATA_ID: the data
 # binarized, one consistent chain raw -> BPE -> binarized (qknorm_tools.provenance).
 mapfile -t GPUS < <(qk_gpu_list)
+qk_spine_start  # the plan, the claim and train.json: one Python process (qk_py)
 PLAN_ARGS=(train-plan "--repo=$QK_REPO_ROOT" "--work-dir=$QK_WORK_DIR" "--data-root=$QK_DATA"
     "--pair=$PAIR_ARG" "--system=$SYSTEM_ARG" "--profile=$PROFILE_ARG" "--seed=$SEED"
     "--max-update=$MAX_UPDATE_ARG" "--lr=$LR_ARG" "--size=$SIZE_ARG" "--threads=$THREADS_ARG"
@@ -247,7 +248,7 @@ train_with_eta() {
 RC=0
 OMP_NUM_THREADS="$THREADS" MKL_NUM_THREADS="$THREADS" qk_run train_with_eta || RC=$?
 add_wall_time
-TRAIN_JSON=("$QK_PY" -m qknorm_tools.collect train-json "$RUN" --pair "$PAIR" --profile "$LABEL"
+TRAIN_JSON=(collect train-json "$RUN" --pair "$PAIR" --profile "$LABEL"
     --system "$SYSTEM" --seed "$SEED" --arch "$ARCH" --precision "${QK_BF16_RUN:-fp32}" ${L:+--qk-norm-length "$L"}
     ${PAPER_L:+--paper-qk-norm-length "$PAPER_L"} ${QK_LR_OVERRIDE:+--variant "lr=$QK_LR_OVERRIDE"})
 if ((RC != 0)); then
@@ -272,11 +273,11 @@ if ((RC != 0)); then
     fi
     [[ -n "$DIVERGED" ]] || die "fairseq-train failed (exit $RC) for $RUN; see $RUN/train.log (rerun to resume)"
     printf '%s\n' "$DIVERGED" >"$RUN/diverged"
-    SUMMARY="$("${TRAIN_JSON[@]}")" || die "could not write $RUN/train.json"
-    qk_warn "$RUN diverged ($DIVERGED) after $SUMMARY: recorded in $RUN/diverged, a finished result (nothing to decode; --force retrains)"
+    qk_py "${TRAIN_JSON[@]}" || die "could not write $RUN/train.json"
+    qk_warn "$RUN diverged ($DIVERGED) after $QK_PY_OUT: recorded in $RUN/diverged, a finished result (nothing to decode; --force retrains)"
     exit 3
 fi
 [[ -f "$RUN/checkpoints/checkpoint_last.pt" ]] || die "fairseq-train wrote no checkpoint in $RUN/checkpoints"
 
-SUMMARY="$("${TRAIN_JSON[@]}")" || die "could not write $RUN/train.json"
-qk_log "finished $RUN: $SUMMARY"
+qk_py "${TRAIN_JSON[@]}" || die "could not write $RUN/train.json"
+qk_log "finished $RUN: $QK_PY_OUT"

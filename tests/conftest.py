@@ -77,6 +77,23 @@ def run_cli(args, cwd=None, check=True, input=None):
     return proc
 
 
+def count_python_starts(env: dict, tmp_path: Path, python: str = "") -> Path:
+    """Makes ``env``'s scripts start Python through a wrapper that logs each start's module.
+
+    ``QKNORM_PYTHON`` becomes a wrapper (in ``tmp_path``) that appends its ``-m`` module
+    (``qknorm_tools.serve``, ``qknorm_tools.progress``, ...) to the returned log file, one line
+    a start, then runs ``python`` (default: this interpreter's) with its arguments.
+    """
+    log, wrapper = tmp_path / "python_starts", tmp_path / "python_wrapper"
+    exe = shlex.quote(python or str(VENV_BIN / "python"))
+    wrapper.write_text(
+        f'#!/usr/bin/env bash\necho "$2" >>{shlex.quote(str(log))}\nexec {exe} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    env["QKNORM_PYTHON"] = str(wrapper)
+    return log
+
+
 def make_env(work: Path, **extra) -> dict:
     """Environment of a pipeline script: QKNORM_WORK_DIR=work, offline, fp32, no overrides.
 

@@ -163,6 +163,10 @@ CASES = {
             f"--data-root={t / 'no-data'}",
         ],  # fmt: skip
     ),
+    "qknorm_tools.serve": (
+        lambda t: ["--bogus"],
+        lambda t: ["--requests", str(_write(t / "requests", "two\n"))],
+    ),
     "qknorm_tools.train_check": (
         lambda t: ["--", "--best-checkpoint-metric", "bleu"],
         None,  # checks a command line only

@@ -19,6 +19,7 @@ from qknorm_tools import freshness as fr
 
 from conftest import (
     REPO,
+    count_python_starts,
     make_env,
     make_tiny_ted,
     out,
@@ -128,7 +129,8 @@ def test_cli_check_and_write_without_torch(tmp_path):
 def test_a_profiles_beam_change_makes_evaluate_decode_again_and_bpe_says_why(tmp_path):
     """Train a tiny run, evaluate, then change the profile's beam, then its length cap: each
     decodes again and the log says which setting changed; nothing changed: the score is
-    reused (two decodes more; the other settings: the tests above)."""
+    reused (two decodes more; the other settings: the tests above). train.sh and evaluate.sh
+    each start Python twice, their one Python process and the progress display (issue 36)."""
     # a copy of the repository's scripts and configs whose profile the test may edit
     repo = tmp_path / "repo"
     shutil.copytree(REPO / "scripts", repo / "scripts")
@@ -140,6 +142,13 @@ def test_a_profiles_beam_change_makes_evaluate_decode_again_and_bpe_says_why(tmp
                    PYTHONPATH=str(REPO), OMP_NUM_THREADS=1)  # fmt: skip
     prepare_pair(env, "--merges", 60)
     cell = ["gl-en", "twt", "--max-update", "3", "--threads", "1"]
+    starts = count_python_starts(env, tmp_path, sys.executable)
+
+    def started():
+        """The modules started since the last call (python -m MODULE)."""
+        modules = starts.read_text().split() if starts.exists() else []
+        starts.unlink(missing_ok=True)
+        return modules
 
     def step(name, *args):
         p = subprocess.run(["bash", repo / "scripts" / name, *cell, *args], env=env,
@@ -148,13 +157,16 @@ def test_a_profiles_beam_change_makes_evaluate_decode_again_and_bpe_says_why(tmp
         return p.stderr
 
     step("train.sh", "--", *tiny_model())
+    assert started() == ["qknorm_tools.serve", "qknorm_tools.progress"]
     run = work / "runs/gl-en/cpu-proxy-max-update-3/twt/seed1"
     assert "decoding gl-en test" in step("evaluate.sh")
+    assert started() == ["qknorm_tools.serve", "qknorm_tools.progress"]
     made_by = json.loads((run / "test.made_by.json").read_text())["made_by"]
     assert made_by["beam"] == "4" and made_by["max-len-b"] == "10"
     assert made_by["checkpoint_choice"] == "best" and made_by["remove_bpe"] == "subword_nmt"
     assert made_by["checkpoint"].startswith(f"{run}/checkpoints/checkpoint_best.pt size=")
     assert "is up to date" in step("evaluate.sh")  # nothing changed: reused
+    assert started() == ["qknorm_tools.serve"]
 
     profile = repo / "configs/profiles/cpu-proxy.toml"
     text = profile.read_text()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,13 @@ import pytest
 from qknorm_tools import commands, config, run
 from qknorm_tools.exits import FAILURE, OK, USAGE
 
-from conftest import VENV_BIN, make_data_chain, make_env, run_script, shell_assignments
+from conftest import (
+    count_python_starts,
+    make_data_chain,
+    make_env,
+    run_script,
+    shell_assignments,
+)
 
 
 def _args(
@@ -195,16 +200,10 @@ def test_an_unknown_system_is_a_usage_error_on_stdout(tmp_path, capsys):
 def test_train_sh_starts_python_once_before_its_lock(tmp_path):
     """train.sh's dry run: the plan (the configuration, the run, its command) in one start."""
     env = make_env(tmp_path)
-    log = tmp_path / "starts"
-    env["QKNORM_PYTHON"] = str(tmp_path / "python")
-    wrapper = (
-        f'#!/usr/bin/env bash\necho "$2" >>{shlex.quote(str(log))}\nexec {VENV_BIN}/python "$@"\n'
-    )
-    Path(env["QKNORM_PYTHON"]).write_text(wrapper)
-    Path(env["QKNORM_PYTHON"]).chmod(0o755)
+    log = count_python_starts(env, tmp_path)
     p = run_script("train.sh", "gl-en", "qknorm_paper", "--dry-run", "--precision", "fp32", env=env)
     assert p.returncode == 0, p.stderr
-    assert log.read_text().split() == ["qknorm_tools.run"]
+    assert log.read_text().split() == ["qknorm_tools.serve"]
 
 
 def _finished_run(work: Path, **record) -> Path:
@@ -294,35 +293,25 @@ def test_evaluate_check_in_evaluate_shs_order(tmp_path):
     assert e.value.lines == ("cannot decode the test split of gl-en (above): nothing was decoded",)
 
 
-def _count_starts(env: dict, tmp_path: Path) -> Path:
-    log = tmp_path / "starts"
-    env["QKNORM_PYTHON"] = str(tmp_path / "python")
-    wrapper = f'#!/usr/bin/env bash\necho "$2" >>{shlex.quote(str(log))}\n'
-    wrapper += f'exec {VENV_BIN}/python "$@"\n'
-    Path(env["QKNORM_PYTHON"]).write_text(wrapper)
-    Path(env["QKNORM_PYTHON"]).chmod(0o755)
-    return log
-
-
 def test_train_sh_python_starts(tmp_path, fake_fairseq_train):
-    """A real train.sh run (a fake fairseq-train) starts Python four times: the plan (the
-    configuration and the run in one start), the claim under the lock, the progress display
-    and train.json (issue 36 asks for two: not there yet); a second call, which skips the
-    finished run, twice."""
+    """A real train.sh run (a fake fairseq-train) starts Python twice: its one Python process
+    (qknorm_tools.serve: the plan, the claim under the lock and train.json) and the progress
+    display; a second call, which skips the finished run, once. (With a real fairseq-train and
+    evaluate.sh: tests/test_freshness.py.)"""
     fake_bin, pid_file = fake_fairseq_train
     work = tmp_path / "work"
     make_data_chain(work)
     env = make_env(work, FAKE_TRAIN_PIDS=pid_file, FAKE_TRAIN_SECONDS=0,
                    PATH=f"{fake_bin}:{os.environ['PATH']}")  # fmt: skip
-    log = _count_starts(env, tmp_path)
+    log = count_python_starts(env, tmp_path)
     p = run_script("train.sh", "gl-en", "twt", "--max-update", 5, env=env)
     assert p.returncode == 0, p.stderr
-    assert log.read_text().split() == ["qknorm_tools.run", "qknorm_tools.run",
-        "qknorm_tools.progress", "qknorm_tools.collect"]  # fmt: skip
+    assert log.read_text().split() == ["qknorm_tools.serve", "qknorm_tools.progress"]
+    assert (work / "runs/gl-en/cpu-proxy-max-update-5/twt/seed1/train.json").is_file()
     log.unlink()
     p = run_script("train.sh", "gl-en", "twt", "--max-update", 5, env=env)
     assert p.returncode == 0 and "skip: " in p.stderr, p.stderr
-    assert log.read_text().split() == ["qknorm_tools.run", "qknorm_tools.run"]
+    assert log.read_text().split() == ["qknorm_tools.serve"]
 
 
 def test_evaluate_plan_builds_the_run_and_its_commands_then_checks(tmp_path, capsys):
@@ -351,19 +340,19 @@ def test_evaluate_plan_builds_the_run_and_its_commands_then_checks(tmp_path, cap
     assert rc == FAILURE and "error: " in err
 
 
-def test_evaluate_sh_starts_python_twice_before_decoding(tmp_path):
-    """evaluate.sh up to its checks: the plan (the configuration and the run) and the checks
-    under the lock (then, decoding, the freshness check when outputs exist, the progress
-    display and the scoring)."""
+def test_evaluate_sh_starts_python_once_before_decoding(tmp_path):
+    """evaluate.sh up to its checks: its one Python process (qknorm_tools.serve: the plan and
+    the checks under the lock; then, decoding, the freshness check, the scoring; the progress
+    display is the second start: tests/test_freshness.py)."""
     work = tmp_path / "work"
     make_data_chain(work)
     r = _finished_run(work)
     (r / "data_identity.json").write_text((work / "data/bin/gl-en/identity.json").read_text())
     env = make_env(work)
-    log = _count_starts(env, tmp_path)
+    log = count_python_starts(env, tmp_path)
     p = run_script("evaluate.sh", "gl-en", "twt", env=env)
     assert p.returncode == 1 and "reference " in p.stderr, p.stderr  # a fake chain: no test set
-    assert log.read_text().split() == ["qknorm_tools.run", "qknorm_tools.run"]
+    assert log.read_text().split() == ["qknorm_tools.serve"]
 
 
 def test_dev_lines_over_the_commands_smaller_max_positions_are_refused(tmp_path, capsys):

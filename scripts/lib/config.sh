@@ -196,17 +196,16 @@ qk_resolve_bf16_of() {
     PROFILE="$1" qk_resolve_bf16 "${@:2}"
 }
 
-# qk_run_py COMMAND ARGS...: python -m qknorm_tools.run COMMAND ARGS (train-plan, train-claim,
-# evaluate-plan, options: docs of qknorm_tools/run.py), its shell assignments evaluated here
+# qk_run_py COMMAND ARGS...: python -m qknorm_tools.run COMMAND ARGS, through qk_py (train-plan,
+# train-claim, evaluate-plan, options: docs of qknorm_tools/run.py), its assignments evaluated here
 # (globals: REMOVE_BPE, CMD, DATA_ID, ...). Exit status 2 there is a usage error with the message
 # it printed; any other failure exits with its status (its errors are on stderr; 3: diverged).
 qk_run_py() {
-    local rc=0 out
-    [[ -n "$QK_PY" ]] || die "no python interpreter found (set QKNORM_PYTHON)"
-    out="$("$QK_PY" -m qknorm_tools.run "$@")" || rc=$?
+    local rc=0
+    qk_py run "$@" || rc=$?
     case "$rc" in
-        0) eval "$out" ;;
-        2) qk_usage_error "$out" ;;
+        0) eval "$QK_PY_OUT" ;;
+        2) qk_usage_error "$QK_PY_OUT" ;;
         *) exit "$rc" ;;
     esac
 }

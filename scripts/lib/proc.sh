@@ -25,6 +25,8 @@
 #   qk_pool_submit NAME LOG CMD... start CMD when a slot is free (output prefixed "[NAME] ")
 #   _qk_pool_reap                  wait for one job to end (QK_POOL_FAILED: the failed names)
 #   qk_pool_wait                   wait for every job of the pool
+#   qk_spine_start                 the script's one Python process (a coprocess) for qk_py
+#   qk_py MODULE ARGS...           python -m qknorm_tools.MODULE ARGS (QK_PY_OUT: its stdout)
 
 # ---------------------------------------------------------------------------------------------
 # exit: children stopped, exit hooks run, temporary files removed (every exit path)
@@ -246,4 +248,44 @@ qk_pool_wait() {
     while ((${#QK_POOL_PIDS[@]})); do
         _qk_pool_reap
     done
+}
+
+# ---------------------------------------------------------------------------------------------
+# the script's one Python process (train.sh, evaluate.sh: issue 36, Python starts at most twice)
+
+# qk_spine_start: starts python -m qknorm_tools.serve as the script's coprocess (QK_SPINE): from
+# then on qk_py asks it instead of starting Python each time. Ctrl-C is the script's to handle
+# (the process lets SIGINT pass); the script's exit hook stops it and waits for it (so that
+# nothing is left running once the script has ended, an interruption included).
+qk_spine_start() {
+    [[ -n "$QK_PY" ]] || die "no python interpreter found (set QKNORM_PYTHON)"
+    coproc QK_SPINE { exec "$QK_PY" -m qknorm_tools.serve; }
+    QK_SPINE_STARTED="$QK_SPINE_PID"
+    qk_on_exit _qk_spine_stop
+}
+
+# _qk_spine_stop: the exit hook of qk_spine_start: the process stopped (TERM: what it may be
+# doing is the interrupted script's) and waited for
+_qk_spine_stop() {
+    kill -TERM "$QK_SPINE_STARTED" 2>/dev/null || true
+    wait "$QK_SPINE_STARTED" 2>/dev/null || true
+}
+
+# qk_py MODULE ARGS...: what python -m qknorm_tools.MODULE ARGS prints on stdout, in QK_PY_OUT
+# (trailing newlines removed, as $(...) does), and its exit status; asked of the script's
+# coprocess where qk_spine_start started one (qknorm_tools/serve.py: the protocol), else in a
+# Python process of its own. Its stderr is the script's.
+qk_py() {
+    local status=0
+    QK_PY_OUT=""
+    if [[ -z "${QK_SPINE[1]:-}" ]]; then
+        [[ -n "$QK_PY" ]] || die "no python interpreter found (set QKNORM_PYTHON)"
+        QK_PY_OUT="$("$QK_PY" -m "qknorm_tools.$1" "${@:2}")" || status=$?
+        return "$status"
+    fi
+    { printf '%s\n' "$#"; printf '%s\0' "$@"; } >&"${QK_SPINE[1]}"
+    { IFS= read -r -d '' QK_PY_OUT && read -r status; } <&"${QK_SPINE[0]}" \
+        || die "the script's Python process (python -m qknorm_tools.serve) ended (above)"
+    while [[ "$QK_PY_OUT" == *$'\n' ]]; do QK_PY_OUT="${QK_PY_OUT%$'\n'}"; done
+    return "$status"
 }

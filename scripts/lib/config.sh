@@ -18,6 +18,8 @@
 #   qk_resolve_bf16 [--cached-only] [--quiet]  the loaded profile's precision: QK_BF16_RUN,
 #                                  QK_PRECISION
 #   qk_resolve_bf16_of PROFILE [--cached-only] [--quiet]  the same for PROFILE, not loaded here
+#   qk_py MODULE ARGS...           python -m qknorm_tools.MODULE ARGS (QK_PY_OUT: its stdout), asked
+#                                  of the script's one Python process where it has one (proc.sh)
 #   qk_run_py COMMAND ARGS...      python -m qknorm_tools.run COMMAND, its assignments evaluated
 #                                  (train.sh and evaluate.sh: the run, its label, directory, arch
 #                                  and precision, qknorm_tools/run_spec.py)
@@ -194,6 +196,25 @@ qk_resolve_bf16() {
 # loading it into this shell (for scripts that load profiles in subshells only, e.g. reproduce.sh).
 qk_resolve_bf16_of() {
     PROFILE="$1" qk_resolve_bf16 "${@:2}"
+}
+
+# qk_py MODULE ARGS...: what python -m qknorm_tools.MODULE ARGS prints on stdout, in QK_PY_OUT
+# (trailing newlines removed, as $(...) does), and its exit status; asked of the script's
+# coprocess where qk_spine_start (proc.sh) started one (qknorm_tools/serve.py: the protocol),
+# else in a Python process of its own. Its stderr is the script's.
+qk_py() {
+    local status=0
+    QK_PY_OUT=""
+    if [[ -z "${QK_SPINE[1]:-}" ]]; then
+        [[ -n "$QK_PY" ]] || die "no python interpreter found (set QKNORM_PYTHON)"
+        QK_PY_OUT="$("$QK_PY" -m "qknorm_tools.$1" "${@:2}")" || status=$?
+        return "$status"
+    fi
+    { printf '%s\n' "$#"; printf '%s\0' "$@"; } >&"${QK_SPINE[1]}"
+    { IFS= read -r -d '' QK_PY_OUT && read -r status; } <&"${QK_SPINE[0]}" \
+        || die "the script's Python process (python -m qknorm_tools.serve) ended (above)"
+    while [[ "$QK_PY_OUT" == *$'\n' ]]; do QK_PY_OUT="${QK_PY_OUT%$'\n'}"; done
+    return "$status"
 }
 
 # qk_run_py COMMAND ARGS...: python -m qknorm_tools.run COMMAND ARGS, through qk_py (train-plan,

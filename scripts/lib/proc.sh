@@ -25,8 +25,7 @@
 #   qk_pool_submit NAME LOG CMD... start CMD when a slot is free (output prefixed "[NAME] ")
 #   _qk_pool_reap                  wait for one job to end (QK_POOL_FAILED: the failed names)
 #   qk_pool_wait                   wait for every job of the pool
-#   qk_spine_start                 the script's one Python process (a coprocess) for qk_py
-#   qk_py MODULE ARGS...           python -m qknorm_tools.MODULE ARGS (QK_PY_OUT: its stdout)
+#   qk_spine_start                 the script's one Python process (a coprocess) for qk_py (config.sh)
 
 # ---------------------------------------------------------------------------------------------
 # exit: children stopped, exit hooks run, temporary files removed (every exit path)
@@ -269,23 +268,4 @@ qk_spine_start() {
 _qk_spine_stop() {
     kill -TERM "$QK_SPINE_STARTED" 2>/dev/null || true
     wait "$QK_SPINE_STARTED" 2>/dev/null || true
-}
-
-# qk_py MODULE ARGS...: what python -m qknorm_tools.MODULE ARGS prints on stdout, in QK_PY_OUT
-# (trailing newlines removed, as $(...) does), and its exit status; asked of the script's
-# coprocess where qk_spine_start started one (qknorm_tools/serve.py: the protocol), else in a
-# Python process of its own. Its stderr is the script's.
-qk_py() {
-    local status=0
-    QK_PY_OUT=""
-    if [[ -z "${QK_SPINE[1]:-}" ]]; then
-        [[ -n "$QK_PY" ]] || die "no python interpreter found (set QKNORM_PYTHON)"
-        QK_PY_OUT="$("$QK_PY" -m "qknorm_tools.$1" "${@:2}")" || status=$?
-        return "$status"
-    fi
-    { printf '%s\n' "$#"; printf '%s\0' "$@"; } >&"${QK_SPINE[1]}"
-    { IFS= read -r -d '' QK_PY_OUT && read -r status; } <&"${QK_SPINE[0]}" \
-        || die "the script's Python process (python -m qknorm_tools.serve) ended (above)"
-    while [[ "$QK_PY_OUT" == *$'\n' ]]; do QK_PY_OUT="${QK_PY_OUT%$'\n'}"; done
-    return "$status"
 }

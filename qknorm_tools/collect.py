@@ -159,7 +159,7 @@ def _require_systems(runs, cells, systems) -> None:
 
 def _cmd_runs(a) -> int:
     refs = parse_kv(a.ref, "--ref")
-    cells, unfinished, n_recorded = [], [], 0
+    cells, unfinished, n_recorded, looked = [], [], 0, {}
     for run in a.run:
         live = rec = None
         rec_dir = None
@@ -168,6 +168,7 @@ def _cmd_runs(a) -> int:
             root = Path(a.records_base) / Path(run).parents[1].name
         if root:  # runs/PAIR/LABEL/SYSTEM/seedN -> RECORDS_ROOT/PAIR/records/...
             rec_dir = record_dir(root, Path(run).parents[2].name, run)
+            looked[str(rec_dir.parents[1])] = None  # the records folder, in order
             if (rec_dir / RECORD_FILE).is_file():
                 rec = read_record(rec_dir, a.split)
                 if a.records_base:  # a record under BASE/LABEL is of profile label LABEL
@@ -217,9 +218,11 @@ def _cmd_runs(a) -> int:
         _log(f"not finished, left out: {u}")
     if not records:  # an earlier runs.json (and its tables) is never replaced by an empty one
         kept = f"; {out / 'runs.json'} left as it was" if (out / "runs.json").exists() else ""
+        where = f" in {', '.join(looked)}" if looked else ""
         raise EvaluationError(
             f"no finished run among the {len(a.run)} given (each needs train.json, "
-            f"test.score.json and test.hyp, or a committed record): nothing to report{kept}"
+            f"test.score.json and test.hyp, or a committed record{where}, of which there is "
+            f"none): nothing to report{kept}"
         )
     save_records(records, out / "runs.json", work_dir=a.work_dir)
     _log(

@@ -285,9 +285,19 @@ def test_no_finished_run_leaves_the_earlier_runs_json_as_it_was(tmp_path, capsys
     assert collect.main(args) == 1
     assert capsys.readouterr().err.splitlines()[-1] == (
         "error: no finished run among the 1 given (each needs train.json, test.score.json and "
-        f"test.hyp, or a committed record): nothing to report; {out_dir}/runs.json left as it was"
+        "test.hyp, or a committed record, of which there is none): nothing to report; "
+        f"{out_dir}/runs.json left as it was"
     )
     assert (out_dir / "runs.json").read_text() == earlier
+    # with the records looked for (--records-root): the message names where (a work dir
+    # elsewhere than the repository, whose records are not there: issue 37's last rough edge)
+    assert collect.main([*args, "--records-root", str(tmp_path / "results/cpu-proxy")]) == 1
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.startswith(
+        "error: no finished run among the 1 given (each needs train.json, test.score.json and "
+        f"test.hyp, or a committed record in {tmp_path}/results/cpu-proxy/gl-en/records, of "
+        "which there is none): nothing to report"
+    )
 
 
 def test_a_required_system_without_a_finished_run_refuses_the_collection_writing_nothing(

@@ -256,6 +256,9 @@ def test_interrupted_pool_stops_every_job(tmp_path, sig):
         proc.send_signal(signal.SIGTERM)
         finish(proc)
     assert proc.returncode == {signal.SIGINT: 130, signal.SIGTERM: 143}[sig]
+    said = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "stopped (TERM)"}[sig]
+    assert has_line(proc, rf"^\[test\] {re.escape(said)}: stopping what this script started; "
+                    "rerun the same command to go on$")  # fmt: skip
     assert len(pids(tmp_path / "pids")) == 2  # c never started
     assert not [pid for pid in pids(tmp_path / "pids") if alive(pid)]
     assert session_procs(proc.pid) == []  # nothing the script started is left (sleeps included)

@@ -81,8 +81,10 @@ qk_cleanup() {
     done
 }
 trap qk_cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+# an interruption says so (then the EXIT trap stops what the script started); a rerun of the
+# same command goes on from what is finished
+trap 'qk_log "interrupted (Ctrl-C): stopping what this script started; rerun the same command to go on"; exit 130' INT
+trap 'qk_log "stopped (TERM): stopping what this script started; rerun the same command to go on"; exit 143' TERM
 
 # _qk_prefix PREFIX: copy stdin to stdout, each line prefixed with PREFIX (unbuffered).
 _qk_prefix() {

@@ -57,6 +57,7 @@ def model(path):
     return torch.load(path, map_location="cpu", weights_only=False)["model"]
 
 
+@pytest.mark.slow
 def test_averaging_copies_of_one_checkpoint_gives_that_checkpoint(save_dir, tmp_path):
     from qknorm_model_tools.average_checkpoints import average_checkpoints
 
@@ -68,6 +69,7 @@ def test_averaging_copies_of_one_checkpoint_gives_that_checkpoint(save_dir, tmp_
     assert state["optimizer_history"][-1]["num_updates"] == 14  # the first input's history
 
 
+@pytest.mark.slow
 def test_average_of_two_checkpoints_is_the_mean_of_every_parameter(save_dir, tmp_path):
     a, b = save_dir / "checkpoint1.pt", save_dir / "checkpoint3.pt"
     proc = average("--inputs", a, b, "--output", tmp_path / "avg.pt")

@@ -152,6 +152,7 @@ def test_missing_file_in_default_shared_copy_is_an_error_too(tmp_path):
         ("empty", ["{d} is empty"]),
     ],
 )
+@pytest.mark.slow
 def test_given_dir_without_a_usable_copy_is_refused_naming_what_it_holds(
     tmp_path, good, layout, expected
 ):
@@ -193,6 +194,7 @@ def test_qknorm_data_dir_is_used_or_refused_as_well(tmp_path):
     assert "downloading" not in p.stderr and "unset QKNORM_DATA_DIR" in p.stderr
 
 
+@pytest.mark.slow
 def test_the_pair_folder_itself_is_accepted_and_verified_by_the_parents_sums(tmp_path, good):
     work = tmp_path / "work"
     p = run_script("prepare_data.sh", "gl-en", "--data-dir", good / "ted-gl-en", env=make_env(work))
@@ -219,6 +221,7 @@ def test_papers_folder_download_says_which_corpus_it_is(tmp_path):
     assert "11233 / 742 / 1112 all-talks extraction" in p.stderr
 
 
+@pytest.mark.slow
 def test_prepared_pair_is_prepared_again_from_another_given_dir(tmp_path, good):
     other = tmp_path / "other"
     make_tiny_ted(other, sizes=(200, 20, 25))
@@ -273,6 +276,7 @@ def test_prepare_data_option_values_are_never_options(tmp_path, args, message):
         (["--data-dir", "/no/such/dir"], {}, "--data-dir '/no/such/dir' is not a directory"),
     ],
 )
+@pytest.mark.slow
 def test_demo_checks_every_option_before_any_data_step(tmp_path, good, args, env_extra, message):
     work = tmp_path / "work"
     data_args = [] if "--data-dir" in args else ["--data-dir", good]
@@ -306,6 +310,7 @@ def test_demo_checks_every_option_before_any_data_step(tmp_path, good, args, env
         (["--bf16-autocast"], "--bf16-autocast", "use train.sh --bf16-autocast"),
     ],
 )
+@pytest.mark.slow
 def test_extra_fairseq_args_never_override_managed_flags(tmp_path, extra, flag, hint):
     p = run_script(
         "train.sh", "gl-en", "qknorm_paper", "--dry-run", "--", *extra, env=make_env(tmp_path)
@@ -333,6 +338,7 @@ def test_force_dry_run_says_it_would_empty_the_run(tmp_path):
     assert "--force" not in p.stderr
 
 
+@pytest.mark.slow
 def test_extra_fairseq_args_that_add_settings_pass(tmp_path):
     p = run_script(
         "train.sh",
@@ -363,6 +369,7 @@ def test_extra_fairseq_args_that_add_settings_pass(tmp_path):
         (["--max-update", "-5"], {"QKNORM_MAX_UPDATE": "7"}, "--max-update must be"),
     ],
 )
+@pytest.mark.slow
 def test_train_sh_names_the_budget_the_user_gave(tmp_path, args, env_extra, message):
     """A bad budget from QKNORM_MAX_UPDATE is called that, not --max-update (not given)."""
     p = run_script(
@@ -384,6 +391,7 @@ def test_train_sh_names_the_budget_the_user_gave(tmp_path, args, env_extra, mess
         ("binarize.sh", ["xx"], "or your own configs/pairs/NAME.toml"),
     ],
 )
+@pytest.mark.slow
 def test_unknown_names_are_usage_errors_with_the_usage_line(tmp_path, script, args, message):
     p = run_script(script, *args, env=make_env(tmp_path / "work"))
     assert p.returncode == 2, out(p)

@@ -135,6 +135,7 @@ def test_batches_are_reshuffled_per_epoch_and_reproducible_per_seed(toy_data):
     assert a[0] != other[0] and a[1] != other[1]
 
 
+@pytest.mark.slow
 def test_fairseq_train_logs_the_padding_fraction_once_per_epoch(toy_data, tmp_path):
     _, bin_dir = toy_data
     proc = run_cli(

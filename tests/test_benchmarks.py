@@ -56,6 +56,7 @@ def in_process(tmp_path_factory):
     return json.loads(out.read_text()), out
 
 
+@pytest.mark.slow
 def test_in_process_sections(in_process):
     res, out = in_process
     assert res["errors"] == {}, res["errors"]
@@ -157,6 +158,7 @@ def test_subprocess_sections_on_toy_data(toy_data, tmp_path):
     assert positive(gen["peak_rss_mib"])
 
 
+@pytest.mark.slow
 def test_targets_command_on_toy_data(toy_data, tmp_path):
     """The README's targets command (``--targets``) for real, at smoke size on the toy
     corpus: model-only (3 systems, 2 sizes' worth of targets at one size), decoding and
@@ -276,6 +278,7 @@ def test_e2e_from_batches_scales_each_pair_by_the_share_ratio():
     assert summary.e2e_from_batches(batches, {"size": "proxy", "systems": {}}) is None
 
 
+@pytest.mark.slow
 def test_batches_section_adds_batches_until_decided_or_its_cap(toy_data, tmp_path):
     """--batches-max above --batches: after the fixed batches, one more paired batch per look
     until QKNorm/stock's verdict is decided (never below 5 batches, where no verdict is given)
@@ -817,6 +820,7 @@ def test_e2e_variants_train_with_the_plugin_task_option(tmp_path, capsys):
     assert len(t) == 1 and t[0]["threshold"] == 1.4 and t[0]["verdict"] == "met"
 
 
+@pytest.mark.slow
 def test_profile_e2e_timers_count_fairseqs_entry_points(toy_data, tmp_path):
     """``benchmarks.profile_e2e --timers`` on a real 4-update fairseq-train (subprocess: it
     wraps fairseq's classes): one row per role, the calls each entry point got."""
@@ -943,6 +947,7 @@ def _fake_authors_dir(root: Path, preprocessing: str, main: str) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_a_failing_authors_run_is_reported_and_not_scored(toy_data, tmp_path):
     """The authors' entry failing (its data preparation; its training after two logged
     intervals) fails alone: ours trains, the failed runs are listed and not scored, and the

@@ -274,6 +274,7 @@ class Optimizer:
         loss.backward()
 
 
+@pytest.mark.slow
 def test_autocast_covers_forward_and_loss_not_backward(toy_data, batch):
     from fairseq.sequence_generator import SequenceGenerator
 
@@ -302,6 +303,7 @@ def test_autocast_covers_forward_and_loss_not_backward(toy_data, batch):
 
 
 @pytest.mark.parametrize("system", ["twt", "qknorm_paper"])
+@pytest.mark.slow
 def test_parameters_gradients_and_optimizer_stay_fp32_and_loss_close(toy_data, batch, system):
     """Same weights, same batch: the loss under autocast is within 0.5% of the fp32 loss and
     the gradient points the same way (cosine > 0.999). bf16 keeps 8 significant bits
@@ -337,6 +339,7 @@ def test_parameters_gradients_and_optimizer_stay_fp32_and_loss_close(toy_data, b
 
 
 @pytest.mark.parametrize("system", sorted(SYSTEMS) + ["qknorm_paper_explicit"])
+@pytest.mark.slow
 def test_training_under_autocast_stays_finite_and_learns(toy_data, batch, system):
     """40 Adam updates on one batch under --bf16-autocast: every loss and gradient finite, the
     loss falls by more than a third. ``qknorm_paper_explicit``: the attention's explicit
@@ -491,6 +494,7 @@ def test_fairseq_train_bf16_then_generate_in_fp32(toy_data, tmp_path):
     assert all(math.isfinite(float(h[1])) for h in bf16)
 
 
+@pytest.mark.slow
 def test_fairseq_train_refuses_without_native_bf16(toy_data, tmp_path):
     """The message reaches a fairseq-train user (detector patched, then fairseq's own CLI)."""
     code = (

@@ -205,6 +205,7 @@ def test_a_cached_verdict_is_read_without_the_lock_and_a_corrupt_one_is_named(
     assert bf16_auto.main([str(tmp_path)]) == 1  # the lock is still a directory
 
 
+@pytest.mark.slow
 def test_real_measurement_at_smoke_size(tmp_path):
     """The CLI end to end on this CPU: stdout bf16 or fp32, the verdict cached with its figures."""
     p = subprocess.run(
@@ -302,6 +303,7 @@ def test_cpu_profile_trains_and_finds_bf16_where_measured_faster(tmp_path):
     ) in p.stderr, out(p)
 
 
+@pytest.mark.slow
 def test_ablation_files_every_cell_by_the_decision(tmp_path):
     """The grid decides once and its cells (and their collection) follow: seedN-bf16 dirs."""
     from conftest import make_env, run_script
@@ -333,6 +335,7 @@ def test_auto_is_fp32_for_the_paper_profile_and_checks_data_before_measuring(tmp
     assert not (work / "bf16-auto").exists()
 
 
+@pytest.mark.slow
 def test_native_only_answers_the_plugin_tasks_detection():
     """``--native-only`` (run_spec.native_bf16 asks it before a bf16 run): the plugin task's
     own detection, nothing measured or cached."""

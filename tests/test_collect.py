@@ -367,6 +367,7 @@ def test_collect_train_json_cli(tmp_path):
 
 
 # ----------------------------------------------------------------------------- no torch/fairseq
+@pytest.mark.slow
 def test_tools_run_without_torch_or_fairseq(tmp_path):
     """Scoring, collecting and plotting with torch, fairseq and the plugin unimportable."""
     p = run_without_torch(

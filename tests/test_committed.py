@@ -127,6 +127,7 @@ def test_the_figure_steps_log_is_never_part_of_a_results_set():
 MACHINE_PATH = re.compile(r"(?<![\w.])/(work|home|tmp|root|Users)/")
 
 
+@pytest.mark.slow
 def test_no_committed_result_holds_a_path_of_the_machine_that_made_it():
     """Committed records (command.txt, record.json), plots.log and the calibration attention
     dump used to hold /work/... paths: every committed file under results/ is free of them

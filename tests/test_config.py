@@ -252,6 +252,7 @@ def _expected(value) -> tuple:
 
 
 @pytest.mark.parametrize("pair", [*PAIRS, "en-gl"])
+@pytest.mark.slow
 def test_cli_shell_output_evaluated_by_bash_gives_the_config(pair, tmp_path):
     """`config shell` evaluated by bash == the typed values (every system with cpu-proxy, every
     profile with twt)."""
@@ -283,6 +284,7 @@ def test_cli_shell_output_evaluated_by_bash_gives_the_config(pair, tmp_path):
             assert got[var] == _expected(value), (system, profile, var)
 
 
+@pytest.mark.slow
 def test_cli_names_known_and_errors(tmp_path):
     env = make_env(tmp_path)
     p = cli("names", "systems", "--in-all", env=env)
@@ -319,6 +321,7 @@ MY_NOTE="kept"
 """
 
 
+@pytest.mark.slow
 def test_converter_round_trip_of_a_user_bash_pair(tmp_path):
     work = tmp_path / "work"
     pairs = work / "configs" / "pairs"
@@ -379,6 +382,7 @@ def test_all_pairs_are_the_papers_pairs_never_an_own_pair(tmp_path):
     assert script_options.parse_names("pairs", "de-en,gl-en", work) == ["de-en", "gl-en"]
 
 
+@pytest.mark.slow
 def test_the_scripts_file_runs_where_python_names_them(tmp_path):
     """Runs are named once, in Python (:func:`config.run_label`, :func:`config.run_dir`); the
     scripts read the names (``load_profile_config --max-update``: QK_RUN_LABEL; ``qk_run_dirs``).
@@ -491,6 +495,7 @@ def test_messages_name_toml_keys_not_bash_variables():
     assert found == []
 
 
+@pytest.mark.slow
 def test_the_line_count_warning_names_the_toml_key(tmp_path):
     """The canonical line counts' warning names the key ([lines] dev -> 'lines.dev')."""
     from conftest import make_tiny_ted, out, run_script
@@ -546,6 +551,7 @@ def test_bpe_dropout_of_one_in_a_pair_file_names_file_and_key(tmp_path, monkeypa
 
 
 @pytest.mark.parametrize("value", ["1", "1.5"])
+@pytest.mark.slow
 def test_bpe_sh_refuses_bpe_dropout_out_of_range_before_anything(tmp_path, value):
     """A usage error (exit 2) before the data are even looked at: nothing is rebuilt."""
     p = subprocess.run(

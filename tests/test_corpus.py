@@ -68,6 +68,7 @@ def test_line_breaks_are_exactly_the_ones_of_str_splitlines():
     assert len(corpus_check.LINE_BREAK_CHARS) == 8  # \v \f \x1c \x1d \x1e \x85 \u2028 \u2029
 
 
+@pytest.mark.slow
 def test_every_refused_character_and_only_those():
     refused = SPLITLINES_BREAKS | CONTROL | SPACE_LIKE | {"\t", BOM, REPLACEMENT}
     refused = (refused | INVISIBLE_FORMAT) - ON_BYTES
@@ -196,6 +197,7 @@ def test_a_byte_order_mark_is_refused_anywhere_naming_file_line_and_character(tm
 
 # ------------------------------------------------------------------------------ one file twice
 @pytest.mark.parametrize("link", ["symlink", "hardlink"])
+@pytest.mark.slow
 def test_every_pair_of_the_six_files_that_is_one_file_is_refused(tmp_path, link):
     for i, j in itertools.combinations(range(6), 2):
         d = tmp_path / f"{link}{i}{j}"
@@ -219,6 +221,7 @@ def test_every_pair_of_the_six_files_that_is_one_file_is_refused(tmp_path, link)
     assert run_corpus("check", "--src", src, "--tgt", copy).returncode == 0
 
 
+@pytest.mark.slow
 def test_prepare_refuses_a_source_that_is_the_target_under_another_name(tmp_path):
     """The issue's case: ted-gl-en/train.gl a symlink to train.en (English -> English)."""
     data = tmp_path / "data"
@@ -269,6 +272,7 @@ def test_own_corpus_with_a_hard_link_is_refused_naming_the_fields(tmp_path):
 
 
 # ------------------------------------------------------------------------------ overlap
+@pytest.mark.slow
 def test_dev_test_overlap_with_training_data_is_a_warning_with_counts(tmp_path):
     data = tmp_path / "data"
     make_tiny_ted(data)
@@ -321,6 +325,7 @@ def test_an_overlap_seen_more_often_than_its_lines_listed_says_so(tmp_path):
     assert line.endswith("most frequent: 'ola .' / 'hello .' (6x, lines 1, 2, 3, 4, 5, ...)")
 
 
+@pytest.mark.slow
 def test_corpus_errors_of_extracted_files_name_no_tmp_path(tmp_path):
     """(Extraction normalizes whitespace, str.split: a line break inside a field becomes a
     space; a control character stays and is refused, named without the temporary path.)"""

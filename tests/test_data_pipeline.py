@@ -159,6 +159,7 @@ def test_tiny_pipeline_end_to_end_and_rerun_skips(tmp_path):
     assert "bpe_dropout=0.1" in (bpe / ".settings").read_text()
 
 
+@pytest.mark.slow
 def test_sentencepiece_option(tmp_path):
     pytest.importorskip("sentencepiece")
     data, work = tmp_path / "data", tmp_path / "work"
@@ -218,6 +219,7 @@ def test_real_gl_en_prepare_verifies_checksums_and_plausible_L(tmp_path):
 
 
 @pytest.mark.skipif(not (SHARED / "iwslt15-en-vi").is_dir(), reason=f"no shared data at {SHARED}")
+@pytest.mark.slow
 def test_real_en_vi_dev_test_verified_train_missing_is_clear_error(tmp_path):
     work = tmp_path / "work"
     p = run_script("prepare_data.sh", "en-vi", "--data-dir", SHARED, env=make_env(work))
@@ -298,6 +300,7 @@ def _assert_raw_intact(work: Path, before: dict):
 
 
 @pytest.mark.parametrize("case", sorted(BAD_CASES))
+@pytest.mark.slow
 def test_bad_input_rejected_and_outputs_intact(prepared, tmp_path, case):
     good, work, env = prepared
     before = snapshot(work / "data" / "raw")
@@ -314,6 +317,7 @@ def test_bad_input_rejected_and_outputs_intact(prepared, tmp_path, case):
     _assert_raw_intact(work, before)
 
 
+@pytest.mark.slow
 def test_checksum_mismatch_rejected(prepared, tmp_path):
     good, work, env = prepared
     before = snapshot(work / "data" / "raw")
@@ -330,6 +334,7 @@ def test_checksum_mismatch_rejected(prepared, tmp_path):
     _assert_raw_intact(work, before)
 
 
+@pytest.mark.slow
 def test_unknown_pair_name(tmp_path):
     env = make_env(tmp_path / "work")
     for script in ("prepare_data.sh", "bpe.sh", "binarize.sh"):
@@ -342,6 +347,7 @@ def test_unknown_pair_name(tmp_path):
     assert not (tmp_path / "work" / "data" / "raw").exists()
 
 
+@pytest.mark.slow
 def test_usage_and_missing_prerequisites(tmp_path):
     env = make_env(tmp_path / "work")
     for script in ("prepare_data.sh", "bpe.sh", "binarize.sh"):
@@ -360,6 +366,7 @@ HTML_PAGE = (
 )
 
 
+@pytest.mark.slow
 def test_html_page_instead_of_archive_in_data_dir(prepared, tmp_path):
     _, work, env = prepared
     before = snapshot(work / "data" / "raw")
@@ -400,6 +407,7 @@ def test_download_failure_is_clear(tmp_path):
     assert not dl.exists() or not any(p_.is_file() for p_ in dl.rglob("*"))
 
 
+@pytest.mark.slow
 def test_en_vi_train_missing_offline(tmp_path):
     """Tiny stand-ins for tst2012/tst2013 (own SHA256SUMS): verified, then a clear train error."""
     data, work = tmp_path / "data", tmp_path / "work"
@@ -527,6 +535,7 @@ def test_extract_tsv_drops_null_rows_and_reports_counts(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_prepare_sk_en_from_tsv_data_dir(tmp_path):
     data, work = tmp_path / "data", tmp_path / "work"
     write_tsvs(data)
@@ -597,6 +606,7 @@ def test_extract_pair_folder_from_tarball(tmp_path, layout):
     ]  # temp dir removed
 
 
+@pytest.mark.slow
 def test_prepare_from_previously_extracted_archives(tmp_path):
     """Archives extracted once (safely, with marker) to data/download/ are reused by prepare
     when no data dir is given (--download): gl-en from the qi18 pair folder, sk-en from

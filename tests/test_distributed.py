@@ -86,6 +86,7 @@ def cpu_torchrun_env(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
 
 
+@pytest.mark.slow
 def test_cpu_torchrun_launch_is_set_up_from_the_environment(cpu_torchrun_env):
     from fairseq.distributed import utils as distributed_utils
 
@@ -97,6 +98,7 @@ def test_cpu_torchrun_launch_is_set_up_from_the_environment(cpu_torchrun_env):
     assert cfg.distributed_no_spawn and cfg.device_id == 0
 
 
+@pytest.mark.slow
 def test_cpu_torchrun_launch_destroys_its_process_group_at_exit(
     cpu_torchrun_env, monkeypatch, tmp_path
 ):
@@ -128,6 +130,7 @@ def test_cpu_torchrun_launch_with_nccl_is_a_clear_error(cpu_torchrun_env):
 
 
 @pytest.mark.parametrize("case", ["cuda", "no_torchrun", "one_process"])
+@pytest.mark.slow
 def test_other_launches_are_left_to_fairseq(cpu_torchrun_env, monkeypatch, case):
     """With CUDA, without torchrun's variables or with WORLD_SIZE 1, fairseq's own
     infer_init_method runs (here: its torchrun branch is reached only with CUDA)."""
@@ -169,6 +172,7 @@ def test_install_is_idempotent_and_wraps_fairseqs_functions():
     assert distributed_utils.infer_init_method.__wrapped__.__module__ == "fairseq.distributed.utils"
 
 
+@pytest.mark.slow
 def test_pytorch_ddp_wraps_a_cpu_model(tmp_path, toy_task):
     """fairseq's DistributedFairseqModel with --ddp-backend pytorch_ddp (its default) on the
     CPU, in a real one-process gloo group; torch alone rejects fairseq's device_ids there."""

@@ -267,6 +267,7 @@ def test_every_command_has_cases():
 
 
 @pytest.mark.parametrize("module", sorted(CASES))
+@pytest.mark.slow
 def test_usage_error_exits_2_and_data_error_exits_1(module, tmp_path, monkeypatch, capsys):
     """The usage case exits 2 (exits.USAGE), the data case 1 (exits.FAILURE), each with a
     message on stderr."""
@@ -347,6 +348,7 @@ def test_an_integer_option_below_1_is_a_usage_error_naming_it(
 @pytest.mark.parametrize(
     "tool", ["attention_dump", "average_checkpoints", "translate", "bf16_auto"]
 )
+@pytest.mark.slow
 def test_a_model_tools_help_is_not_preceded_by_fairseqs_noise(tool):
     """``python -m qknorm_model_tools.TOOL --help`` imports fairseq (through the plugin) before
     the tool's main(): its import-time INFO line ("Please install tensorboardX") stays off
@@ -397,6 +399,7 @@ def test_the_commands_are_the_modules_with_a_main_block():
     + ["fairseq_qknorm.translate"]
     + [n for n, has_main in _package_modules("qknorm_model_tools") if not has_main],
 )
+@pytest.mark.slow
 def test_a_library_module_run_as_a_command_says_so(module):
     # python -m fairseq_qknorm.bpe --help used to end in "ValueError: Cannot register
     # duplicate bpe (pipeline)" (the package had registered it already); others printed nothing

@@ -187,6 +187,7 @@ def test_health_split_valid_names_validation_in_every_panel(figures, tmp_path):
     }
 
 
+@pytest.mark.slow
 def test_ablation_figures_name_runs_by_system_like_its_tables(tmp_path):
     """ablation_bleu.png (aggregate.json, rows = systems) and ablation_curves.png name each
     run the same way."""

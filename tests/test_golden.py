@@ -125,6 +125,7 @@ def _compare(name: str, text: str) -> None:
 
 
 @pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.slow
 def test_command_lines_of_every_pair_and_system(profile, tmp_path):
     """fairseq-train and fairseq-generate of every pair x system under PROFILE == golden."""
     jobs = [
@@ -142,6 +143,7 @@ def test_command_lines_of_every_pair_and_system(profile, tmp_path):
     _compare(f"{profile}.txt", text)
 
 
+@pytest.mark.slow
 def test_command_lines_of_the_options(tmp_path):
     """The options and QKNORM_* overrides that change a command or a path == golden."""
     _compare("variants.txt", _render(tmp_path, VARIANTS))
@@ -156,6 +158,7 @@ def test_every_golden_file_has_its_profile():
 
 
 @pytest.mark.parametrize("script", ["train.sh", "evaluate.sh"])
+@pytest.mark.slow
 def test_precision_option_is_the_bf16_flag_and_wins_over_the_environment(script, tmp_path):
     """``--precision bf16`` is ``--bf16-autocast``; ``--precision fp32`` under QKNORM_BF16=1 is
     the fp32 run (the grids pass each cell its precision this way, issue 21)."""

@@ -4,6 +4,8 @@ machine (benchmarks/results/gpu-check-20261204-h200/README.md)."""
 
 import shlex
 
+import pytest
+
 from conftest import REPO, make_env, out, run_script
 
 
@@ -52,6 +54,7 @@ def test_usage_errors_exit_2(tmp_path):
     assert (REPO / "scripts" / "gpu_grid.sh").stat().st_mode & 0o111
 
 
+@pytest.mark.slow
 def test_a_bad_profile_or_pair_is_a_usage_error_of_gpu_grid_naming_the_choices(tmp_path):
     """``--profile nope`` and ``--pair xx-yy`` used to pass a dry run (exit 0), and a bad pair
     showed prepare_data.sh's usage: both are checked up front by the config loader, with

@@ -269,6 +269,7 @@ def system_models(toy_data, work):
 
 
 @pytest.mark.parametrize("system", list(SYSTEMS))
+@pytest.mark.slow
 def test_system_builds_the_described_model(system, system_models):
     import torch.nn as nn
 
@@ -356,6 +357,7 @@ def test_paper_profile_word_dropout(work):
 
 # ------------------------------------------------------------- (c) reproduce.sh over the grid
 @pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.slow
 def test_reproduce_dry_run_prints_the_whole_grid(profile, work):
     proc = script(
         "reproduce.sh",
@@ -401,6 +403,7 @@ def test_reproduce_dry_run_prints_the_whole_grid(profile, work):
     assert not any(work.iterdir()), "a dry run must not write anything"
 
 
+@pytest.mark.slow
 def test_reproduce_jobs_2_gives_each_cell_one_thread(work):
     proc = script(
         "reproduce.sh",
@@ -485,6 +488,7 @@ def test_reproduce_jobs_2_gives_each_cell_one_thread(work):
         ),
     ],
 )
+@pytest.mark.slow
 def test_reproduce_rejects_bad_arguments(args, rc, message, work):
     proc = script("reproduce.sh", *args, "--dry-run", work_dir=work, check=False)
     assert proc.returncode == rc, proc.stderr
@@ -492,6 +496,7 @@ def test_reproduce_rejects_bad_arguments(args, rc, message, work):
     assert "fairseq-train" not in proc.stdout
 
 
+@pytest.mark.slow
 def test_reproduce_list_shows_pairs_systems_rows_and_profiles(work):
     out = script("reproduce.sh", "--list", work_dir=work).stdout
     # the paper sizes (layers, heads, dropout) are the archs' (test_every_cell_resolves...)
@@ -536,6 +541,7 @@ def _fake_cell(work, pair, system, seed, hyps, refs):
     return run
 
 
+@pytest.mark.slow
 def test_ablation_without_a_finished_cell_reports_nothing_and_keeps_the_earlier_results(tmp_path):
     """ablation.sh --aggregate-only with no finished cell (runs/ deleted, another machine) fails
     and leaves the earlier collection's runs.json as it was, instead of reporting on it as if it
@@ -563,6 +569,7 @@ def test_ablation_without_a_finished_cell_reports_nothing_and_keeps_the_earlier_
     assert not (res / "ablation.md").exists()
 
 
+@pytest.mark.slow
 def test_ablation_with_a_cell_of_no_record_writes_nothing_and_names_the_cells(tmp_path):
     """``ablation.sh --aggregate-only`` where two of the 2x2's cells have no finished run nor
     committed record (cpu-fixed-d128: records of twt and qknorm_paper only) used to write
@@ -590,6 +597,7 @@ def test_ablation_with_a_cell_of_no_record_writes_nothing_and_names_the_cells(tm
     assert sorted(p.relative_to(res) for p in res.rglob("*")) == before
 
 
+@pytest.mark.slow
 def test_ablation_of_the_declared_design_reports_only_the_whole_grid(tmp_path):
     """``ablation.sh --aggregate-only`` without --seeds on a profile with a declared design
     (cpu-converge-d128: 10 seeds per cell, no effect read before all 40 cells) while cells are
@@ -614,6 +622,7 @@ def test_ablation_of_the_declared_design_reports_only_the_whole_grid(tmp_path):
     assert {p.relative_to(res): p.read_bytes() for p in res.rglob("*") if p.is_file()} == before
 
 
+@pytest.mark.slow
 def test_reproduce_with_an_invalid_committed_record_says_its_failure_once(tmp_path):
     """``reproduce.sh --aggregate-only`` over an invalid committed record (issue 37): the
     collection's message naming the record, then one line saying the collection failed (it was
@@ -647,6 +656,7 @@ def test_reproduce_with_an_invalid_committed_record_says_its_failure_once(tmp_pa
          "runs/gl-en/cpu-proxy/twt/seed1 "),
     ],
 )  # fmt: skip
+@pytest.mark.slow
 def test_aggregate_only_says_no_precision(tmp_path, name, args, runs):
     """``--aggregate-only`` trains nothing (issue 37, leftover 3): no '[bf16 auto]' line (it
     said 'fp32: this CPU has no native bf16 ...' before the collection); it still looks for the
@@ -663,6 +673,7 @@ def test_aggregate_only_says_no_precision(tmp_path, name, args, runs):
     assert "[bf16 auto] fp32: " in dry.stderr, dry.stderr
 
 
+@pytest.mark.slow
 def test_reproduce_aggregates_finished_cells(tmp_path):
     refs = [f"the cat number {i} sat on the mat ." for i in range(12)]
     raw = tmp_path / "data" / "raw" / "gl-en"
@@ -721,6 +732,7 @@ def test_reproduce_aggregates_finished_cells(tmp_path):
 
 
 # ------------------------------------------------------------------------ (d) ablation.sh
+@pytest.mark.slow
 def test_ablation_dry_run_names_the_four_cells(work):
     proc = script("ablation.sh", "gl-en", "--seeds", "1,2", "--dry-run", work_dir=work)
     for cell, system in ABLATION.items():
@@ -752,6 +764,7 @@ def test_ablation_dry_run_names_the_four_cells(work):
     assert not any(work.iterdir())
 
 
+@pytest.mark.slow
 def test_ablation_status_without_seeds_shows_the_declared_seeds(work):
     """Without --seeds, ``ablation.sh --status`` lists the profile's [design] seeds and says
     where they come from (qknorm_tools.pilot.default_seeds): cpu-converge-d128, the decisive
@@ -769,6 +782,7 @@ def test_ablation_status_without_seeds_shows_the_declared_seeds(work):
     assert {m.group(1) for m in re.finditer(r"gl-en/\w+/seed(\d+)", proc.stdout)} == {"1", "2"}
 
 
+@pytest.mark.slow
 def test_status_names_the_repositorys_records_a_work_dir_elsewhere_lacks(tmp_path):
     """A new user's trial: QKNORM_WORK_DIR elsewhere hid the repository's committed records of
     the decisive grid (40 todo, and they would train again, without a word): said, with the

@@ -140,6 +140,7 @@ def evaluated(segmented):
 # the registered BPE against bpe.sh
 
 
+@pytest.mark.slow
 def test_manifest_and_segmentation_equal_bpe_sh(segmented):
     """bpe.json records the tool, languages and threshold; --bpe pipeline reproduces bpe.sh's
     output on every split and language, and decode inverts encode."""
@@ -424,6 +425,7 @@ def test_translate_output_file_whole_or_not_at_all(evaluated, tmp_path):
     assert "warning: stdin is empty: nothing to translate" in proc.stderr.splitlines()
 
 
+@pytest.mark.slow
 def test_translate_errors(tmp_path, monkeypatch):
     from qknorm_model_tools.translate import pipeline_settings
 

@@ -156,6 +156,7 @@ def test_more_jobs_than_gpus_is_an_error(tmp_path):
     assert "--jobs 3 x --nproc 1 needs 3 GPUs, found 2 (0 1;" in p.stderr
 
 
+@pytest.mark.slow
 def test_more_cpu_jobs_than_cores_is_a_warning(work):
     """issue 37: --jobs 999 on 2 cores was accepted without a word. CPU cells (no GPU) of the
     local launcher: a warning naming processes, cores and the --jobs that fits; none at the
@@ -211,6 +212,7 @@ def test_gpu_list_reads_cuda_visible_devices_as_cuda_does(tmp_path, value, ids):
 
 
 # ------------------------------------------------------------------------- Slurm: dry runs
+@pytest.mark.slow
 def test_slurm_dry_run_of_the_paper_grid(work):
     """The issue's command: 90 training cells in one array job, the aggregation after it."""
     p = run_script(
@@ -260,6 +262,7 @@ def test_slurm_dry_run_of_the_paper_grid(work):
     assert not work.exists(), "a dry run writes nothing"
 
 
+@pytest.mark.slow
 def test_slurm_dry_run_of_a_two_node_cell(work):
     """2 nodes x 4 GPUs: 8 Slurm tasks, srun + fairseq's Slurm support, the profile's tokens
     per update kept (4096 / 8 per process), 4 GPUs and 4 x 16G per node."""
@@ -287,6 +290,7 @@ def test_slurm_dry_run_of_a_two_node_cell(work):
     assert "--partition=gpu" in sbatch_lines(p.stdout, "aggregate.sbatch")
 
 
+@pytest.mark.slow
 def test_ablation_on_slurm_dry_run(work):
     p = run_script("ablation.sh", "gl-en", "--launcher", "slurm", "--jobs", "2", "--dry-run",
                    env=make_env(work))  # fmt: skip
@@ -315,6 +319,7 @@ def test_ablation_on_slurm_dry_run(work):
         (["--dry-run", "--status"], 2, "--dry-run and --status exclude each other"),
     ],
 )  # fmt: skip
+@pytest.mark.slow
 def test_launcher_rejects_bad_options(args, rc, message, work):
     p = run_script(
         "reproduce.sh", "--pairs", "gl-en", "--systems", "twt", "--dry-run", *args,
@@ -324,6 +329,7 @@ def test_launcher_rejects_bad_options(args, rc, message, work):
     assert message in p.stderr
 
 
+@pytest.mark.slow
 def test_extra_fairseq_flags_reach_every_cell(work):
     """reproduce.sh and ablation.sh -- ARGS: appended to each cell's fairseq-train command."""
     for script, args in (
@@ -379,6 +385,7 @@ def test_cells_with_tabs_or_empty_arguments_are_refused(tmp_path):
 
 
 # ------------------------------------------------------------------------- --status
+@pytest.mark.slow
 def test_status_from_markers_lock_and_squeue(tmp_path):
     """done (scores newer than the best checkpoint), running (a live lock holder here; Slurm
     RUNNING), pending (Slurm PENDING, with the reason), failed (cell.failed), todo (with
@@ -474,6 +481,7 @@ def test_train_nproc_keeps_the_tokens_per_update(work, args, devices, launch, ex
         (["--launch", "mpirun"], "", "--launch must be auto, torchrun or srun"),
     ],
 )
+@pytest.mark.slow
 def test_train_nproc_errors(work, args, devices, message):
     env = make_env(work, CUDA_VISIBLE_DEVICES=devices, SLURM_JOB_ID=None)
     p = run_script("train.sh", "gl-en", "twt", *args, env=env)

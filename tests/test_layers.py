@@ -78,6 +78,7 @@ def test_no_package_imports_the_benchmarks():
     assert found == []
 
 
+@pytest.mark.slow
 def test_the_tooling_imports_no_torch_at_module_level():
     assert _forbidden_imports(["qknorm_tools"], TORCH_SIDE, True) == []
 
@@ -112,6 +113,7 @@ def _loaded_after_import(package):
     "package, forbidden",
     [("fairseq_qknorm", ABOVE_THE_PLUGIN), ("qknorm_tools", TORCH_SIDE)],
 )
+@pytest.mark.slow
 def test_importing_a_layer_loads_nothing_it_must_not(package, forbidden):
     loaded = _loaded_after_import(package)
     assert package in loaded

@@ -38,6 +38,7 @@ def flag(tokens: list[str], name: str) -> str:
 
 
 # ------------------------------------------------------------------------------ lr identity
+@pytest.mark.slow
 def test_lr_override_replaces_the_profiles_lr_and_names_the_run(tmp_path):
     """--lr replaces the profile's peak lr only (warmup stays); the run is seedN-lrLR, and the
     profile's own lr (spelled any way) is the profile's run seedN."""
@@ -199,6 +200,7 @@ def test_run_reader_takes_lr_losses_logits_and_divergence_from_the_run(tmp_path)
 
 
 # ------------------------------------------------------------------------------ dry run
+@pytest.mark.slow
 def test_lr_sweep_dry_run_prints_every_cell_with_its_lr(tmp_path):
     p = run_script("lr_sweep.sh", "gl-en", "--jobs", "2", "--dry-run", env=make_env(tmp_path))
     assert p.returncode == 0, out(p)
@@ -241,6 +243,7 @@ def test_lr_sweep_dry_run_prints_every_cell_with_its_lr(tmp_path):
     assert not any(tmp_path.iterdir()), "a dry run must not write anything"
 
 
+@pytest.mark.slow
 def test_lr_sweep_profile_lr_is_the_profiles_run(tmp_path):
     p = run_script(
         "lr_sweep.sh", "gl-en", "--systems", "twt", "--lrs", "0.001,3e-3", "--seeds", "1",
@@ -323,6 +326,7 @@ def test_lr_sweep_slurm_dry_run_prints_every_cell_and_the_report_job(tmp_path):
         (["--seeds", "1,x"], "bad --seeds list '1,x'"),
     ],
 )
+@pytest.mark.slow
 def test_lr_sweep_rejects_bad_arguments(args, message, tmp_path):
     p = run_script("lr_sweep.sh", "gl-en", *args, "--dry-run", env=make_env(tmp_path))
     assert p.returncode in (1, 2) and message in p.stderr, out(p)

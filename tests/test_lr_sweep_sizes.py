@@ -59,6 +59,7 @@ def test_size_axis_joins_sizes_per_system(tmp_path):
         size_axis({128: small}, pair="sk-en")
 
 
+@pytest.mark.slow
 def test_cli_writes_table_json_and_figure(tmp_path):
     for d, sens in ((128, 0.4), (256, 0.6)):
         (tmp_path / f"d{d}.json").write_text(
@@ -76,6 +77,7 @@ def test_cli_writes_table_json_and_figure(tmp_path):
     assert main(["--size", "12x=foo", "--out-dir", str(tmp_path)]) == 2
 
 
+@pytest.mark.slow
 def test_lr_sweep_sizes_dry_run_prints_the_whole_grid(tmp_path):
     """2 sizes x 1 system x 2 lrs x 1 seed = 4 cells + 2 initial models, each train-only at its
     arch and label, then the per-size reports and the size axis."""
@@ -108,6 +110,7 @@ def test_lr_sweep_sizes_dry_run_prints_the_whole_grid(tmp_path):
         ([], "1", "-bf16", False),
     ],
 )
+@pytest.mark.slow
 def test_size_axis_pins_fp32_unless_told(tmp_path, precision, bf16_env, suffix, pinned):
     """The size axis is built over several sittings (machines with and without native bf16):
     fp32 unless --precision or QKNORM_BF16 says otherwise; the one-size sweep keeps the
@@ -125,6 +128,7 @@ def test_size_axis_pins_fp32_unless_told(tmp_path, precision, bf16_env, suffix, 
         assert "fp32 pinned" not in p.stderr
 
 
+@pytest.mark.slow
 def test_sizes_refuse_a_profile_with_its_own_model_size(tmp_path):
     """cpu-converge-d128 sets its width in model_flags: --size would give a d384 arch (6 heads)
     with width 128, no model of either size; refused with one line, by train.sh and up front

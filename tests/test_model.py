@@ -164,6 +164,7 @@ def test_fixnorm_embeddings_unit_norm():
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("scale_shape", [None, (), (3, 1, 1)])
+@pytest.mark.slow
 def test_scaled_l2_normalize_backward_matches_autograd_composite(dtype, scale_shape):
     """The hand-written backward (and the no-grad forward) against autograd through the
     composite formula in float64, for unit norm, a scalar g and a per-head g, with a
@@ -279,6 +280,7 @@ def test_fixnorm_output_projection_reuses_its_matrix_only_while_weights_are_unch
     assert proj._normalized_cache is None
 
 
+@pytest.mark.slow
 def test_fixnorm_cache_is_never_stale_after_fairseq_updates_with_eval_bleu(toy_data):
     """fairseq's Trainer with its own Adam (which updates ``p.data`` in place, so the
     parameter's version counter does not move) and ``--eval-bleu``: the validation after
@@ -394,6 +396,7 @@ def test_scalenorm_and_fixnorm_tiny_and_zero_vectors_in_low_precision(dtype):
 
 # ------------------------------------------------------------------ archs
 @pytest.mark.parametrize("arch", sorted(NAMED_ARCHS))
+@pytest.mark.slow
 def test_named_arch_resolves_to_documented_values(toy_task, arch):
     layers, heads, dim, ffn, dropout, norm_type, qk_norm = NAMED_ARCHS[arch]
     extra = ["--qk-norm-length", "79"] if qk_norm else []
@@ -540,6 +543,7 @@ def test_bad_qk_norm_flags_are_usage_errors(toy_task, capsys, arch, flags, messa
 
 
 @pytest.mark.parametrize("case", [0, 5, 8])
+@pytest.mark.slow
 def test_bad_qk_norm_flags_through_fairseq_train(toy_data, case):
     """The real fairseq-train: one error line, exit status 2, no traceback, no training."""
     arch, flags, message = BAD_QK_FLAGS[case]
@@ -630,6 +634,7 @@ def test_importing_plugin_twice_does_not_reregister():
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("arch", ["transformer_twt_proxy", "transformer_qknorm_paper_proxy"])
+@pytest.mark.slow
 def test_low_precision_padded_batch_is_finite(toy_task, arch, dtype):
     """fairseq zeroes pad positions before the first norm: ScaleNorm must not turn them into
     NaN under fp16 (which attention would spread over the whole sentence)."""
@@ -690,6 +695,7 @@ def test_qk_norm_flags_build_the_documented_modules(toy_task, variant):
 
 
 @pytest.mark.parametrize("variant", sorted(QK_FLAGS))
+@pytest.mark.slow
 def test_training_step_updates_g_and_norm_weights_unless_frozen(toy_task, variant):
     model = _tiny_model(toy_task, variant)
     model.train()
@@ -734,6 +740,7 @@ def test_beam_search_scores_equal_full_forward(toy_task, variant):
 
 
 @pytest.mark.parametrize("variant", ["l2_per_head", "layernorm"])
+@pytest.mark.slow
 def test_attention_health_and_g_are_logged_per_module(toy_task, variant):
     from fairseq import metrics
 

@@ -172,6 +172,7 @@ def test_reverse_direction_en_gl_runs_demo_from_the_gl_en_files(tmp_path):
         assert (results / name).stat().st_size > 0, name
 
 
+@pytest.mark.slow
 def test_reverse_direction_dry_run_and_listing(tmp_path):
     env = make_env(tmp_path)
     p = run_script("train.sh", "en-gl", "qknorm_paper", "--profile", "paper", "--dry-run", env=env)
@@ -231,6 +232,7 @@ test_tgt = "test.tgt"
          "{dir} holds: "),  # what the folder holds, not the hints for a standard pair folder
     ],
 )  # fmt: skip
+@pytest.mark.slow
 def test_bad_own_config_is_an_error_naming_config_and_field(tmp_path, own_corpus, edit, message):
     _, corpus, _ = own_corpus
     work = tmp_path / "work"
@@ -251,6 +253,7 @@ def test_bad_own_config_is_an_error_naming_config_and_field(tmp_path, own_corpus
         ('reverse_of = "he2en"\n', "names the pair itself"),
     ],
 )
+@pytest.mark.slow
 def test_bad_reverse_config(tmp_path, text, message):
     work = tmp_path / "work"
     write_config(work, "he2en", text)
@@ -272,6 +275,7 @@ def test_reverse_config_file_names_a_new_direction(tmp_path):
     assert p.returncode == 1 and "pair gl-en is defined twice" in p.stderr
 
 
+@pytest.mark.slow
 def test_own_pairs_are_listed(tmp_path, own_corpus):
     _, corpus, _ = own_corpus
     work = tmp_path / "work"
@@ -283,6 +287,7 @@ def test_own_pairs_are_listed(tmp_path, own_corpus):
     assert p.returncode == 2 and "nothing to download" in p.stderr
 
 
+@pytest.mark.slow
 def test_every_pair_script_says_in_its_help_that_it_takes_own_and_reverse_pairs(tmp_path):
     """bpe.sh and binarize.sh --help listed only the configured pairs as PAIR, though every step
     takes the reverse direction of one and an own configs/pairs/PAIR.toml (prepare_data.sh said

@@ -18,6 +18,7 @@ from conftest import REPO
 RESULTS = REPO / "results"
 
 
+@pytest.mark.slow
 def test_the_plateau_runs_give_the_documented_measures():
     """(a) from its 12 committed runs: 0.98 unpaired, 1.20 paired (docs/decisive-2x2.md)."""
     scores = pilot.read_scores(RESULTS / "cpu-converge-d128/gl-en/records", "test")
@@ -74,6 +75,7 @@ def test_seeds_are_the_fewest_whose_mde_reaches_the_target():
     assert pilot.choose(r)["seeds"] == pilot.MIN_SEEDS
 
 
+@pytest.mark.slow
 def test_an_incomplete_pilot_chooses_nothing_and_names_the_missing_seeds(tmp_path, capsys):
     res = tmp_path / "results"
     shutil.copytree(RESULTS / "cpu-converge-d128/gl-en/records",
@@ -95,6 +97,7 @@ def test_an_incomplete_pilot_chooses_nothing_and_names_the_missing_seeds(tmp_pat
     assert "error: " in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_committed_pilot_table_is_what_the_records_give():
     """results/decisive-pilot.{json,md} (quoted by docs/decisive-2x2.md) recompute from the
     committed records: regenerate with `python -m qknorm_tools.pilot --out

@@ -97,6 +97,7 @@ def test_parse_fixture_logs():
     assert trainlog.metric_keys(jrecs, "attn_maxlogit_", "train_inner")
 
 
+@pytest.mark.slow
 def test_curves_g_health_png(tmp_path):
     logs = {"baseline": str(BASE_LOG), "qknorm": str(QK_LOG), "qknorm-json": str(QK_JSON_LOG)}
     _png_ok(plots_training.plot_curves(logs, tmp_path / "curves.png"))
@@ -180,6 +181,7 @@ def test_bleu_bars_png(tmp_path):
         plots_bleu.plot_bleu_bars(tmp_path / "other.json", tmp_path / "x.png")
 
 
+@pytest.mark.slow
 def test_cli_module(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = tmp_path / "c.png"
@@ -248,6 +250,7 @@ def test_calibration_figure_from_dev_curves(tmp_path):
         plots_training.plot_calibration({"d128": str(no_valid)}, tmp_path / "d.png")
 
 
+@pytest.mark.slow
 def test_train_loss_panel_shows_a_run_with_one_point(tmp_path, monkeypatch):
     from qknorm_tools import plots_training
 

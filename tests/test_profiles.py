@@ -334,6 +334,7 @@ def test_profile_trains_for_real(profile, tiny_work, tmp_path):
 # ------------------------------------------------------------------ refused up front
 @pytest.mark.parametrize("profile", PROFILES)
 @pytest.mark.parametrize("pair", PAIRS)
+@pytest.mark.slow
 def test_every_profile_passes_the_consistency_check(profile, pair, tmp_path):
     env = make_env(tmp_path / "work")
     p = run_script("train.sh", pair, SYSTEM, "--profile", profile, "--dry-run", env=env)

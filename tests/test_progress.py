@@ -9,6 +9,8 @@ import io
 import time
 from pathlib import Path
 
+import pytest
+
 from qknorm_tools import commands, committed, config, progress, trainlog
 
 from conftest import (
@@ -254,6 +256,7 @@ def test_in_process_fairseq_log_leaves_out_its_noise_not_its_warnings():
     assert lines[3] == "Traceback (most recent call last):" and lines[-1] == "ValueError: bad"
 
 
+@pytest.mark.slow
 def test_a_line_before_the_first_progress_line():
     """Before fairseq's first train_inner line (every --log-interval updates) the terminal says
     training runs; it stops at the first progress line."""

@@ -96,6 +96,7 @@ def test_stale_bpe_names_the_raw_files_that_changed(tmp_path, capsys):
     assert str(err.value) == stale.replace(" (train.gl changed since scripts/bpe.sh ran)", "")
 
 
+@pytest.mark.slow
 def test_binarize_refuses_bpe_data_of_other_raw_data(tmp_path):
     """binarize.sh said "skip: already binarized from the current BPE data" (exit 0) when the raw
     data had changed since scripts/bpe.sh ran (and with --force binarized, then failed): it now

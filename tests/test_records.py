@@ -100,6 +100,7 @@ def _run(work, system="twt", seed=1, profile="cpu-converge", data_id="a" * 64, m
     return run
 
 
+@pytest.mark.slow
 def test_record_is_a_small_run_directory_read_like_the_run(tmp_path):
     run = _run(tmp_path)
     rec_dir = committed.record_dir(tmp_path / "results" / "cpu-converge", "gl-en", run)
@@ -368,6 +369,7 @@ def test_ablation_rebuilds_from_records_and_trains_nothing(tmp_path):
     assert "--dropout: 0 vs 0.2" in out(p) and not (work / "runs").exists()
 
 
+@pytest.mark.slow
 def test_dry_run_before_the_data_skips_a_recorded_cell_and_says_when_it_is_checked(tmp_path):
     """On a fresh clone before any data step, a dry run lists the grid without the recorded
     cell (its check needs the data: the command would show the authors' L)."""
@@ -478,6 +480,7 @@ def test_a_record_whose_hypotheses_are_edited_in_place_is_refused_naming_the_fil
         committed.read_record(rec)
 
 
+@pytest.mark.slow
 def test_status_validates_each_record_and_names_its_own_seed(tmp_path):
     """ablation.sh --status listed a truncated record as a healthy committed record: each
     record now goes through collect's checks; a refused one is listed under its own cell, and

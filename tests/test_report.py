@@ -129,6 +129,7 @@ def _reference_logits(m, query, key, kind):
     return torch.stack(out)
 
 
+@pytest.mark.slow
 def test_dump_has_every_module_head_and_token(dump):
     assert dump["format"] == "qknorm-attention/1"
     assert [m["name"] for m in dump["models"]] == list(ARCHS)
@@ -271,6 +272,7 @@ def welch(a, b) -> tuple[float, float, float]:
     return statistics.mean(a) - statistics.mean(b), se, df
 
 
+@pytest.mark.slow
 def test_ablation_page_shows_the_numbers_of_its_json(tmp_path):
     # a copy whose ablation.json predates seed_tests (as the first committed ones did): the page
     # computes Welch's test from the cells; the committed file's own seed_tests are the next test's
@@ -355,6 +357,7 @@ def test_ablation_page_shows_the_numbers_of_its_json(tmp_path):
     assert dict(zip(g["x"], g["y"])) == rec["qk_norm_g_final"]
 
 
+@pytest.mark.slow
 def test_effects_use_the_seed_tests_of_the_json_and_their_new_keys(tmp_path):
     """Converged 2x2: seed_tests from ablation.json (CI from estimate, se, df); ci95, mde,
     tost and test, where an ablation.json has them, are shown as they are."""
@@ -415,6 +418,7 @@ def test_effects_use_the_seed_tests_of_the_json_and_their_new_keys(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_lr_sweep_page_shows_loss_vs_lr_and_max_logit_over_training(tmp_path):
     src = RESULTS / "cpu-proxy-fast-max-update-250" / "gl-en"
     data = build_in_place(src, tmp_path / "report.html")  # the sizes' train.log are committed
@@ -500,6 +504,7 @@ def test_curves_and_g_over_training_come_from_train_log_when_present(tmp_path):
     assert not any("train.log not found" in n for n in data["notes"])
 
 
+@pytest.mark.slow
 def test_report_errors_name_the_input(tmp_path):
     proc = run_without_torch("qknorm_tools.report", tmp_path / "nope")
     assert (
@@ -652,6 +657,7 @@ def test_one_colour_per_system_in_every_figure_and_markers_where_lines_cannot_sh
     assert SYSTEM_COLORS["qk_layernorm"] != SYSTEM_COLORS["twt_zloss"]
 
 
+@pytest.mark.slow
 def test_attention_is_checked_against_the_dumps_schema(tmp_path):
     from qknorm_model_tools.attention_dump import FORMAT
     from qknorm_tools.report_sources import ATTENTION_FORMAT
@@ -704,6 +710,7 @@ def test_attention_is_checked_against_the_dumps_schema(tmp_path):
     assert "models: missing or empty" in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_page_of_one_figure_for_a_screenshot(tmp_path):
     src = RESULTS / "cpu-converge-d128" / "gl-en"
     data = build_in_place(src, tmp_path / "e.html", "--figure", "ablation-effects")
@@ -784,6 +791,7 @@ def assert_every_chart_shows_data(charts: list, data: dict, heatmaps: int = 0) -
 
 
 @needs_chromium
+@pytest.mark.slow
 def test_page_renders_in_headless_chromium_without_console_errors(dump, tmp_path):
     """The demo page with an attention viewer (the tiny models' dump) in a real browser."""
     d = tmp_path / "gl-en"

@@ -94,6 +94,7 @@ def test_rmsnorm_model_incremental_decoding_equals_full(toy_task):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.slow
 def test_rmsnorm_model_padded_batch_is_finite_in_low_precision(toy_task, dtype):
     model, _ = build_model(toy_task, RMS_ARCH, TINY)
     ref_model = build_model(toy_task, RMS_ARCH, TINY)[0]

@@ -293,6 +293,7 @@ def test_evaluate_check_in_evaluate_shs_order(tmp_path):
     assert e.value.lines == ("cannot decode the test split of gl-en (above): nothing was decoded",)
 
 
+@pytest.mark.slow
 def test_train_sh_python_starts(tmp_path, fake_fairseq_train):
     """A real train.sh run (a fake fairseq-train) starts Python twice: its one Python process
     (qknorm_tools.serve: the plan, the claim under the lock and train.json) and the progress

@@ -10,6 +10,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from qknorm_tools.evaluate import run_identity_mismatches
 
 from conftest import FAR_BOUND, REPO, make_data_chain, make_env, out, run_script
@@ -30,6 +32,7 @@ def test_identity_fields_compared():
     assert run_identity_mismatches(old, {**rec, "precision": "bf16", "variant": {}}) == []
 
 
+@pytest.mark.slow
 def test_a_copied_run_is_never_decoded_under_another_name(tmp_path, fake_fairseq_train):
     fake_bin, pid_file = fake_fairseq_train
     work = tmp_path / "work"
@@ -72,6 +75,7 @@ def test_a_copied_run_is_never_decoded_under_another_name(tmp_path, fake_fairseq
     assert f"checkpoint {run}/checkpoints/checkpoint_best.pt not found" in p.stderr
 
 
+@pytest.mark.slow
 def test_the_translate_helper_checks_the_runs_identity(tmp_path):
     """python -m qknorm_model_tools.translate refuses a copied or renamed run as evaluate.sh does
     (the same check: qknorm_tools.evaluate.check_run_identity), before loading it."""

@@ -37,6 +37,7 @@ def write(path, lines, bom=False):
 
 # ----------------------------------------------------------------------- byte order mark
 @pytest.mark.parametrize("side", ["hyp", "ref"])
+@pytest.mark.slow
 def test_bom_is_removed_loudly_and_identical_text_scores_100(tmp_path, side):
     """A BOM (an encoding signature, not text) glued to the first word cost BLEU on identical
     text; it is removed with a warning naming the file."""
@@ -68,6 +69,7 @@ def test_bom_at_the_start_of_later_lines_is_named(tmp_path, capsys):
     "hyp_line, marker",
     [("the c@@ at sat on the mat .", "@@"), ("\u2581the \u2581cat sat on the mat .", "\u2581")],
 )
+@pytest.mark.slow
 def test_bpe_markers_in_a_hypothesis_are_refused_unless_allowed(tmp_path, hyp_line, marker):
     hyps = [hyp_line, *REFS[1:]]
     hyp = write(tmp_path / "hyp.txt", hyps)
@@ -96,6 +98,7 @@ def test_text_that_only_looks_like_markers_is_scored(text):
 
 
 # ----------------------------------------------------------------------- empty hypotheses
+@pytest.mark.slow
 def test_all_empty_hypotheses_warn_once_with_a_plain_label(tmp_path):
     hyp = write(tmp_path / "hyp.txt", [""] * len(REFS))
     ref = write(tmp_path / "ref.txt", REFS)
@@ -129,6 +132,7 @@ def prepared(tmp_path_factory):
     return root / "work", env, special
 
 
+@pytest.mark.slow
 def test_sentencepiece_segmentation_decodes_back_to_the_raw_text(prepared):
     """Identity normalization: the pieces of every line decode to the raw line (NFKC turned
     '1º' into '1o', so no hypothesis could ever match such a reference)."""
@@ -158,6 +162,7 @@ def test_sentencepiece_segmentation_decodes_back_to_the_raw_text(prepared):
                  "(5000). Please set it to a value <="),
     ],
 )  # fmt: skip
+@pytest.mark.slow
 def test_sentencepiece_vocabulary_it_cannot_build_is_a_clear_error(prepared, size, message):
     """Too small: sentencepiece's own reason (not 'is sentencepiece installed?'); too large:
     refused (it used to give fewer pieces silently), saying which sizes work. Nothing is lost."""
@@ -169,6 +174,7 @@ def test_sentencepiece_vocabulary_it_cannot_build_is_a_clear_error(prepared, siz
     assert "installed" not in p.stderr
 
 
+@pytest.mark.slow
 def test_sentencepiece_reports_pieces_the_data_do_not_use(prepared):
     pytest.importorskip("sentencepiece")
     work, env, _ = prepared
@@ -183,6 +189,7 @@ def test_sentencepiece_reports_pieces_the_data_do_not_use(prepared):
     [["--merges", "60"], ["--tool", "sentencepiece", "--vocab-size", "120"]],
     ids=["subword-nmt", "sentencepiece"],
 )
+@pytest.mark.slow
 def test_bpe_dropout_L_comes_from_the_deterministic_segmentation(prepared, tool_args):
     """QKNorm's L (and g0) is a property of the model's deterministic segmentation; the
     sampled training split is longer. The sample is static, and bpe.sh says so."""

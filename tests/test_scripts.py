@@ -116,6 +116,7 @@ def test_every_script_is_covered():
 
 
 @pytest.mark.parametrize("name", SCRIPT_NAMES)
+@pytest.mark.slow
 def test_usage_lists_every_option(name):
     """-h exits 0 and its usage names every positional argument and option the script's parser
     accepts."""
@@ -168,6 +169,7 @@ def test_relative_work_dir_is_made_absolute(tmp_path):
     assert p.stdout.strip() == f"{tmp_path}/w|{tmp_path}/w/data|{tmp_path}/w"
 
 
+@pytest.mark.slow
 def test_demo_dry_run_prints_every_step_and_writes_nothing(tmp_path):
     """The README's main job previewed: the data steps, both systems' fairseq-train and
     fairseq-generate commands at the demo's settings, the report; no file made, no bf16
@@ -242,6 +244,7 @@ def test_pool_prefixes_output_and_reports_failures(tmp_path):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.slow
 def test_interrupted_pool_stops_every_job(tmp_path, sig):
     env = make_env(tmp_path, PIDS=tmp_path / "pids", LOGB="", SLOW="300")
     code = POOL.replace("0.2 0", "300 0").replace("0.5 3", "300 3")
@@ -273,6 +276,7 @@ def binarized(tmp_path):
     return work
 
 
+@pytest.mark.slow
 def test_a_run_is_never_trained_twice_at_once(binarized, fake_fairseq_train):
     fake_bin, pid_file = fake_fairseq_train
     env = make_env(binarized, FAKE_TRAIN_PIDS=pid_file, PATH=f"{fake_bin}:{os.environ['PATH']}")
@@ -371,6 +375,7 @@ def test_ctrl_c_on_demo_stops_both_trainings(tmp_path, fake_fairseq_train):
     assert p.returncode == 0, out(p)
 
 
+@pytest.mark.slow
 def test_arguments_fairseq_train_refuses_are_a_usage_error(binarized):
     """A flag after -- that fairseq-train's argparse refuses (here a value that is not a
     number): exit 2 with fairseq's error, nothing trained, the run directory removed (not
@@ -395,6 +400,7 @@ def test_arguments_fairseq_train_refuses_are_a_usage_error(binarized):
 
 
 @pytest.mark.parametrize("script", ["train.sh", "evaluate.sh", "prepare_data.sh"])
+@pytest.mark.slow
 def test_usage_error_is_the_last_line(tmp_path, script):
     """As argparse: the synopsis (the usage line and its continuations, not the whole help),
     then the error once, last, naming --help."""
@@ -433,6 +439,7 @@ def test_work_dir_that_is_a_file(tmp_path, below):
         ("reproduce.sh", ["--pairs", "gl-en", "--systems", "twt", "--dry-run"]),
     ],
 )
+@pytest.mark.slow
 def test_a_budget_that_never_stops_is_a_usage_error_up_front(tmp_path, script, args):
     p = run_script(script, *args, "--max-update", 0, env=make_env(tmp_path))
     assert p.returncode == 2, out(p)
@@ -460,6 +467,7 @@ def test_lr_overflow_is_named(tmp_path):
         (["--bf16-autocast", "--precision", "fp32"], "--bf16-autocast and --precision fp32"),
     ],
 )
+@pytest.mark.slow
 def test_usage_errors_come_before_the_data_check(tmp_path, args, message):
     """On a fresh clone (no data yet) a bad option is said as a usage error, not hidden behind
     "bpe.json not found" (helper-12: exit 1 without --dry-run, exit 2 with it)."""
@@ -509,6 +517,7 @@ def test_usage_errors_come_before_the_data_check(tmp_path, args, message):
         ),
     ],
 )
+@pytest.mark.slow
 def test_options_that_would_be_dropped_are_usage_errors(tmp_path, script, args, message):
     """helper-12: sbatch's options with the local launcher, a repeated lr and the other BPE
     tool's options were accepted and dropped without a word (a repeated seed, system or size

@@ -38,6 +38,7 @@ def with_long_line(good: Path, dst: Path, name: str, line: int) -> Path:
     return dst
 
 
+@pytest.mark.slow
 def test_bpe_sh_refuses_long_test_lines_and_drops_long_training_pairs(tmp_path):
     good = tmp_path / "good"
     sizes = make_tiny_ted(good, sizes=(120, 12, 15))

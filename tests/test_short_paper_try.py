@@ -57,6 +57,7 @@ def _gen_flags(stdout):
     return flags(shlex.split(line))
 
 
+@pytest.mark.slow
 def test_a_short_try_validates_and_decodes_little(tmp_path):
     """Dev BLEU on one batch of the 100 shortest dev sentences, test decoding capped as the
     CPU profiles cap it; the profile's own runs keep the papers' settings (all of dev, no cap)."""

@@ -105,6 +105,7 @@ def _sigma_model(task, extra=()):
     return model, args
 
 
+@pytest.mark.slow
 def test_every_linear_of_the_layers_is_reparametrized_and_used_on_every_path(toy_task):
     """Training mode (fused SDPA attention), eval mode and a plain model whose weights are the
     float64-computed gamma / ||W u|| * W give the same output (dropout 0)."""
@@ -149,6 +150,7 @@ def test_sigma_reparam_incremental_decoding_equals_full(toy_task):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.slow
 def test_sigma_reparam_low_precision(toy_task, dtype):
     """A model cast to fp16/bf16 (u and gamma too) and a bf16-autocast training step: finite,
     close to float32, gradients finite; sigma computed in float32."""

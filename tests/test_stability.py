@@ -88,6 +88,7 @@ def test_beam_search_scores_equal_full_forward(toy_task, variant):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("variant", sorted(STABILITY_FLAGS))
+@pytest.mark.slow
 def test_low_precision_padded_batch_is_finite(toy_task, variant, dtype):
     model = _randomize(_model(toy_task, variant)).eval().to(dtype)
     with torch.no_grad():  # large activations: dot-product logits far from 1
@@ -213,6 +214,7 @@ def _criterion(toy_task, z_loss):
     return LabelSmoothedCrossEntropyZLossCriterion(toy_task, False, 0.1, z_loss=z_loss)
 
 
+@pytest.mark.slow
 def test_z_loss_adds_w_times_sum_of_squared_log_z(toy_task):
     """loss(W) - loss(0) = W * sum_t (log Z_t)^2 over non-pad targets, log Z by a float64 loop."""
     model = build_model(toy_task, "transformer_twt_proxy", TINY)[0].eval()
@@ -257,6 +259,7 @@ def test_z_loss_must_be_finite_and_non_negative(toy_task):
 
 
 # ----------------------------------------------------------------- end to end: train, decode
+@pytest.mark.slow
 def test_fairseq_train_with_softcap_zloss_and_qk_clip_then_hub_translates(toy_data, tmp_path):
     """One real fairseq-train run (4 updates): soft cap + z-loss criterion + QK-clip at a
     threshold every head passes (so it fires and is logged), then the hub decodes it."""

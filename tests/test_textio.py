@@ -69,6 +69,7 @@ def _compare(ref, dest, limit=None):
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_compare_on_a_full_disk_keeps_the_existing_output(tmp_path, texts):
     res = tmp_path / "res"
     res.mkdir()
@@ -96,6 +97,7 @@ def test_compare_output_that_is_a_directory(tmp_path, texts):
     _no_siblings(tmp_path, ["cmp.json", "ref"])
 
 
+@pytest.mark.slow
 def test_collect_on_a_full_disk_keeps_runs_json(tmp_path):
     res = tmp_path / "results"
     res.mkdir()
@@ -124,6 +126,7 @@ def test_collect_under_a_file_names_the_output(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_extract_on_a_full_disk_keeps_the_hypotheses(tmp_path):
     gen = tmp_path / "gen.out"
     gen.write_text("".join(f"H-{i}\t-0.5\tword{i} long@@ er text\n" for i in range(20)))
@@ -165,6 +168,7 @@ def test_atomic_output_passes_the_bodys_input_errors_and_replaces_directories(tm
     )
 
 
+@pytest.mark.slow
 def test_the_other_tools_name_their_output_and_exit_1(tmp_path):
     """freshness write, plots and committed records: the same output errors (one helper,
     textio.atomic_output)."""
@@ -196,6 +200,7 @@ def test_the_other_tools_name_their_output_and_exit_1(tmp_path):
 
 
 @pytest.mark.parametrize("which", ["--ref", "--baseline", "--system"])
+@pytest.mark.slow
 def test_compare_refuses_to_write_over_one_of_its_inputs(tmp_path, which):
     """--out naming an input file (a new-user trial overwrote a hypothesis file with the table):
     a usage error naming both, and every input left as it was."""

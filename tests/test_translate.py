@@ -139,6 +139,7 @@ def test_unseen_character_warning_counts_and_shows_the_first_examples():
     assert unseen_character_warning(["a b\tc"], set("abc"), "stdin", "D") is None
 
 
+@pytest.mark.slow
 def test_translate_names_the_runs_that_exist(tmp_path):
     runs = tmp_path / "runs" / "gl-en"
     for rel in ("cpu-proxy-max-update-5/qknorm_paper/seed1-bf16", "cpu-proxy/qknorm_paper/seed2",
@@ -226,6 +227,7 @@ def test_translate_checkpoint_names_are_evaluate_shs():
             checkpoint_file_name(bad)
 
 
+@pytest.mark.slow
 def test_translate_warns_of_characters_the_pipeline_refuses(tmp_path):
     """No-break spaces, tabs and control characters in translate's input: translated as they
     are, with a warning naming the first line (the corpus checks refuse them)."""
@@ -257,6 +259,7 @@ def test_translate_warns_of_characters_the_pipeline_refuses(tmp_path):
     ], out(p)
 
 
+@pytest.mark.slow
 def test_translate_warns_of_a_byte_order_mark_and_empty_lines(tmp_path):
     """helper-12: a BOM (refused by the corpus checks) and empty lines (translated by fairseq
     to a made-up sentence) went by without a word; an --output that is a directory was said
@@ -286,6 +289,7 @@ def test_translate_warns_of_a_byte_order_mark_and_empty_lines(tmp_path):
     ], out(p)
 
 
+@pytest.mark.slow
 def test_translate_names_the_bad_line_and_the_first_step_of_a_missing_run(tmp_path):
     """Bytes that are not UTF-8: the line and the byte in it (1-based); --checkpoint avgN of a
     run that does not exist yet: train first, then average (not evaluate.sh alone)."""

@@ -104,6 +104,7 @@ test_tgt = "test.en"
 """
 
 
+@pytest.mark.slow
 def test_prepare_composes_an_opted_in_pair_and_the_identity_records_it(tmp_path):
     """The shell contract: the warning with counts, the NFC files, the setting in .settings and
     the data identity; switching the key back prepares the text as it was."""

@@ -173,6 +173,7 @@ def test_bad_probability_is_rejected(toy_data):
         make_task(toy_data[1], 1.5)
 
 
+@pytest.mark.slow
 def test_fairseq_train_with_word_dropout_end_to_end(toy_data, tmp_path):
     """fairseq's --user-dir loader registers the task (fairseq_qknorm/tasks/*.py); 3 updates."""
     _, bin_dir = toy_data

@@ -84,8 +84,8 @@ def test_every_docs_file_is_linked_from_readme():
     assert not missing, f"docs not linked from README.md: {missing}"
 
 
-#: README's 2x2 table rows -> the effect they quote (ablation.json's key)
-README_EFFECT_ROWS = {
+#: the earlier 2x2 table's rows (docs/ablation.md) -> the effect they quote (ablation.json's key)
+EARLIER_EFFECT_ROWS = {
     "QKNorm effect with LayerNorm": "qknorm_effect_at_layernorm",
     "QKNorm effect with ScaleNorm": "qknorm_effect_at_scalenorm",
     "ScaleNorm effect with dot product": "norm_effect_at_dot",
@@ -93,20 +93,28 @@ README_EFFECT_ROWS = {
 }
 
 
-def test_readme_ablation_numbers_are_in_the_files_it_cites():
-    """Every effect and p-value of README's 2x2 table (converged | 1,000 updates) is the value
-    of the ablation.json it cites, at the precision README quotes (issue 37, item 6)."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    sources = [REPO / "results" / p / "gl-en/ablation.json" for p in
-               ("cpu-converge-d128", "cpu-proxy-fast")]  # fmt: skip
-    # the citations: README's converged report, and docs/ablation.md's for 1,000 updates
-    assert "(results/cpu-converge-d128/gl-en/ablation.md)" in readme
-    docs_ablation = (REPO / "docs/ablation.md").read_text(encoding="utf-8")
-    assert "(../results/cpu-proxy-fast/gl-en/ablation.md)" in docs_ablation
+def _quoted(quoted: str, value: float) -> bool:
+    """Whether ``quoted`` is ``value`` as ablation.md shows it (4 decimals), then rounded to
+    the digits quoted (half up)."""
+    shown = Decimal(f"{value:.4f}")
+    step = Decimal(1).scaleb(-len(quoted.split(".")[1]))
+    return Decimal(quoted.replace("−", "-")) == shown.quantize(step, ROUND_HALF_UP)
+
+
+def test_the_earlier_ablation_numbers_are_in_the_files_docs_cite():
+    """Every effect and p-value of docs/ablation.md's earlier 2x2 table (seeds 1-3 of the
+    converged grid | 1,000 updates) is the value of the report it cites (issue 37, item 6)."""
+    doc = (REPO / "docs/ablation.md").read_text(encoding="utf-8")
+    results = REPO / "results"
+    sources = [results / "cpu-converge-d128/gl-en/ablation-seeds-1-3.json",
+               results / "cpu-proxy-fast/gl-en/ablation.json"]  # fmt: skip
+    assert "(../results/cpu-converge-d128/gl-en/ablation-seeds-1-3.md)" in doc
+    assert "(../results/cpu-proxy-fast/gl-en/ablation.md)" in doc
     reports = [json.loads(p.read_text(encoding="utf-8")) for p in sources]
+    assert [r["cells"]["scalenorm_dot"]["n_seeds"] for r in reports] == [3, 3]
     checked = 0
-    for line in readme.splitlines():
-        row = next((k for r, k in README_EFFECT_ROWS.items() if line.startswith(f"| {r}")), None)
+    for line in doc.splitlines():
+        row = next((k for r, k in EARLIER_EFFECT_ROWS.items() if line.startswith(f"| {r}")), None)
         if row is None:
             continue
         cols = [c.strip().strip("*") for c in line.strip("|").split("|")[1:]]
@@ -114,14 +122,63 @@ def test_readme_ablation_numbers_are_in_the_files_it_cites():
             m = re.fullmatch(r"\*?\*?([+−-][0-9.]+)\*?\*? \(([0-9.]+) / ([0-9.]+)\)", col)
             assert m, (row, col)
             delta, p_ar, p_seeds = m.groups()
-            pairs = [
-                (delta.replace("−", "-"), rep["effects"][row]),
-                (p_ar, rep["significance"][row]["p_ar"]),
-                (p_seeds, rep["seed_tests"][row]["p"]),
-            ]
-            for quoted, value in pairs:  # as ablation.md shows it (4 decimals), then rounded
-                shown = Decimal(f"{value:.4f}")
-                step = Decimal(1).scaleb(-len(quoted.split(".")[1]))
-                assert Decimal(quoted) == shown.quantize(step, ROUND_HALF_UP), (row, quoted, value)
+            for quoted, value in ((delta, rep["effects"][row]),
+                                  (p_ar, rep["significance"][row]["p_ar"]),
+                                  (p_seeds, rep["seed_tests"][row]["p"])):  # fmt: skip
+                assert _quoted(quoted, value), (row, quoted, value)
             checked += 1
-    assert checked == 2 * len(README_EFFECT_ROWS)
+    assert checked == 2 * len(EARLIER_EFFECT_ROWS)
+
+
+#: README's decisive 2x2 rows -> the effect they quote (ablation.json's key)
+README_EFFECT_ROWS = {
+    "QKNorm, with LayerNorm (b − a)": "qknorm_effect_at_layernorm",
+    "QKNorm, with ScaleNorm (d − c)": "qknorm_effect_at_scalenorm",
+    "ScaleNorm, with dot product (c − a)": "norm_effect_at_dot",
+    "QKNorm, main effect": "qknorm_main_effect",
+    "interaction (b − a) − (d − c)": "interaction",
+    "**the paper's comparison** (b − c)": "paper_comparison",
+}
+#: README's cell rows -> ablation.json's cell
+README_CELL_ROWS = {"a: ": "layernorm_dot", "b: ": "layernorm_qknorm", "c: ": "scalenorm_dot",
+                    "d: ": "scalenorm_qknorm"}  # fmt: skip
+
+
+def test_readme_decisive_2x2_numbers_are_the_reports():
+    """README's decisive 2x2 (40 runs): every cell mean and sd, and per effect the estimate,
+    95% CI, seed-level p, MDE and TOST (p and verdict) are those of the report it cites
+    (results/cpu-converge-d128/gl-en/ablation.json, 10 seeds per cell), as README rounds them;
+    and the reading quotes the paper's comparison and QKNorm with LayerNorm as the table does."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "[Report](results/cpu-converge-d128/gl-en/ablation.md)" in readme
+    rep = json.loads((REPO / "results/cpu-converge-d128/gl-en/ablation.json").read_text())
+    assert {c["n_seeds"] for c in rep["cells"].values()} == {10}
+    cells = effects = 0
+    for line in readme.splitlines():
+        cell = next((k for r, k in README_CELL_ROWS.items() if line.startswith(f"| {r}")), None)
+        if cell is not None:
+            mean, sd = re.fullmatch(
+                r"([0-9.]+) ± ([0-9.]+)", line.strip("|").split("|")[1].strip()
+            ).groups()
+            assert _quoted(mean, rep["cells"][cell]["mean"]) and _quoted(
+                sd, rep["cells"][cell]["sd"]
+            ), line
+            cells += 1
+            continue
+        row = next((k for r, k in README_EFFECT_ROWS.items() if line.startswith(f"| {r}")), None)
+        if row is None:
+            continue
+        est, ci, p, mde, tost = [c.strip().strip("*") for c in line.strip("|").split("|")[1:]]
+        t = rep["seed_tests"][row]
+        lo, hi = re.fullmatch(r"\[([+−-][0-9.]+), ([+−-][0-9.]+)\]", ci).groups()
+        verdict, tost_p = re.fullmatch(r"(yes|no) \(([0-9.]+)\)", tost).groups()
+        assert _quoted(est, t["estimate"]) and _quoted(p, t["p"]) and _quoted(mde, t["mde"]), line
+        assert _quoted(lo, t["ci95"][0]) and _quoted(hi, t["ci95"][1]), line
+        assert _quoted(tost_p, t["tost"]["p"]) and (verdict == "yes") == t["tost"]["equivalent"]
+        effects += 1
+    assert (cells, effects) == (4, len(README_EFFECT_ROWS))
+    assert "pooled sd 0.45" in readme and _quoted(
+        "0.45", rep["seed_tests"]["paper_comparison"]["sd"]
+    )
+    assert "+0.04\n  [−0.34, +0.42] (TOST p 0.010)" in readme
+    assert "+0.69 [+0.22, +1.16]" in readme and "12.82 ± 0.30" in readme

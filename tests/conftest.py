@@ -77,6 +77,36 @@ def run_cli(args, cwd=None, check=True, input=None):
     return proc
 
 
+#: the test files that take longest (measured, 2026-12-07 and 12-08, whole suite), run first:
+#: pytest-xdist's ``--dist loadfile`` hands whole files to its processes in collection order, so
+#: the longest starting first keeps both processes busy to the end (longest processing time
+#: first) instead of leaving one file running alone at the end
+LONGEST_FIRST = (
+    "test_slurm",
+    "test_benchmarks",
+    "test_grid",
+    "test_bf16",
+    "test_profiles",
+    "test_records",
+    "test_lr_sweep",
+    "test_inference_bpe",
+    "test_pipeline_train",
+    "test_provenance",
+    "test_launcher",
+    "test_bf16_auto",
+    "test_lr_sweep_sizes",
+    "test_golden",
+    "test_own_data",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Files of :data:`LONGEST_FIRST` first, in its order; within a file, and for the other
+    files, the collection order is kept (a stable sort)."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))
+
+
 def count_python_starts(env: dict, tmp_path: Path, python: str = "") -> Path:
     """Makes ``env``'s scripts start Python through a wrapper that logs each start's module.
 

@@ -10,7 +10,7 @@ exactly what that command line prints and returns (issue 36: a script starts Pyt
 twice, this process and the progress display; the model tools it runs, fairseq-train,
 fairseq-generate and checkpoint averaging, are processes of their own).
 
-Protocol (the script's side: ``scripts/lib/proc.sh:qk_py``), over the coprocess's stdin and
+Protocol (the script's side: ``scripts/lib/config.sh:qk_py``), over the coprocess's stdin and
 stdout:
 
 * a request: a line with the number of arguments N, then N arguments, each ended by a NUL byte;

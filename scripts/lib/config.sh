@@ -265,13 +265,12 @@ qk_run_label() {
 # PAIR/SYSTEM/SEED/LR. The precision is $QK_BF16_RUN (qk_resolve_bf16).
 qk_run_dirs() {
     local -n __dirs="$1"
-    local out key dir lr args=(dirs "--repo=$QK_REPO_ROOT" "--work-dir=$QK_WORK_DIR" "--label=$2"
+    local key dir lr args=(dirs "--repo=$QK_REPO_ROOT" "--work-dir=$QK_WORK_DIR" "--label=$2"
         "--precision=${QK_BF16_RUN:-fp32}" "--pairs=$3" "--systems=$4" "--seeds=$5")
     for lr in "${@:6}"; do args+=("--lr=$lr"); done
-    [[ -n "$QK_PY" ]] || die "no python interpreter found (set QKNORM_PYTHON)"
-    out="$("$QK_PY" -m qknorm_tools.run "${args[@]}")" || die "cannot name the run directories (above)"
+    qk_py run "${args[@]}" || die "cannot name the run directories (above)"
     while IFS=$'\t' read -r key dir; do
         [[ -z "$key" ]] || __dirs[$key]="$dir"
-    done <<<"$out"
+    done <<<"$QK_PY_OUT"
 }
 

@@ -296,6 +296,9 @@ def main(argv=None) -> int:
     quiet_fairseq_logging("python -m benchmarks.bf16_cpu shows them")
     try:
         bf16, why = decide(a.cache_dir, a.size, a.threads, a.reps, a.cached_only)
+    except KeyboardInterrupt:  # Ctrl-C of the script that asked: one line, no traceback
+        print("[bf16 auto] interrupted: nothing measured is kept", file=sys.stderr)
+        return 130
     except CacheError as exc:
         print(f"[bf16 auto] error: {exc}", file=sys.stderr)
         return 1

@@ -348,3 +348,19 @@ def test_native_only_answers_the_plugin_tasks_detection():
         "bf16\n" if NATIVE else "fp32\n",
         f"[bf16 auto] {NATIVE_REASON}\n",
     )
+
+
+def test_an_interrupted_measurement_says_so_in_one_line_and_exits_130(
+    tmp_path, monkeypatch, capsys
+):
+    """Ctrl-C of train.sh while the bf16 verdict is measured reaches this process too: one
+    line and 130, not a KeyboardInterrupt traceback (a new user's trial saw one)."""
+    from qknorm_model_tools import bf16_auto
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bf16_auto, "decide", interrupted)
+    assert bf16_auto.main([str(tmp_path)]) == 130
+    assert capsys.readouterr().err.endswith("[bf16 auto] interrupted: nothing measured is kept\n")
+    assert list(tmp_path.iterdir()) == []
